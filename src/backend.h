@@ -1,0 +1,61 @@
+/* backend.h: a backend is data: a const table of functions (one kernel per
+ * op type plus storage, transfer and tracing) and an opaque context. The
+ * executor is the only caller of the op kernels. Only .cu files include CUDA
+ * headers; a GPU backend's table is declared here like any other. */
+#ifndef DT_BACKEND_H
+#define DT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "trace.h"
+
+#define BACKEND_API_VERSION 1
+
+/* What a backend may need to know of the step being executed. */
+struct backend_step {
+    uint64_t step;      /* 0-based step number (Adam's t = step + 1) */
+};
+
+/* Options a user can give a backend. */
+struct backend_options {
+    int threads;            /* cpu: OpenBLAS threads (>= 1) */
+    const char *cpu_kernel; /* cpu: requested OpenBLAS core type, or NULL */
+};
+
+/* Run node nd of g: out is its output buffer, in[k] the buffer of input k
+ * (whose shape is g->nodes[nd->inputs[k]].shape). */
+typedef void (*backend_op_fn)(void *ctx, const struct graph *g, const struct node *nd,
+                              float *out, const float *const *in,
+                              const struct backend_step *st);
+
+struct backend_ops {
+    int api_version;
+    const char *name;
+    /* Create a context; 0, or -1 with dt_error set (e.g. no GPU). */
+    int (*init)(void **ctx, const struct backend_options *opt);
+    void (*free)(void *ctx);
+    /* Device storage for `count` floats, zero-filled. */
+    float *(*alloc)(void *ctx, size_t count);
+    void (*release)(void *ctx, float *buf);
+    void (*upload)(void *ctx, float *dst, const float *src, size_t count);
+    void (*download)(void *ctx, float *dst, const float *src, size_t count);
+    /* Hash and statistics of a buffer into rec (all fields but rec->op). */
+    void (*trace)(void *ctx, const float *buf, size_t count, struct trace_oprec *rec);
+    /* Add the backend's details (library versions, device, threads) to cfg. */
+    void (*describe)(void *ctx, struct trace_config *cfg);
+    /* optional: wait for queued work; NULL when every call is synchronous */
+    int (*sync)(void *ctx);
+    backend_op_fn op[OP_COUNT];
+};
+
+/* The table of a backend by name, or NULL (with dt_error set listing the
+ * backends this build has). */
+const struct backend_ops *backend_find(const char *name);
+/* Comma-separated names of the backends in this build. */
+const char *backend_list(void);
+
+extern const struct backend_ops backend_cpu;
+
+#endif

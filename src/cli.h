@@ -1,0 +1,30 @@
+/* cli.h: the subcommands of the divtrace program and their shared helpers.
+ * Exit status: 0 success (diff: identical), 1 (diff: different), 2 trouble. */
+#ifndef DT_CLI_H
+#define DT_CLI_H
+
+#include <stdint.h>
+
+#define CLI_EXIT_TROUBLE 2
+
+int cmd_record(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+
+/* One line on stderr: "divtrace CMD: MESSAGE". */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Numbers from option arguments; -1 with dt_error set naming the option. */
+int cli_u64(const char *opt, const char *s, uint64_t *out);
+int cli_int(const char *opt, const char *s, int lo, int hi, int *out);
+int cli_double(const char *opt, const char *s, double *out);
+/* The standard reply to a bad option (getopt has already said what). */
+int cli_usage_error(const char *cmd);
+
+/* JSON output helpers: a string with escapes, a double (null if not finite). */
+#include <stdio.h>
+void cli_json_str(FILE *f, const char *s);
+void cli_json_num(FILE *f, double v);
+/* "100x784" */
+void cli_shape(char *buf, size_t n, int ndim, const uint32_t *shape);
+
+#endif

@@ -1,0 +1,273 @@
+/* cmd_diff.c: `divtrace diff`: print what diff_traces found, as text or JSON.
+ * Exit 0 identical, 1 different, 2 trouble, like cmp(1). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "diff.h"
+#include "trace.h"
+#include "util.h"
+
+static void diff_usage(FILE *f)
+{
+    fputs("Usage: divtrace diff [OPTION]... A.dtr B.dtr\n"
+          "Compare two traces: how their configurations differ, the first step and op\n"
+          "where they stop being bitwise identical, the origin ops of that step (inputs\n"
+          "identical, output different), the growth of the parameter distance, and the\n"
+          "final losses.\n"
+          "\n"
+          "      --json       one JSON object instead of text\n"
+          "  -q, --quiet      print nothing; only the exit status\n"
+          "  -h, --help       show this help and exit\n"
+          "\n"
+          "Exit status: 0 identical over the common steps, 1 different, 2 trouble.\n",
+          f);
+}
+
+static const char *diff_status(const struct trace_file *t, char *buf, size_t n)
+{
+    if (t->complete)
+        snprintf(buf, n, "%" PRIu64 " steps, %s", t->nsteps,
+                 t->end_status ? "complete, ended early" : "complete");
+    else
+        snprintf(buf, n, "%" PRIu64 " steps, %s", t->nsteps, t->note);
+    return buf;
+}
+
+/* Keys whose values differ (or exist on one side only), in A's order then B's. */
+static void diff_for_each_change(const struct trace_file *a, const struct trace_file *b,
+                                 void (*fn)(void *, const char *, const char *, const char *),
+                                 void *arg)
+{
+    for (size_t i = 0; i < a->cfg.n; i++) {
+        const char *vb = trace_config_get(&b->cfg, a->cfg.key[i]);
+        if (!vb || strcmp(vb, a->cfg.val[i]) != 0)
+            fn(arg, a->cfg.key[i], a->cfg.val[i], vb);
+    }
+    for (size_t i = 0; i < b->cfg.n; i++)
+        if (!trace_config_get(&a->cfg, b->cfg.key[i]))
+            fn(arg, b->cfg.key[i], NULL, b->cfg.val[i]);
+}
+
+static void diff_print_change(void *arg, const char *key, const char *va, const char *vb)
+{
+    int *n = arg;
+    if ((*n)++ == 0)
+        printf("configurations differ:\n");
+    printf("  %-18s %s | %s\n", key, va ? va : "(absent)", vb ? vb : "(absent)");
+}
+
+static void diff_json_change(void *arg, const char *key, const char *va, const char *vb)
+{
+    int *n = arg;
+    printf("%s{\"key\": ", (*n)++ ? ", " : "");
+    cli_json_str(stdout, key);
+    printf(", \"a\": ");
+    if (va) cli_json_str(stdout, va); else fputs("null", stdout);
+    printf(", \"b\": ");
+    if (vb) cli_json_str(stdout, vb); else fputs("null", stdout);
+    putchar('}');
+}
+
+static void diff_op_line(const struct trace_file *a, int op, const char *indent)
+{
+    const struct trace_opdef *o = &a->ops[op];
+    char layer[64], shape[64];
+    diff_layer(o->name, layer, sizeof layer);
+    cli_shape(shape, sizeof shape, o->ndim, o->shape);
+    printf("%sop %d %s (layer %s, %s %s, shape %s)\n", indent, op, o->name, layer,
+           trace_kind_name((enum trace_kind)o->kind), o->type, shape);
+}
+
+static void diff_print_cross(const char *label, int64_t step)
+{
+    if (step >= 0)
+        printf("%s%" PRId64, label, step);
+    else
+        printf("%snot reached", label);
+}
+
+static void diff_text(const struct trace_file *a, const struct trace_file *b,
+                      const struct diff_result *r)
+{
+    char buf[512];
+    printf("A: %s (%s)\n", a->path, diff_status(a, buf, sizeof buf));
+    printf("B: %s (%s)\n", b->path, diff_status(b, buf, sizeof buf));
+    int nchanges = 0;
+    diff_for_each_change(a, b, diff_print_change, &nchanges);
+    if (!nchanges)
+        printf("configurations: identical\n");
+    for (uint32_t i = 0; i < a->nevents; i++)
+        printf("A event: %s\n", a->events[i].text);
+    for (uint32_t i = 0; i < b->nevents; i++)
+        printf("B event: %s\n", b->events[i].text);
+    if (a->nsteps != b->nsteps)
+        printf("compared over the %" PRIu64 " common steps (A has %" PRIu64 ", B has %" PRIu64 ")\n",
+               r->common, a->nsteps, b->nsteps);
+    if (!r->ops_match)
+        printf("op lists differ from op %d on (%s vs %s): the runs execute different graphs, "
+               "so only step summaries compare\n", r->ops_mismatch_at,
+               r->ops_mismatch_at < (int)a->nops ? a->ops[r->ops_mismatch_at].name : "(none)",
+               r->ops_mismatch_at < (int)b->nops ? b->ops[r->ops_mismatch_at].name : "(none)");
+    if (!r->diverged) {
+        printf("identical: every op hash of all %" PRIu64 " common steps matches\n", r->common);
+    } else {
+        printf("first divergence: step %" PRIu64 "\n", r->first_step);
+        if (r->first_op >= 0) {
+            diff_op_line(a, r->first_op, "  first op: ");
+            if (r->have_elements)
+                printf("  elements differ: %" PRIu64 " of %" PRIu64 ", max ULP distance %" PRIu64
+                       ", relative L2 difference %.3g\n", r->elements_differ, r->elements,
+                       r->max_ulp, r->rel_l2);
+            else
+                printf("  relative L2 difference ~%.3g (estimated from the records' sketches; "
+                       "element counts need a checkpoint at this op)\n", r->rel_l2);
+            printf("  origin ops of step %" PRIu64 " (inputs identical, output different): %d%s\n",
+                   r->first_step, r->norigins,
+                   r->origins_partial ? " (some ops have no records at this trace level)" : "");
+            for (int k = 0; k < r->norigins; k++)
+                diff_op_line(a, r->origins[k], "    ");
+        } else if (r->ops_match) {
+            printf("  the step root hashes differ, but the traces keep no op records that tell "
+                   "which op (record with --trace-level op)\n");
+        }
+    }
+    if (r->npoints) {
+        printf("divergence timeline (relative L2 distance of all parameters, at checkpoints):\n");
+        int stride = r->npoints > 24 ? (r->npoints + 23) / 24 : 1;
+        for (int k = 0; k < r->npoints; k++)
+            if (k % stride == 0 || k == r->npoints - 1)
+                printf("  step %8" PRIu64 "  %.3g\n", r->points[k].step, r->points[k].dist);
+        for (int t = 0; t < DIFF_NTHRESH; t++) {
+            printf("  exceeds %g: ", diff_thresholds[t]);
+            diff_print_cross("checkpoint step ", r->cross_ckpt[t]);
+            if (r->sketch_ok)
+                diff_print_cross("; per-step sketch estimate: step ", r->cross_sketch[t]);
+            putchar('\n');
+        }
+    }
+    printf("final loss: A %.6f (mean of last 50 steps %.6f), B %.6f (mean of last 50 steps %.6f)\n",
+           r->final_a, r->mean50_a, r->final_b, r->mean50_b);
+}
+
+static void diff_json(const struct trace_file *a, const struct trace_file *b,
+                      const struct diff_result *r)
+{
+    printf("{\"a\": ");
+    cli_json_str(stdout, a->path);
+    printf(", \"b\": ");
+    cli_json_str(stdout, b->path);
+    printf(", \"steps_a\": %" PRIu64 ", \"steps_b\": %" PRIu64 ", \"complete_a\": %s, \"complete_b\": %s",
+           a->nsteps, b->nsteps, a->complete ? "true" : "false", b->complete ? "true" : "false");
+    printf(",\n \"config_changes\": [");
+    int n = 0;
+    diff_for_each_change(a, b, diff_json_change, &n);
+    printf("],\n \"common_steps\": %" PRIu64 ", \"ops_match\": %s, \"identical\": %s",
+           r->common, r->ops_match ? "true" : "false", r->diverged ? "false" : "true");
+    if (r->diverged) {
+        printf(",\n \"first_divergence\": {\"step\": %" PRIu64, r->first_step);
+        if (r->first_op >= 0) {
+            const struct trace_opdef *o = &a->ops[r->first_op];
+            char layer[64];
+            diff_layer(o->name, layer, sizeof layer);
+            printf(", \"op\": %d, \"name\": ", r->first_op);
+            cli_json_str(stdout, o->name);
+            printf(", \"layer\": ");
+            cli_json_str(stdout, layer);
+            printf(", \"kind\": \"%s\", \"type\": \"%s\"", trace_kind_name((enum trace_kind)o->kind),
+                   o->type);
+            if (r->have_elements)
+                printf(", \"elements_differ\": %" PRIu64 ", \"elements\": %" PRIu64
+                       ", \"max_ulp\": %" PRIu64, r->elements_differ, r->elements, r->max_ulp);
+            printf(", \"rel_l2\": ");
+            cli_json_num(stdout, r->rel_l2);
+            printf(", \"rel_l2_estimated\": %s", r->rel_l2_estimated ? "true" : "false");
+        }
+        printf("},\n \"origins\": [");
+        for (int k = 0; k < r->norigins; k++) {
+            printf("%s{\"op\": %d, \"name\": ", k ? ", " : "", r->origins[k]);
+            cli_json_str(stdout, a->ops[r->origins[k]].name);
+            putchar('}');
+        }
+        printf("], \"origins_partial\": %s", r->origins_partial ? "true" : "false");
+    }
+    printf(",\n \"timeline\": [");
+    for (int k = 0; k < r->npoints; k++) {
+        printf("%s{\"step\": %" PRIu64 ", \"distance\": ", k ? ", " : "", r->points[k].step);
+        cli_json_num(stdout, r->points[k].dist);
+        putchar('}');
+    }
+    printf("],\n \"crossings\": [");
+    for (int t = 0; t < DIFF_NTHRESH; t++) {
+        printf("%s{\"threshold\": %g, \"checkpoint_step\": ", t ? ", " : "", diff_thresholds[t]);
+        if (r->cross_ckpt[t] >= 0) printf("%" PRId64, r->cross_ckpt[t]); else fputs("null", stdout);
+        printf(", \"sketch_step\": ");
+        if (r->sketch_ok && r->cross_sketch[t] >= 0) printf("%" PRId64, r->cross_sketch[t]);
+        else fputs("null", stdout);
+        putchar('}');
+    }
+    printf("],\n \"final_loss\": {\"a\": ");
+    cli_json_num(stdout, r->final_a);
+    printf(", \"b\": ");
+    cli_json_num(stdout, r->final_b);
+    printf("}, \"mean_last50\": {\"a\": ");
+    cli_json_num(stdout, r->mean50_a);
+    printf(", \"b\": ");
+    cli_json_num(stdout, r->mean50_b);
+    printf("}}\n");
+}
+
+int cmd_diff(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int json = 0, quiet = 0, c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "+qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j': json = 1; break;
+        case 'q': quiet = 1; break;
+        case 'h': diff_usage(stdout); return 0;
+        default: return cli_usage_error("diff");
+        }
+    }
+    if (argc - optind != 2) {
+        cli_error("diff", "expected two trace files");
+        return cli_usage_error("diff");
+    }
+    struct trace_file *a = NULL, *b = NULL;
+    if (trace_open(&a, argv[optind]) < 0 || trace_open(&b, argv[optind + 1]) < 0) {
+        cli_error("diff", "%s", dt_error());
+        if (a)
+            trace_close(a);
+        return CLI_EXIT_TROUBLE;
+    }
+    struct diff_result r;
+    int rc;
+    if (diff_traces(a, b, &r) < 0) {
+        cli_error("diff", "%s", dt_error());
+        rc = CLI_EXIT_TROUBLE;
+    } else {
+        if (!quiet && json)
+            diff_json(a, b, &r);
+        else if (!quiet)
+            diff_text(a, b, &r);
+        rc = r.diverged ? 1 : 0;
+        if (!quiet && (fflush(stdout) != 0 || ferror(stdout))) {
+            cli_error("diff", "write error on standard output");
+            rc = CLI_EXIT_TROUBLE;
+        }
+    }
+    diff_result_free(&r);
+    trace_close(a);
+    trace_close(b);
+    return rc;
+}

@@ -1,0 +1,229 @@
+/* cmd_record.c: `divtrace record`: option parsing for train_run. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "train.h"
+#include "util.h"
+
+static void record_usage(FILE *f)
+{
+    fputs("Usage: divtrace record [OPTION]... -o TRACE.dtr\n"
+          "Train a model on a backend and record every op's output, every step.\n"
+          "\n"
+          "Output:\n"
+          "  -o, --output FILE         the trace to write (replaced if it exists)\n"
+          "      --trace-level LEVEL   op (every op), param (parameters, gradients,\n"
+          "                            optimizer) or step (summaries only); default op\n"
+          "      --checkpoint-every K  full state every K steps (default: the smallest\n"
+          "                            round K keeping checkpoints under 150 MB)\n"
+          "  -q, --quiet               no progress line, no final summary\n"
+          "\n"
+          "Model and training:\n"
+          "      --model NAME          autoencoder (default)\n"
+          "      --preset NAME         sgd-plateau (default: SGD, lr 3.0) or\n"
+          "                            adam-shoulder (Adam, lr 3e-4); later options win\n"
+          "      --layers W,W,...      widths, input first (default 784,128,32,128,784)\n"
+          "      --act FN              hidden activation: sigmoid (default), tanh, relu\n"
+          "      --optimizer NAME      sgd or adam\n"
+          "      --lr X                learning rate\n"
+          "      --momentum X          SGD momentum (default 0)\n"
+          "      --batch N             batch size (default 100)\n"
+          "      --steps N             training steps (default 5000)\n"
+          "      --seed S              data order, and weights unless --init-seed (default 1)\n"
+          "      --init-seed S         initial weights, fixed across --seed values\n"
+          "      --init-scale X        multiply the Glorot-uniform bound (default 1)\n"
+          "      --data DIR            IDX images (default /usr/share/datasets/fashion-mnist)\n"
+          "\n"
+          "Backend:\n"
+          "      --backend NAME        cpu (default)\n"
+          "      --threads N           OpenBLAS threads (default 1)\n"
+          "      --cpu-kernel NAME     OpenBLAS kernel, e.g. Haswell, Sandybridge, Nehalem,\n"
+          "                            Prescott, SkylakeX (refused if the CPU lacks it)\n"
+          "\n"
+          "Non-finite values and testing:\n"
+          "      --stop-on-nonfinite   end the run after the step that first produced a NaN\n"
+          "                            or Inf (the trace stays complete and readable)\n"
+          "      --flip-bit S:T:I:B    flip bit B of element I of tensor T at the start of\n"
+          "                            step S (a fault for testing diff)\n"
+          "  -h, --help                show this help and exit\n"
+          "\n"
+          "Exit status: 0 trained, 2 trouble (bad input, or NaN/Inf in training).\n",
+          f);
+}
+
+enum {
+    OPT_TRACE_LEVEL = 256, OPT_CKPT, OPT_MODEL, OPT_PRESET, OPT_LAYERS, OPT_ACT, OPT_OPTIMIZER,
+    OPT_LR, OPT_MOMENTUM, OPT_BATCH, OPT_STEPS, OPT_SEED, OPT_INIT_SEED, OPT_INIT_SCALE,
+    OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
+};
+
+static const struct option record_options[] = {
+    {"output", required_argument, NULL, 'o'},
+    {"trace-level", required_argument, NULL, OPT_TRACE_LEVEL},
+    {"checkpoint-every", required_argument, NULL, OPT_CKPT},
+    {"quiet", no_argument, NULL, 'q'},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"preset", required_argument, NULL, OPT_PRESET},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"act", required_argument, NULL, OPT_ACT},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"init-seed", required_argument, NULL, OPT_INIT_SEED},
+    {"init-scale", required_argument, NULL, OPT_INIT_SCALE},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"cpu-kernel", required_argument, NULL, OPT_CPU_KERNEL},
+    {"stop-on-nonfinite", no_argument, NULL, OPT_STOP_NONFINITE},
+    {"flip-bit", required_argument, NULL, OPT_FLIP},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int record_parse_flip(const char *s, struct train_config *tc)
+{
+    /* STEP:TENSOR:INDEX:BIT; the tensor name may not contain ':' */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *parts[4];
+    int n = 0;
+    for (char *save = NULL, *p = strtok_r(buf, ":", &save); p && n < 4; p = strtok_r(NULL, ":", &save))
+        parts[n++] = p;
+    uint64_t bit;
+    if (n != 4 || cli_u64("--flip-bit", parts[0], &tc->flip_step) < 0 ||
+        cli_u64("--flip-bit", parts[2], &tc->flip_index) < 0 ||
+        cli_u64("--flip-bit", parts[3], &bit) < 0 || bit > 31 ||
+        strlen(parts[1]) >= sizeof tc->flip_tensor) {
+        dt_error_set("--flip-bit '%s': expected STEP:TENSOR:INDEX:BIT, e.g. 3:enc1.W:17:30", s);
+        return DT_ERR;
+    }
+    snprintf(tc->flip_tensor, sizeof tc->flip_tensor, "%s", parts[1]);
+    tc->flip_bit = (int)bit;
+    tc->flip_set = 1;
+    return DT_OK;
+}
+
+/* One option into tc; -1 with dt_error set on a bad value. */
+static int record_option(int c, const char *arg, struct train_config *tc)
+{
+    uint64_t u;
+    switch (c) {
+    case 'o': tc->out = arg; return DT_OK;
+    case 'q': tc->quiet = 1; return DT_OK;
+    case OPT_TRACE_LEVEL:
+        if (trace_level_parse(arg, &tc->level) < 0) {
+            dt_error_set("--trace-level '%s': expected op, param or step", arg);
+            return DT_ERR;
+        }
+        return DT_OK;
+    case OPT_CKPT:
+        if (cli_u64("--checkpoint-every", arg, &tc->ckpt_every) < 0)
+            return DT_ERR;
+        if (tc->ckpt_every == 0) {
+            dt_error_set("--checkpoint-every must be at least 1");
+            return DT_ERR;
+        }
+        return DT_OK;
+    case OPT_MODEL:
+        if (strcmp(arg, "autoencoder") != 0) {
+            dt_error_set("--model '%s': this build has: autoencoder", arg);
+            return DT_ERR;
+        }
+        tc->model.name = arg;
+        return DT_OK;
+    case OPT_PRESET: return DT_OK; /* applied before the other options */
+    case OPT_LAYERS: tc->layers = arg; return model_parse_layers(arg, &tc->model);
+    case OPT_ACT: return model_parse_act(arg, &tc->model.act);
+    case OPT_OPTIMIZER:
+        if (strcmp(arg, "sgd") != 0 && strcmp(arg, "adam") != 0) {
+            dt_error_set("--optimizer '%s': expected sgd or adam", arg);
+            return DT_ERR;
+        }
+        tc->optimizer = arg;
+        return DT_OK;
+    case OPT_LR: return cli_double("--lr", arg, &tc->lr);
+    case OPT_MOMENTUM: return cli_double("--momentum", arg, &tc->momentum);
+    case OPT_BATCH:
+        if (cli_u64("--batch", arg, &u) < 0 || u == 0 || u > 1u << 20) {
+            dt_error_set("--batch '%s': expected an integer from 1 to %u", arg, 1u << 20);
+            return DT_ERR;
+        }
+        tc->model.batch = (uint32_t)u;
+        return DT_OK;
+    case OPT_STEPS: return cli_u64("--steps", arg, &tc->steps);
+    case OPT_SEED: return cli_u64("--seed", arg, &tc->seed);
+    case OPT_INIT_SEED:
+        tc->init_seed_set = 1;
+        return cli_u64("--init-seed", arg, &tc->init_seed);
+    case OPT_INIT_SCALE: return cli_double("--init-scale", arg, &tc->init_scale);
+    case OPT_DATA: tc->data_dir = arg; return DT_OK;
+    case OPT_BACKEND: tc->backend = arg; return DT_OK;
+    case OPT_THREADS: return cli_int("--threads", arg, 1, 1024, &tc->threads);
+    case OPT_CPU_KERNEL: tc->cpu_kernel = arg; return DT_OK;
+    case OPT_STOP_NONFINITE: tc->stop_on_nonfinite = 1; return DT_OK;
+    case OPT_FLIP: return record_parse_flip(arg, tc);
+    }
+    DT_ASSERT(0, "unhandled option %d", c);
+}
+
+int cmd_record(int argc, char **argv)
+{
+    struct train_config tc;
+    train_config_defaults(&tc);
+    if (model_parse_layers(tc.layers, &tc.model) < 0)
+        DT_ASSERT(0, "default layers do not parse");
+    const char *shortopts = "+o:qh";
+    int c;
+    /* Pass 1: help and the preset, which later options override. */
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, shortopts, record_options, NULL)) != -1) {
+        if (c == 'h') {
+            record_usage(stdout);
+            return 0;
+        }
+        if (c == OPT_PRESET && train_apply_preset(&tc, optarg) < 0) {
+            cli_error("record", "%s", dt_error());
+            return CLI_EXIT_TROUBLE;
+        }
+    }
+    opterr = 1;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, shortopts, record_options, NULL)) != -1) {
+        if (c == '?' || c == ':')
+            return cli_usage_error("record");
+        if (record_option(c, optarg, &tc) < 0) {
+            cli_error("record", "%s", dt_error());
+            return CLI_EXIT_TROUBLE;
+        }
+    }
+    if (optind < argc) {
+        cli_error("record", "unexpected argument '%s'", argv[optind]);
+        return cli_usage_error("record");
+    }
+    if (!tc.out) {
+        cli_error("record", "no output file: give -o TRACE.dtr");
+        return CLI_EXIT_TROUBLE;
+    }
+    tc.progress = !tc.quiet && isatty(STDERR_FILENO);
+
+    struct train_result res;
+    if (train_run(&tc, &res) < 0) {
+        cli_error("record", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
+    if (!tc.quiet)
+        printf("%s: %" PRIu64 " steps in %.1f s, final loss %.6f, mean of last %d steps %.6f\n",
+               tc.out, res.steps, res.seconds, res.final_loss, res.steps < 50 ? (int)res.steps : 50,
+               res.mean_last50);
+    return res.nonfinite ? CLI_EXIT_TROUBLE : 0;
+}

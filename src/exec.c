@@ -1,0 +1,76 @@
+/* exec.c: the executor (see exec.h). */
+#include "exec.h"
+
+#include <stdlib.h>
+
+#include "util.h"
+
+int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, void *ctx)
+{
+    for (int i = 0; i < g->n; i++) {
+        enum op_type t = g->nodes[i].type;
+        if (t != OP_INPUT && t != OP_PARAM && t != OP_STATE && !be->op[t]) {
+            dt_error_set("backend %s has no kernel for op %s (%s)", be->name,
+                         g->nodes[i].name, op_type_name(t));
+            return DT_ERR;
+        }
+    }
+    e->g = g;
+    e->be = be;
+    e->ctx = ctx;
+    e->hook = NULL;
+    e->hook_arg = NULL;
+    e->buf = dt_calloc((size_t)g->n, sizeof *e->buf);
+    for (int i = 0; i < g->n; i++)
+        e->buf[i] = be->alloc(ctx, g->nodes[i].count);
+    return DT_OK;
+}
+
+void exec_free(struct exec *e)
+{
+    if (!e->buf)
+        return;
+    for (int i = 0; i < e->g->n; i++)
+        e->be->release(e->ctx, e->buf[i]);
+    free(e->buf);
+    e->buf = NULL;
+}
+
+void exec_set(struct exec *e, int i, const float *host)
+{
+    e->be->upload(e->ctx, e->buf[i], host, e->g->nodes[i].count);
+}
+
+void exec_get(struct exec *e, int i, float *host)
+{
+    e->be->download(e->ctx, host, e->buf[i], e->g->nodes[i].count);
+}
+
+void exec_step(struct exec *e, uint64_t step)
+{
+    struct backend_step st = {.step = step};
+    const float *in[OP_MAX_INPUTS];
+    for (int i = 0; i < e->g->n; i++) {
+        const struct node *nd = &e->g->nodes[i];
+        if (nd->type != OP_INPUT && nd->type != OP_PARAM && nd->type != OP_STATE) {
+            for (int k = 0; k < nd->ninputs; k++)
+                in[k] = e->buf[nd->inputs[k]];
+            e->be->op[nd->type](e->ctx, e->g, nd, e->buf[i], in, &st);
+        }
+        if (e->hook)
+            e->hook(e->hook_arg, i, e->buf[i]);
+    }
+}
+
+void exec_advance(struct exec *e)
+{
+    /* Swap, not copy: the update's old buffer is overwritten next step. */
+    for (int i = 0; i < e->g->n; i++) {
+        int nx = e->g->nodes[i].next;
+        if (nx >= 0) {
+            float *t = e->buf[i];
+            e->buf[i] = e->buf[nx];
+            e->buf[nx] = t;
+        }
+    }
+}

@@ -1,0 +1,36 @@
+/* exec.h: the executor: runs a graph's nodes in order on a backend, owns the
+ * device buffers, and calls a hook after every op (the tracer). */
+#ifndef DT_EXEC_H
+#define DT_EXEC_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "graph.h"
+
+/* Called after node i has run (or, for a leaf, at its place in the order). */
+typedef void (*exec_hook_fn)(void *arg, int i, const float *buf);
+
+struct exec {
+    struct graph *g;
+    const struct backend_ops *be;
+    void *ctx;
+    float **buf;               /* per node: device buffer */
+    exec_hook_fn hook;
+    void *hook_arg;
+};
+
+/* Allocate a buffer for every node. 0, or -1 with dt_error set if the
+ * backend lacks a kernel for an op of the graph. */
+int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, void *ctx);
+void exec_free(struct exec *e);
+
+void exec_set(struct exec *e, int i, const float *host);  /* upload node i */
+void exec_get(struct exec *e, int i, float *host);        /* download node i */
+
+/* Run every node once for step `step`. */
+void exec_step(struct exec *e, uint64_t step);
+/* Make every leaf's next value (node.next) its current value. */
+void exec_advance(struct exec *e);
+
+#endif

@@ -1,0 +1,77 @@
+/* graph.h: the op graph of one training step and its reverse-mode autodiff.
+ * A model appends its forward ops; graph_backward appends the backward ops
+ * from each op type's vector-Jacobian rule; graph_optimizer appends the
+ * parameter updates. Nodes are stored in execution order, so the node list
+ * is the op list every backend runs and every trace records. */
+#ifndef DT_GRAPH_H
+#define DT_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "op.h"
+#include "trace.h"
+
+struct node {
+    enum op_type type;
+    char *name;                 /* stable name, unique in the graph */
+    enum trace_kind kind;
+    int ndim;
+    uint32_t shape[TRACE_MAX_DIM];
+    size_t count;               /* elements */
+    int ninputs;
+    int inputs[OP_MAX_INPUTS];  /* node indices */
+    union op_params p;
+    int needs_grad;             /* gradient flows to this node */
+    int next;                   /* leaves: node whose output is this leaf's next value, or -1 */
+    int grad;                   /* gradient node after graph_backward, or -1 */
+};
+
+struct graph {
+    struct node *nodes;
+    int n, cap;
+    int loss;                   /* node index of the scalar loss, or -1 */
+};
+
+void graph_init(struct graph *g);
+void graph_free(struct graph *g);
+/* Index of the node with this name, or -1. */
+int graph_find(const struct graph *g, const char *name);
+
+/* Leaves. shape has ndim entries. */
+int graph_input(struct graph *g, const char *name, int ndim, const uint32_t *shape);
+int graph_param(struct graph *g, const char *name, int ndim, const uint32_t *shape);
+
+/* Forward ops (names given by the model). */
+int graph_matmul(struct graph *g, const char *name, int a, int b, int ta, int tb);
+int graph_add_bias(struct graph *g, const char *name, int x, int b);
+int graph_sigmoid(struct graph *g, const char *name, int x);
+int graph_tanh(struct graph *g, const char *name, int x);
+int graph_relu(struct graph *g, const char *name, int x);
+int graph_add(struct graph *g, const char *name, int a, int b);
+int graph_mse(struct graph *g, const char *name, int pred, int target);
+
+/* Append the backward ops of the scalar node `loss` (d loss / d loss = 1).
+ * The gradient of a parameter "P" is the node "P.grad" (kind GRAD). */
+void graph_backward(struct graph *g, int loss);
+/* The gradient node of node i after graph_backward, or -1. */
+int graph_grad_of(const struct graph *g, int i);
+
+enum graph_optimizer { GRAPH_OPT_SGD, GRAPH_OPT_ADAM };
+struct graph_opt_config {
+    enum graph_optimizer kind;
+    float lr, momentum;        /* sgd: momentum 0 = plain */
+    float b1, b2, eps;         /* adam */
+};
+/* Append the update ops of every parameter with a gradient: state leaves
+ * ("P.m", "P.v", "P.momentum") and updates ("P.update", "P.m.update", ...),
+ * linking each leaf to its update through node.next. */
+void graph_optimizer(struct graph *g, const struct graph_opt_config *oc);
+
+/* The trace op list of the graph (name, type, kind, shape, inputs; leaves
+ * name the update that produced them with TRACE_INPUT_PREV). Free with
+ * graph_opdefs_free. */
+struct trace_opdef *graph_opdefs(const struct graph *g);
+void graph_opdefs_free(struct trace_opdef *ops, int n);
+
+#endif

@@ -1,0 +1,42 @@
+/* hash_avx2.c: the tensor tree hash with XXH3 inlined and compiled for avx2.
+ * Selected by hash.c only when __builtin_cpu_supports("avx2"). */
+
+/* The build passes no -m flags, so this pragma is how the file gets its
+ * instruction set; it must come before any header so that xxhash.h, the
+ * intrinsics headers and every function below are compiled for it. Clang
+ * has no such pragma and does not define the ISA macros xxhash.h tests to
+ * pull in the intrinsics, hence its own spelling and the explicit include. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#include <immintrin.h>
+#else
+#pragma GCC target("avx2")
+#endif
+
+#include <immintrin.h>
+#define XXH_INLINE_ALL /* static copies: no clash with the other variants */
+#define XXH_VECTOR XXH_AVX2
+#include <xxhash.h>
+
+#define HASH_IMPL_TREE
+#include "hash_impl.h"
+
+/* Every exit clears the upper vector state: code compiled for plain SSE
+ * (libm's expf, our own loops) runs up to 30x slower while it is dirty. */
+uint64_t hash_avx2_tensor(const void *data, size_t nbytes)
+{
+    uint64_t h = hash_tree(data, nbytes);
+    _mm256_zeroupper();
+    return h;
+}
+
+uint64_t hash_avx2_bytes(const void *data, size_t nbytes)
+{
+    uint64_t h = XXH3_64bits(data, nbytes);
+    _mm256_zeroupper();
+    return h;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

@@ -1,0 +1,26 @@
+/* stats.h: what a trace keeps of one tensor: its hash (hash.h) and float64
+ * statistics over its finite elements (L2 norm, min, max), NaN and Inf
+ * counts, and a sketch: TRACE_SKETCH_LEN signed sums
+ *   sketch[j] = sum over finite x_i with i mod 16 = j of sign(i) * x_i,
+ *   sign(i) = +1 or -1 from the top bit of fmix32(i / 16) (MurmurHash3's
+ *   32-bit finalizer), accumulated in double, stored as float.
+ * For two tensors of the same shape, sum_j (sa_j - sb_j)^2 is an unbiased
+ * estimate of |a - b|^2, which lets diff estimate distances without dumps. */
+#ifndef DT_STATS_H
+#define DT_STATS_H
+
+#include <stddef.h>
+
+#include "trace.h"
+
+/* Fill every field of rec except rec->op. Deterministic: a fixed order of
+ * accumulation, independent of threads. */
+void stats_compute(const float *x, size_t n, struct trace_oprec *rec);
+
+/* The sign applied to element i in the sketch (+1 or -1). */
+float stats_sketch_sign(size_t i);
+
+/* Estimated |a - b|_2 from two records' sketches. */
+double stats_sketch_distance(const struct trace_oprec *a, const struct trace_oprec *b);
+
+#endif

@@ -1,0 +1,57 @@
+/* train.h: `divtrace record`: train a model on a backend and write its trace. */
+#ifndef DT_TRAIN_H
+#define DT_TRAIN_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "trace.h"
+
+struct train_config {
+    struct model_spec model;
+    const char *layers;         /* as given, for the trace header */
+    const char *preset;
+    const char *optimizer;      /* "sgd" | "adam" */
+    double lr, momentum, b1, b2, eps;
+    uint64_t steps;
+    uint64_t seed;              /* data order (and weights unless init_seed_set) */
+    uint64_t init_seed;
+    int init_seed_set;
+    double init_scale;
+    const char *backend;
+    int threads;
+    const char *cpu_kernel;     /* NULL: OpenBLAS's own choice */
+    const char *data_dir;
+    const char *out;
+    enum trace_level level;
+    uint64_t ckpt_every;        /* 0: chosen so the trace stays small */
+    int stop_on_nonfinite;
+    int progress;               /* progress line on stderr */
+    int quiet;
+    int notrace;                /* benchmarks: no hashing, no file */
+    /* test hook: flip bit `flip_bit` of element `flip_index` of leaf
+     * `flip_tensor` at the start of step `flip_step` */
+    int flip_set;
+    uint64_t flip_step, flip_index;
+    int flip_bit;
+    char flip_tensor[128];
+};
+
+struct train_result {
+    uint64_t steps;             /* steps completed */
+    double final_loss;
+    double mean_last50;
+    int nonfinite;              /* a NaN/Inf was produced */
+    double seconds;
+};
+
+void train_config_defaults(struct train_config *tc);
+/* Apply a named preset ("sgd-plateau", "adam-shoulder"); -1 if unknown. */
+int train_apply_preset(struct train_config *tc, const char *name);
+/* Run the training. 0 when it completed (even with non-finite values:
+ * res->nonfinite says so), -1 with dt_error set on any failure. */
+int train_run(const struct train_config *tc, struct train_result *res);
+/* The default checkpoint interval for a run (see divtrace-record(1)). */
+uint64_t train_default_ckpt_every(uint64_t steps, uint64_t ckpt_bytes);
+
+#endif

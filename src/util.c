@@ -1,0 +1,70 @@
+/* util.c: error reporting and allocation helpers (see util.h). */
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char dt_errbuf[512];
+
+void dt_error_set(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dt_errbuf, sizeof dt_errbuf, fmt, ap);
+    va_end(ap);
+}
+
+const char *dt_error(void)
+{
+    return dt_errbuf[0] ? dt_errbuf : "unknown error";
+}
+
+void dt_panic(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "divtrace: internal error at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+void *dt_malloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    DT_ASSERT(p, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *dt_calloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    DT_ASSERT(p, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *dt_realloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    DT_ASSERT(q, "out of memory reallocating %zu bytes", n);
+    return q;
+}
+
+char *dt_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = dt_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+double dt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

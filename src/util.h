@@ -1,0 +1,33 @@
+/* util.h: error reporting and allocation helpers shared by every module.
+ * Two kinds of error: a broken invariant aborts (DT_ASSERT); anything the
+ * user or the environment can cause sets a message (dt_error_set) and makes
+ * the function return a negative status, which the CLI prints as one line. */
+#ifndef DT_UTIL_H
+#define DT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DT_OK 0
+#define DT_ERR (-1)
+
+/* Record the message of the most recent recoverable error (thread-local). */
+void dt_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *dt_error(void);
+
+/* Abort with file, line and message: for invariants, never for user input. */
+_Noreturn void dt_panic(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define DT_ASSERT(cond, ...) \
+    do { if (!(cond)) dt_panic(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+
+/* Allocation that aborts on exhaustion (an invariant of the host, not input). */
+void *dt_malloc(size_t n);
+void *dt_calloc(size_t n, size_t size);
+void *dt_realloc(void *p, size_t n);
+char *dt_strdup(const char *s);
+
+/* Monotonic clock in seconds. */
+double dt_now(void);
+
+#endif

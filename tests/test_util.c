@@ -1,0 +1,92 @@
+/* test_util.c: helpers shared by the CMocka unit tests (see test_util.h). */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tu_dir[512];
+
+const char *tu_tmpdir(void)
+{
+    if (!tu_dir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tu_dir, sizeof tu_dir, "%s/divtrace-test-XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(tu_dir)) {
+            perror("mkdtemp");
+            abort();
+        }
+    }
+    return tu_dir;
+}
+
+const char *tu_path(const char *name)
+{
+    static char ring[8][1024];
+    static unsigned k;
+    char *p = ring[k++ % 8];
+    snprintf(p, 1024, "%s/%s", tu_tmpdir(), name);
+    return p;
+}
+
+void tu_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        abort();
+    }
+}
+
+void *tu_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot read %s\n", path);
+        abort();
+    }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc(len > 0 ? (size_t)len : 1);
+    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        fprintf(stderr, "cannot read %s\n", path);
+        abort();
+    }
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+uint64_t tu_rand_u64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double tu_rand_uniform(uint64_t *s, double lo, double hi)
+{
+    return lo + (hi - lo) * ((double)(tu_rand_u64(s) >> 11) * 0x1p-53);
+}
+
+/* Map a float to an integer line where adjacent floats are adjacent. */
+static int64_t tu_ordered(float x)
+{
+    int32_t i;
+    memcpy(&i, &x, sizeof i);
+    return i >= 0 ? (int64_t)i : -(int64_t)(i & 0x7fffffff);
+}
+
+uint32_t tu_ulp_distance(float a, float b)
+{
+    if (isnan(a) || isnan(b))
+        return UINT32_MAX;
+    int64_t d = tu_ordered(a) - tu_ordered(b);
+    if (d < 0)
+        d = -d;
+    return d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+}

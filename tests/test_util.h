@@ -1,0 +1,26 @@
+/* test_util.h: helpers shared by the CMocka unit tests. */
+#ifndef DT_TEST_UTIL_H
+#define DT_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fresh private directory for this test program (created on first use,
+ * under $TMPDIR or /tmp); tu_path joins a name to it (static buffer ring). */
+const char *tu_tmpdir(void);
+const char *tu_path(const char *name);
+
+/* Write n bytes to path, aborting the test on failure. */
+void tu_write_file(const char *path, const void *data, size_t n);
+/* Read a whole file (malloc'd, *n set); aborts the test on failure. */
+void *tu_read_file(const char *path, size_t *n);
+
+/* A small deterministic PRNG for test inputs (splitmix64). */
+uint64_t tu_rand_u64(uint64_t *state);
+double tu_rand_uniform(uint64_t *state, double lo, double hi);
+
+/* Distance in units in the last place between two floats (0 if bitwise
+ * equal, also counts across zero; UINT32_MAX if either is NaN). */
+uint32_t tu_ulp_distance(float a, float b);
+
+#endif
