@@ -22,8 +22,9 @@ static void show_usage(FILE *f)
           "      --json       one JSON object instead of text\n"
           "  -h, --help       show this help and exit\n"
           "\n"
-          "Exit status: 0 shown (also for a trace cut short: its note says so),\n"
-          "2 trouble (not a trace, unreadable, no such step).\n",
+          "Exit status: 0 shown (also for a trace cut short by a killed run: its\n"
+          "note says so), 2 trouble (not a trace, unreadable, damaged blocks or\n"
+          "checkpoints, no such step).\n",
           f);
 }
 
@@ -159,6 +160,33 @@ static void show_json(const struct trace_file *tf, int has_step, uint64_t only, 
     fputs("]}\n", f);
 }
 
+/* A trace cut short by a kill is normal; damage is trouble: say so on stderr
+ * (after the readable part was printed) and exit 2. Checkpoints are only
+ * checked when read, so read them all. */
+static int show_verify(struct trace_file *tf)
+{
+    if (strstr(tf->note, "corrupt")) {
+        cli_error("show", "%s: %s", tf->path, tf->note);
+        return CLI_EXIT_TROUBLE;
+    }
+    uint32_t bad = 0;
+    char first[512] = "";
+    for (uint32_t i = 0; i < tf->nckpt; i++) {
+        struct trace_ckpt c;
+        if (trace_read_ckpt(tf, i, &c) < 0) {
+            if (!bad++)
+                snprintf(first, sizeof first, "%s", dt_error());
+            continue;
+        }
+        trace_ckpt_free(&c);
+    }
+    if (bad) {
+        cli_error("show", "%u of %u checkpoints unreadable, the first: %s", bad, tf->nckpt, first);
+        return CLI_EXIT_TROUBLE;
+    }
+    return 0;
+}
+
 int cmd_show(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -207,6 +235,8 @@ int cmd_show(int argc, char **argv)
     } else {
         show_text(tf, has_step, only, summary, list_ops);
     }
+    if (rc == 0)
+        rc = show_verify(tf);
     trace_close(tf);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         cli_error("show", "write error on standard output");

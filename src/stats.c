@@ -31,79 +31,146 @@ static inline int stats_finite_bits(float v)
     return (u & 0x7f800000u) != 0x7f800000u;
 }
 
-void stats_compute(const float *x, size_t n, struct trace_oprec *rec)
-{
-    double sq[SK] = {0}, sk[SK] = {0};
+/* The per-lane accumulators of stats_compute. Lane k sees the elements
+ * i = 16 b + k in order of b. Every implementation below performs the same
+ * double additions in the same order (squares of floats and signed floats
+ * are exact in double, so fused or not makes no difference): results are
+ * bitwise identical whichever one runs. */
+struct stats_acc {
+    double sq[SK], sk[SK];
     float mn[SK], mx[SK];
-    int any = 0;
-    uint64_t nan = 0, inf = 0;
-    for (int k = 0; k < SK; k++) {
-        mn[k] = INFINITY;
-        mx[k] = -INFINITY;
+    uint64_t nan, inf;
+    int any;
+};
+
+static void stats_acc_element(struct stats_acc *a, int k, float v, double s)
+{
+    if (isnan(v)) {
+        a->nan++;
+    } else if (isinf(v)) {
+        a->inf++;
+    } else {
+        double d = v;
+        a->sq[k] += d * d;
+        a->sk[k] += s * d;
+        a->mn[k] = v < a->mn[k] ? v : a->mn[k];
+        a->mx[k] = v > a->mx[k] ? v : a->mx[k];
+        a->any = 1;
     }
-    size_t nb = n / SK;
-    for (size_t b = 0; b < nb; b++) {
+}
+
+static double stats_block_sign(size_t b)
+{
+    return (stats_fmix32((uint32_t)b) >> 31) ? -1.0 : 1.0;
+}
+
+/* Blocks b0 .. b1-1, portable code. */
+static void stats_blocks_generic(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+{
+    for (size_t b = b0; b < b1; b++) {
         const float *xb = x + b * SK;
+        double s = stats_block_sign(b);
         int fin = 1;
         for (int k = 0; k < SK; k++)
             fin &= stats_finite_bits(xb[k]);
-        double s = (stats_fmix32((uint32_t)b) >> 31) ? -1.0 : 1.0;
-        if (fin) {
-            /* Lanes are independent, so this vectorizes without reassociation. */
-            for (int k = 0; k < SK; k++) {
-                double d = xb[k];
-                sq[k] += d * d;
-                sk[k] += s * d;
-                mn[k] = xb[k] < mn[k] ? xb[k] : mn[k];
-                mx[k] = xb[k] > mx[k] ? xb[k] : mx[k];
-            }
-            any = 1;
+        if (!fin) {
+            for (int k = 0; k < SK; k++)
+                stats_acc_element(a, k, xb[k], s);
             continue;
         }
         for (int k = 0; k < SK; k++) {
-            float v = xb[k];
-            if (isnan(v)) {
-                nan++;
-            } else if (isinf(v)) {
-                inf++;
-            } else {
-                double d = v;
-                sq[k] += d * d;
-                sk[k] += s * d;
-                mn[k] = v < mn[k] ? v : mn[k];
-                mx[k] = v > mx[k] ? v : mx[k];
-                any = 1;
-            }
+            double d = xb[k];
+            a->sq[k] += d * d;
+            a->sk[k] += s * d;
+            a->mn[k] = xb[k] < a->mn[k] ? xb[k] : a->mn[k];
+            a->mx[k] = xb[k] > a->mx[k] ? xb[k] : a->mx[k];
         }
+        a->any = 1;
     }
-    for (size_t i = nb * SK; i < n; i++) {
-        float v = x[i];
-        int k = (int)(i % SK);
-        if (isnan(v)) {
-            nan++;
-        } else if (isinf(v)) {
-            inf++;
-        } else {
-            double d = v;
-            sq[k] += d * d;
-            sk[k] += stats_sketch_sign(i) * d;
-            mn[k] = v < mn[k] ? v : mn[k];
-            mx[k] = v > mx[k] ? v : mx[k];
-            any = 1;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* The same with AVX-512: one block is one register of floats, two of doubles. */
+__attribute__((target("avx512f")))
+static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+{
+    __m512d sq0 = _mm512_loadu_pd(a->sq), sq1 = _mm512_loadu_pd(a->sq + 8);
+    __m512d sk0 = _mm512_loadu_pd(a->sk), sk1 = _mm512_loadu_pd(a->sk + 8);
+    __m512 mn = _mm512_loadu_ps(a->mn), mx = _mm512_loadu_ps(a->mx);
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t b = b0; b < b1; b++) {
+        __m512 v = _mm512_loadu_ps(x + b * SK);
+        /* x - x is 0 exactly for finite x, NaN for Inf and NaN */
+        if (_mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ) != 0xffff) {
+            _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
+            _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
+            _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
+            stats_blocks_generic(a, x, b, b + 1);
+            sq0 = _mm512_loadu_pd(a->sq); sq1 = _mm512_loadu_pd(a->sq + 8);
+            sk0 = _mm512_loadu_pd(a->sk); sk1 = _mm512_loadu_pd(a->sk + 8);
+            mn = _mm512_loadu_ps(a->mn); mx = _mm512_loadu_ps(a->mx);
+            continue;
         }
+        __m512d s = _mm512_set1_pd(stats_block_sign(b));
+        __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        sq0 = _mm512_fmadd_pd(d0, d0, sq0);
+        sq1 = _mm512_fmadd_pd(d1, d1, sq1);
+        sk0 = _mm512_fmadd_pd(s, d0, sk0);
+        sk1 = _mm512_fmadd_pd(s, d1, sk1);
+        mn = _mm512_min_ps(v, mn);
+        mx = _mm512_max_ps(v, mx);
+        a->any = 1;
     }
+    _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
+    _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
+    _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
+    _mm256_zeroupper(); /* SSE code after this would otherwise run slowly */
+}
+#endif
+
+static void stats_blocks(struct stats_acc *a, const float *x, size_t nb)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") != 0;
+    }
+    if (have) {
+        stats_blocks_avx512(a, x, 0, nb);
+        return;
+    }
+#endif
+    stats_blocks_generic(a, x, 0, nb);
+}
+
+void stats_compute(const float *x, size_t n, struct trace_oprec *rec)
+{
+    struct stats_acc a;
+    memset(&a, 0, sizeof a);
+    for (int k = 0; k < SK; k++) {
+        a.mn[k] = INFINITY;
+        a.mx[k] = -INFINITY;
+    }
+    size_t nb = n / SK;
+    stats_blocks(&a, x, nb);
+    for (size_t i = nb * SK; i < n; i++)
+        stats_acc_element(&a, (int)(i % SK), x[i], stats_block_sign(nb));
     double l2 = 0, lo = INFINITY, hi = -INFINITY;
     for (int k = 0; k < SK; k++) {
-        l2 += sq[k];
-        lo = mn[k] < lo ? mn[k] : lo;
-        hi = mx[k] > hi ? mx[k] : hi;
-        rec->sketch[k] = (float)sk[k];
+        l2 += a.sq[k];
+        lo = a.mn[k] < lo ? a.mn[k] : lo;
+        hi = a.mx[k] > hi ? a.mx[k] : hi;
+        rec->sketch[k] = (float)a.sk[k];
     }
     rec->l2 = sqrt(l2);
-    rec->min = any ? lo : 0.0;
-    rec->max = any ? hi : 0.0;
-    rec->nan = nan;
-    rec->inf = inf;
+    rec->min = a.any ? lo : 0.0;
+    rec->max = a.any ? hi : 0.0;
+    rec->nan = a.nan;
+    rec->inf = a.inf;
     rec->hash = hash_tensor(x, n * sizeof(float));
 }
 

@@ -207,7 +207,7 @@ static int train_ckpt(struct train_state *s, uint64_t step)
     return rc;
 }
 
-static int train_flip(struct train_state *s)
+static void train_flip(struct train_state *s)
 {
     const struct train_config *tc = s->tc;
     int i = graph_find(&s->g, tc->flip_tensor);
@@ -218,7 +218,6 @@ static int train_flip(struct train_state *s)
     memcpy(&s->host[tc->flip_index], &u, sizeof u);
     exec_set(&s->e, i, s->host);
     s->tr.dirty[i] = 1;
-    return DT_OK;
 }
 
 static int train_check_flip(const struct train_state *s)
@@ -408,14 +407,15 @@ int train_run(const struct train_config *tc, struct train_result *res)
     int stopped = 0;
     uint64_t step;
     for (step = 0; step < tc->steps; step++) {
+        s.tr.step = step;
+        memset(s.tr.dirty, 0, (size_t)s.g.n);
+        /* A fault lands before the checkpoint: it is the state this step runs on. */
+        if (tc->flip_set && step == tc->flip_step)
+            train_flip(&s);
         if (s.w && step % s.ckpt_every == 0 && train_ckpt(&s, step) < 0)
             goto out_batch;
         data_batch(&s.data, step, tc->model.batch, batch);
         exec_set(&s.e, xnode, batch);
-        s.tr.step = step;
-        memset(s.tr.dirty, 0, (size_t)s.g.n);
-        if (tc->flip_set && step == tc->flip_step)
-            train_flip(&s);
         exec_step(&s.e, step);
         float lossf;
         exec_get(&s.e, s.g.loss, &lossf);

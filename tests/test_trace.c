@@ -221,6 +221,11 @@ static uint64_t le64(const uint8_t *p)
     return v;
 }
 
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 static void put_le32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -513,7 +518,15 @@ static void test_flipped_bit_in_ckpt(void **state)
         struct blk b[64];
         size_t nb = walk_blocks(buf, n, b, 64);
         const struct blk *ck = nth_block(b, nb, "CKPT", 1);
-        buf[ck->end - 4 - 30] ^= 0x10; /* inside adam.m's data */
+        /* Element 5 of adam.m, found by its bytes. */
+        uint8_t pat[4];
+        float v = ckpt_val(3, 1, 5);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        put_le32(pat, u);
+        uint8_t *at = memmem(buf + ck->off, ck->end - ck->off, pat, 4);
+        assert_non_null(at);
+        at[1] ^= 0x10;
         tu_write_file(bad, buf, n);
         struct trace_file *tf;
         assert_int_equal(trace_open(&tf, bad), 0);
@@ -549,10 +562,10 @@ static size_t ops_entry(const uint8_t *payload, uint32_t i)
 {
     size_t at = 4;
     for (uint32_t k = 0; k < i; k++) {
-        at += 4 + (uint32_t)le64(payload + at) % (1ull << 32);
-        at += 4 + (uint32_t)le64(payload + at) % (1ull << 32);
-        at += 4 + 16;
-        at += 4 + 4 * (size_t)(le64(payload + at) & 0xffffffffu);
+        at += 4 + le32(payload + at);          /* name */
+        at += 4 + le32(payload + at);          /* type */
+        at += 4 + 16;                          /* kind, ndim, pad, shape */
+        at += 4 + 4 * (size_t)le32(payload + at); /* inputs */
     }
     return at;
 }
@@ -573,6 +586,7 @@ static void test_crc_valid_garbage(void **state)
     const struct blk *step0 = nth_block(b, nb, "STEP", 0), *step2 = nth_block(b, nb, "STEP", 2);
     const struct blk *ev0 = nth_block(b, nb, "EVNT", 0), *ck0 = nth_block(b, nb, "CKPT", 0);
     const struct blk *indx = nth_block(b, nb, "INDX", 0);
+    size_t level_at = 4 + le32(orig + conf->off + 16); /* after the tool version */
     struct {
         const struct blk *blk;
         size_t at;              /* payload offset of the u32 to overwrite */
@@ -589,14 +603,10 @@ static void test_crc_valid_garbage(void **state)
          "op list"},                                 /* op 0 ninputs */
         {ops, ops_entry(orig + ops->off + 16, 1) + 4 + 1 + 4 + 5 + 4 + 16 + 4, 50, 0,
          "refers to op 50"},                         /* op 1's input */
-        {conf, 4 + strlen((const char *)orig + conf->off + 20) , 7, 0, "level 7"},
+        {conf, level_at, 7, 0, "level 7"},
         {indx, 8, 0xfffffff0u, NSMALL + 1, "index footer"}, /* step count */
         {ck0, 32, 0xffffffffu, NSMALL + 1, ""},      /* ntensors: found by trace_read_ckpt */
     };
-    /* The CONF case above relies on the tool version string being short and
-     * NUL-free: locate the level field properly instead. */
-    uint32_t vlen = (uint32_t)(le64(orig + conf->off + 16) & 0xffffffffu);
-    cases[7].at = 4 + vlen;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         memcpy(buf, orig, n);
         put_le32(buf + cases[c].blk->off + 16 + cases[c].at, cases[c].val);
@@ -849,5 +859,17 @@ int main(void)
         cmocka_unit_test(test_write_errors),
         cmocka_unit_test(test_sigkill),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (failed == 0) {
+        /* Keep the files of a failed run for a look; otherwise tidy up. */
+        static const char *const names[] = {
+            "round.dtr", "abandoned.dtr", "full.dtr", "cut.dtr", "flip-src.dtr", "flip.dtr",
+            "ck-src.dtr", "ck.dtr", "g-src.dtr", "g.dtr", "not.dtr", "v-src.dtr",
+            "fsize.dtr", "killed.dtr",
+        };
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            unlink(tu_path(names[i]));
+        rmdir(tu_tmpdir());
+    }
+    return failed;
 }

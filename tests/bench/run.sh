@@ -1,0 +1,32 @@
+#!/bin/sh
+# run.sh: `make bench`: hash throughput, tracing overhead per step, and the
+# time diff takes on two 5000-step autoencoder traces. Prints Markdown;
+# tests/bench/RESULTS.md keeps the figures of past runs with machine and date.
+set -eu
+B=${1:-$(pwd)}
+DT="$B/src/divtrace"
+T=$(mktemp -d "${TMPDIR:-/tmp}/divtrace-bench-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+echo "## divtrace benchmarks, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+echo
+echo "### Tensor hash, one core"
+echo
+"$B/tests/bench/bench_hash"
+echo
+echo "### Tracing overhead"
+echo
+TMPDIR=$T "$B/tests/bench/bench_step"
+echo
+echo "### diff of two 5000-step autoencoder traces (threads 1 vs 2, trace level op)"
+echo
+"$DT" record -q --threads 1 -o "$T/a.dtr"
+"$DT" record -q --threads 2 -o "$T/b.dtr"
+ls -l "$T/a.dtr" "$T/b.dtr" | awk '{printf "trace size: %s bytes\n", $5}'
+for i in 1 2 3 4 5; do
+    s=$(date +%s.%N)
+    "$DT" diff -q "$T/a.dtr" "$T/b.dtr" || true
+    e=$(date +%s.%N)
+    echo "$s $e"
+done | awk '{ t = $2 - $1; if (NR == 1 || t < best) best = t }
+            END { printf "diff: best of 5 runs %.3f s (target < 1 s)\n", best }'

@@ -1,0 +1,184 @@
+#!/bin/sh
+# cli.sh: end-to-end tests of the divtrace program: determinism, divergence
+# by thread count and OpenBLAS kernel, a planted bit flip, non-finite values,
+# killed recordings, corrupt traces and bad input. Needs Debian's
+# dataset-fashion-mnist (./bootstrap installs it).
+set -u
+DT=${DIVTRACE:-$(dirname "$0")/../build/src/divtrace}
+DATA=/usr/share/datasets/fashion-mnist
+T=$(mktemp -d "${TMPDIR:-/tmp}/divtrace-cli-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+# expect CODE NAME -- COMMAND...: the command exits with CODE
+expect() {
+    code=$1 name=$2
+    shift 3
+    "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ "$rc" -eq "$code" ]; then ok "$name"; else bad "$name (exit $rc, wanted $code)"; sed 's/^/    /' "$T/err" | head -5; fi
+}
+# has FILE PATTERN NAME: FILE contains the extended regex PATTERN
+has() {
+    if grep -Eq -- "$2" "$1"; then ok "$3"; else bad "$3 (no /$2/ in $1)"; sed 's/^/    /' "$1" | head -20; fi
+}
+# one_line NAME: stderr of the last command is exactly one line
+one_line() {
+    n=$(wc -l <"$T/err")
+    if [ "$n" -eq 1 ]; then ok "$1: one line on stderr"; else bad "$1: $n lines on stderr"; cat "$T/err"; fi
+}
+
+if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -r "$DATA/train-images-idx3-ubyte" ]; then
+    echo "cli.sh: $DATA is missing: install dataset-fashion-mnist (./bootstrap does)" >&2
+    exit 99
+fi
+
+R="$DT record -q --steps 12"
+
+# --- determinism: the same configuration twice is bitwise identical
+expect 0 "record a" -- $R -o "$T/a.dtr"
+expect 0 "record a again" -- $R -o "$T/a2.dtr"
+expect 0 "identical runs: diff exits 0" -- "$DT" diff "$T/a.dtr" "$T/a2.dtr"
+has "$T/out" "^identical: every op hash of all 12 common steps matches" "identical runs: diff says so"
+
+# --- thread counts: 1, 2 and 4 OpenBLAS threads give three different results,
+# each stable run to run; diff names step 0 and a matrix product as an origin
+for t in 1 2 4; do
+    expect 0 "record --threads $t" -- $R --threads $t -o "$T/t$t.dtr"
+    expect 0 "record --threads $t again" -- $R --threads $t -o "$T/t${t}b.dtr"
+    expect 0 "--threads $t is stable run to run" -- "$DT" diff -q "$T/t$t.dtr" "$T/t${t}b.dtr"
+done
+expect 1 "threads 1 vs 2 differ" -- "$DT" diff "$T/t1.dtr" "$T/t2.dtr"
+has "$T/out" "^first divergence: step 0$" "threads 1 vs 2: first divergence at step 0"
+has "$T/out" "^  first op: op [0-9]+ [a-z0-9]+\.matmul \(layer [a-z0-9]+, forward matmul" "threads 1 vs 2: first op is a forward matmul"
+has "$T/out" "^    op [0-9]+ [a-z0-9.]+ \(layer [a-z0-9]+, [a-z]+ matmul" "threads 1 vs 2: a matmul is an origin"
+has "$T/out" "^  threads +1 \| 2$" "threads 1 vs 2: the configuration difference is shown"
+expect 1 "threads 1 vs 4 differ" -- "$DT" diff -q "$T/t1.dtr" "$T/t4.dtr"
+expect 1 "threads 2 vs 4 differ" -- "$DT" diff -q "$T/t2.dtr" "$T/t4.dtr"
+
+# --- OpenBLAS kernels: four kernels this CPU runs give four different results
+kernels=""
+for k in Haswell Sandybridge Nehalem Prescott; do
+    if DIVTRACE_CPU_FEATURES= "$DT" record --help >/dev/null 2>&1 && $R --steps 2 --cpu-kernel $k -o "$T/k$k.dtr" 2>"$T/err"; then
+        kernels="$kernels $k"
+        "$DT" show "$T/k$k.dtr" | grep -q "^# openblas_core = $k" && ok "--cpu-kernel $k is the kernel OpenBLAS runs" || bad "--cpu-kernel $k not recorded"
+    else
+        grep -q "lacks" "$T/err" && echo "# skip: this CPU cannot run $k" || bad "--cpu-kernel $k: $(cat "$T/err")"
+    fi
+done
+set -- $kernels
+while [ $# -gt 1 ]; do
+    a=$1; shift
+    for b in "$@"; do
+        expect 1 "kernels $a vs $b differ" -- "$DT" diff -q "$T/k$a.dtr" "$T/k$b.dtr"
+    done
+done
+expect 0 "--cpu-kernel Nehalem is stable run to run" -- sh -c "$R --steps 2 --cpu-kernel Nehalem -o '$T/kN2.dtr' && '$DT' diff -q '$T/kNehalem.dtr' '$T/kN2.dtr'"
+# a kernel whose instructions the CPU lacks is refused, not run into SIGILL
+DIVTRACE_CPU_FEATURES=sse2,sse3,ssse3,sse4.1,sse4.2,avx,avx2,fma expect 2 "SkylakeX refused without AVX-512" -- $R --cpu-kernel SkylakeX -o "$T/sx.dtr"
+has "$T/err" "lacks avx512f.*illegal instruction" "SkylakeX refusal names the missing feature"
+one_line "SkylakeX refusal"
+expect 2 "unknown kernel refused" -- $R --cpu-kernel Pentium9 -o "$T/p9.dtr"
+one_line "unknown kernel"
+
+# --- a planted bit flip is found at exactly its step and parameter
+expect 0 "record with --flip-bit" -- $R --checkpoint-every 7 --flip-bit 7:enc2.W:100:3 -o "$T/flip.dtr"
+expect 0 "record without it" -- $R --checkpoint-every 7 -o "$T/noflip.dtr"
+expect 1 "flip: diff exits 1" -- "$DT" diff "$T/noflip.dtr" "$T/flip.dtr"
+has "$T/out" "^first divergence: step 7$" "flip: found at step 7"
+has "$T/out" "^  first op: op [0-9]+ enc2\.W \(layer enc2, param param" "flip: found in enc2.W"
+has "$T/out" "^  elements differ: 1 of 4096, max ULP distance 8," "flip: one element, 2^3 ULP (bit 3 of the mantissa)"
+has "$T/out" "^  origin ops of step 7 \(inputs identical, output different\): 1$" "flip: a single origin"
+has "$T/out" "^    op [0-9]+ enc2\.W " "flip: the origin is enc2.W"
+expect 2 "--flip-bit on an unknown tensor" -- $R --flip-bit 1:nope.W:0:0 -o "$T/x.dtr"
+one_line "--flip-bit unknown tensor"
+
+# --- JSON output parses
+if command -v python3 >/dev/null; then
+    expect 0 "show --json parses" -- sh -c "'$DT' show --json '$T/a.dtr' | python3 -m json.tool"
+    expect 1 "diff --json" -- sh -c "'$DT' diff --json '$T/noflip.dtr' '$T/flip.dtr' > '$T/d.json'"
+    expect 0 "diff --json parses and names the flip" -- python3 -c "
+import json,sys; d=json.load(open('$T/d.json'))
+assert d['first_divergence']['step']==7 and d['first_divergence']['name']=='enc2.W', d"
+fi
+
+# --- show: per-op lines and step selection
+expect 0 "show --step 3" -- "$DT" show --step 3 "$T/a.dtr"
+has "$T/out" "^[0-9a-f]{16}  3  enc1\.matmul  100x128  [0-9.]+e[-+][0-9]+$" "show prints hash step op shape l2"
+expect 2 "show --step past the end" -- "$DT" show --step 99 "$T/a.dtr"
+one_line "show --step past the end"
+
+# --- non-finite values: the first op producing them is named
+expect 2 "record with an exploding learning rate exits 2" -- $R --act relu --lr 1e30 -o "$T/nan.dtr"
+has "$T/err" "^divtrace: record: non-finite values: step [0-9]+: op [0-9]+ [a-z0-9._]+ \([a-z_]+\) produced" "non-finite: the op is named"
+expect 0 "the non-finite trace is complete" -- "$DT" show --summary "$T/nan.dtr"
+has "$T/out" "^# complete$" "non-finite: trace complete"
+has "$T/out" "^# event: step" "non-finite: event stored in the trace"
+expect 2 "--stop-on-nonfinite exits 2" -- $R --steps 50 --act relu --lr 1e30 --stop-on-nonfinite -o "$T/stop.dtr"
+expect 0 "--stop-on-nonfinite leaves a complete trace" -- "$DT" show --summary "$T/stop.dtr"
+has "$T/out" "^# complete \(the run ended early\)$" "--stop-on-nonfinite: trace complete, ended early"
+has "$T/out" "^# event: stopped after step" "--stop-on-nonfinite: stop recorded"
+
+# --- a recording killed with SIGKILL is readable to its last complete step
+"$DT" record -q --steps 100000 --checkpoint-every 100 -o "$T/killed.dtr" &
+pid=$!
+sleep 2
+kill -9 $pid
+wait $pid 2>/dev/null
+expect 0 "killed trace: show works" -- "$DT" show --summary "$T/killed.dtr"
+has "$T/out" "^# cut short" "killed trace: reported as cut short"
+expect 0 "killed trace vs a fresh run: identical over the common steps" -- "$DT" diff "$T/killed.dtr" "$T/a.dtr"
+has "$T/out" "compared over the 12 common steps" "killed trace: compared over common steps"
+
+# --- corrupt and foreign files
+head -c 100 "$T/a.dtr" >"$T/short.dtr"
+expect 2 "a trace cut inside its header" -- "$DT" show "$T/short.dtr"
+one_line "cut header"
+printf 'hello world, not a trace at all\n' >"$T/text.dtr"
+expect 2 "not a trace" -- "$DT" diff "$T/text.dtr" "$T/a.dtr"
+one_line "not a trace"
+expect 2 "missing trace" -- "$DT" show "$T/none.dtr"
+one_line "missing trace"
+# flip one byte inside the fifth step block: that step and later are dropped
+off=$(grep -obUa STEP "$T/a.dtr" | sed -n 5p | cut -d: -f1)
+cp "$T/a.dtr" "$T/flipped.dtr"
+printf '\377' | dd of="$T/flipped.dtr" bs=1 seek=$((off + 100)) conv=notrunc 2>/dev/null
+expect 2 "a corrupted step block: prefix shown, exit 2" -- "$DT" show --summary "$T/flipped.dtr"
+has "$T/out" "^# corrupt block at offset [0-9]+ \(CRC mismatch\); read up to step 3" "corrupted step: readable prefix"
+one_line "corrupted step"
+# and one byte inside the last checkpoint's data
+off=$(grep -obUa CKPT "$T/a.dtr" | tail -1 | cut -d: -f1)
+cp "$T/a.dtr" "$T/flipped2.dtr"
+printf '\377' | dd of="$T/flipped2.dtr" bs=1 seek=$((off + 5000)) conv=notrunc 2>/dev/null
+expect 2 "a corrupted checkpoint: exit 2" -- "$DT" show --summary "$T/flipped2.dtr"
+has "$T/err" "checkpoints unreadable.*CRC" "corrupted checkpoint: named"
+one_line "corrupted checkpoint"
+expect 2 "diff of a trace with a corrupted checkpoint: exit 2" -- "$DT" diff "$T/a.dtr" "$T/flipped2.dtr"
+one_line "diff corrupted checkpoint"
+
+# --- bad input: one line on stderr, exit 2, earlier output untouched
+cp "$T/a.dtr" "$T/keep.dtr"
+expect 2 "unknown option" -- "$DT" record --no-such-option -o "$T/keep.dtr"
+expect 2 "missing data" -- $R --data "$T/nodata" -o "$T/keep.dtr"
+one_line "missing data"
+expect 2 "layers that do not fit the data" -- $R --layers 100,10,100 -o "$T/keep.dtr"
+one_line "layers mismatch"
+expect 2 "bad number" -- $R --lr abc -o "$T/keep.dtr"
+one_line "bad number"
+expect 2 "unknown backend" -- $R --backend tpu -o "$T/keep.dtr"
+one_line "unknown backend"
+expect 2 "no output" -- $R
+one_line "no output"
+expect 2 "unwritable output" -- $R -o /nonexistent/dir/x.dtr
+one_line "unwritable output"
+cmp -s "$T/a.dtr" "$T/keep.dtr" && ok "failed runs left the existing trace untouched" || bad "existing trace was modified"
+expect 2 "diff needs two files" -- "$DT" diff "$T/a.dtr"
+expect 2 "unknown command" -- "$DT" frobnicate
+expect 0 "--version" -- "$DT" --version
+expect 0 "record --help" -- "$DT" record --help
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
