@@ -11,6 +11,11 @@ int cmd_record(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 
+/* The whole command line, for re-executing the program. */
+extern char **cli_argv;
+/* Print "divtrace VERSION (trace format N)"; returns 0. */
+int cli_version(void);
+
 /* One line on stderr: "divtrace CMD: MESSAGE". */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Numbers from option arguments; -1 with dt_error set naming the option. */

@@ -8,7 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "config.h"
+#include "trace.h"
 #include "util.h"
+
+char **cli_argv;
+
+int cli_version(void)
+{
+    printf("divtrace %s (trace format %d)\n", PACKAGE_VERSION, TRACE_FORMAT_VERSION);
+    return 0;
+}
 
 void cli_error(const char *cmd, const char *fmt, ...)
 {

@@ -91,6 +91,12 @@ static void diff_print_cross(const char *label, int64_t step)
         printf("%snot reached", label);
 }
 
+/* How many steps the "mean of the last 50 steps" spans. */
+static int diff_last(const struct trace_file *t)
+{
+    return t->nsteps < 50 ? (int)t->nsteps : 50;
+}
+
 static void diff_text(const struct trace_file *a, const struct trace_file *b,
                       const struct diff_result *r)
 {
@@ -108,11 +114,13 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
     if (a->nsteps != b->nsteps)
         printf("compared over the %" PRIu64 " common steps (A has %" PRIu64 ", B has %" PRIu64 ")\n",
                r->common, a->nsteps, b->nsteps);
-    if (!r->ops_match)
-        printf("op lists differ from op %d on (%s vs %s): the runs execute different graphs, "
-               "so only step summaries compare\n", r->ops_mismatch_at,
-               r->ops_mismatch_at < (int)a->nops ? a->ops[r->ops_mismatch_at].name : "(none)",
-               r->ops_mismatch_at < (int)b->nops ? b->ops[r->ops_mismatch_at].name : "(none)");
+    if (!r->ops_match) {
+        char why[600];
+        diff_opdef_describe(a, (uint32_t)r->ops_mismatch_at, b, (uint32_t)r->ops_mismatch_at, why,
+                            sizeof why);
+        printf("op lists differ from op %d on (%s): the runs execute different graphs, so only "
+               "step summaries compare\n", r->ops_mismatch_at, why);
+    }
     if (!r->diverged) {
         printf("identical: every op hash of all %" PRIu64 " common steps matches\n", r->common);
     } else {
@@ -125,7 +133,11 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
                        r->max_ulp, r->rel_l2);
             else
                 printf("  relative L2 difference ~%.3g (estimated from the records' sketches; "
-                       "element counts need a checkpoint at this op)\n", r->rel_l2);
+                       "element counts are known only for %s)\n", r->rel_l2,
+                       a->ops[r->first_op].kind == TRACE_KIND_PARAM ||
+                       a->ops[r->first_op].kind == TRACE_KIND_STATE
+                           ? "steps with a checkpoint"
+                           : "parameters and optimizer state, which checkpoints hold");
             printf("  origin ops of step %" PRIu64 " (inputs identical, output different): %d%s\n",
                    r->first_step, r->norigins,
                    r->origins_partial ? " (some ops have no records at this trace level)" : "");
@@ -150,8 +162,20 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
             putchar('\n');
         }
     }
-    printf("final loss: A %.6f (mean of last 50 steps %.6f), B %.6f (mean of last 50 steps %.6f)\n",
-           r->final_a, r->mean50_a, r->final_b, r->mean50_b);
+    printf("final loss: A %.6f (mean of last %d steps %.6f), B %.6f (mean of last %d steps %.6f)\n",
+           r->final_a, diff_last(a), r->mean50_a, r->final_b, diff_last(b), r->mean50_b);
+}
+
+static void diff_json_events(const struct trace_file *t)
+{
+    putchar('[');
+    for (uint32_t i = 0; i < t->nevents; i++) {
+        printf("%s{\"code\": %u, \"step\": %" PRIu64 ", \"text\": ", i ? ", " : "",
+               t->events[i].code, t->events[i].step);
+        cli_json_str(stdout, t->events[i].text);
+        putchar('}');
+    }
+    putchar(']');
 }
 
 static void diff_json(const struct trace_file *a, const struct trace_file *b,
@@ -166,7 +190,11 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
     printf(",\n \"config_changes\": [");
     int n = 0;
     diff_for_each_change(a, b, diff_json_change, &n);
-    printf("],\n \"common_steps\": %" PRIu64 ", \"ops_match\": %s, \"identical\": %s",
+    printf("],\n \"events_a\": ");
+    diff_json_events(a);
+    printf(", \"events_b\": ");
+    diff_json_events(b);
+    printf(",\n \"common_steps\": %" PRIu64 ", \"ops_match\": %s, \"identical\": %s",
            r->common, r->ops_match ? "true" : "false", r->diverged ? "false" : "true");
     if (r->diverged) {
         printf(",\n \"first_divergence\": {\"step\": %" PRIu64, r->first_step);
@@ -178,8 +206,11 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
             cli_json_str(stdout, o->name);
             printf(", \"layer\": ");
             cli_json_str(stdout, layer);
-            printf(", \"kind\": \"%s\", \"type\": \"%s\"", trace_kind_name((enum trace_kind)o->kind),
-                   o->type);
+            printf(", \"kind\": \"%s\", \"type\": \"%s\", \"shape\": [",
+                   trace_kind_name((enum trace_kind)o->kind), o->type);
+            for (int d = 0; d < o->ndim; d++)
+                printf("%s%u", d ? ", " : "", o->shape[d]);
+            putchar(']');
             if (r->have_elements)
                 printf(", \"elements_differ\": %" PRIu64 ", \"elements\": %" PRIu64
                        ", \"max_ulp\": %" PRIu64, r->elements_differ, r->elements, r->max_ulp);
@@ -261,6 +292,16 @@ int cmd_diff(int argc, char **argv)
         else if (!quiet)
             diff_text(a, b, &r);
         rc = r.diverged ? 1 : 0;
+        /* A damaged trace was compared as its readable prefix: say so, and
+         * that this is trouble, after the comparison. */
+        for (int k = 0; k < 2; k++) {
+            const struct trace_file *t = k ? b : a;
+            if (strstr(t->note, "corrupt")) {
+                cli_error("diff", "%s: %s", t->path, t->note);
+                rc = CLI_EXIT_TROUBLE;
+                break;
+            }
+        }
         if (!quiet && (fflush(stdout) != 0 || ferror(stdout))) {
             cli_error("diff", "write error on standard output");
             rc = CLI_EXIT_TROUBLE;

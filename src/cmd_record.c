@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cpu_blas.h"
 #include "train.h"
 #include "util.h"
 
@@ -26,12 +27,13 @@ static void record_usage(FILE *f)
           "Model and training:\n"
           "      --model NAME          autoencoder (default)\n"
           "      --preset NAME         sgd-plateau (default: SGD, lr 3.0) or\n"
-          "                            adam-shoulder (Adam, lr 3e-4); later options win\n"
+          "                            adam-shoulder (Adam, lr 3e-4); --optimizer, --lr\n"
+          "                            and --momentum override it, in any order\n"
           "      --layers W,W,...      widths, input first (default 784,128,32,128,784)\n"
           "      --act FN              hidden activation: sigmoid (default), tanh, relu\n"
-          "      --optimizer NAME      sgd or adam\n"
-          "      --lr X                learning rate\n"
-          "      --momentum X          SGD momentum (default 0)\n"
+          "      --optimizer NAME      sgd (default) or adam\n"
+          "      --lr X                learning rate (default 3.0 for sgd, 3e-4 for adam)\n"
+          "      --momentum X          SGD momentum (default 0; sgd only)\n"
           "      --batch N             batch size (default 100)\n"
           "      --steps N             training steps (default 5000)\n"
           "      --seed S              data order, and weights unless --init-seed (default 1)\n"
@@ -51,6 +53,7 @@ static void record_usage(FILE *f)
           "      --flip-bit S:T:I:B    flip bit B of element I of tensor T at the start of\n"
           "                            step S (a fault for testing diff)\n"
           "  -h, --help                show this help and exit\n"
+          "  -V, --version             show the version and exit\n"
           "\n"
           "Exit status: 0 trained, 2 trouble (bad input, or NaN/Inf in training).\n",
           f);
@@ -86,6 +89,7 @@ static const struct option record_options[] = {
     {"stop-on-nonfinite", no_argument, NULL, OPT_STOP_NONFINITE},
     {"flip-bit", required_argument, NULL, OPT_FLIP},
     {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
 };
 
@@ -168,7 +172,12 @@ static int record_option(int c, const char *arg, struct train_config *tc)
     case OPT_DATA: tc->data_dir = arg; return DT_OK;
     case OPT_BACKEND: tc->backend = arg; return DT_OK;
     case OPT_THREADS: return cli_int("--threads", arg, 1, 1024, &tc->threads);
-    case OPT_CPU_KERNEL: tc->cpu_kernel = arg; return DT_OK;
+    case OPT_CPU_KERNEL:
+        /* the canonical spelling, so that traces compare equal */
+        tc->cpu_kernel = cpu_blas_kernel_name(arg);
+        if (!tc->cpu_kernel)
+            return DT_ERR;
+        return DT_OK;
     case OPT_STOP_NONFINITE: tc->stop_on_nonfinite = 1; return DT_OK;
     case OPT_FLIP: return record_parse_flip(arg, tc);
     }
@@ -181,7 +190,7 @@ int cmd_record(int argc, char **argv)
     train_config_defaults(&tc);
     if (model_parse_layers(tc.layers, &tc.model) < 0)
         DT_ASSERT(0, "default layers do not parse");
-    const char *shortopts = "+o:qh";
+    const char *shortopts = "+o:qhV";
     int c;
     /* Pass 1: help and the preset, which later options override. */
     opterr = 0;
@@ -191,6 +200,8 @@ int cmd_record(int argc, char **argv)
             record_usage(stdout);
             return 0;
         }
+        if (c == 'V')
+            return cli_version();
         if (c == OPT_PRESET && train_apply_preset(&tc, optarg) < 0) {
             cli_error("record", "%s", dt_error());
             return CLI_EXIT_TROUBLE;
@@ -201,6 +212,8 @@ int cmd_record(int argc, char **argv)
     while ((c = getopt_long(argc, argv, shortopts, record_options, NULL)) != -1) {
         if (c == '?' || c == ':')
             return cli_usage_error("record");
+        if (c == 'V')
+            continue;
         if (record_option(c, optarg, &tc) < 0) {
             cli_error("record", "%s", dt_error());
             return CLI_EXIT_TROUBLE;
@@ -214,6 +227,15 @@ int cmd_record(int argc, char **argv)
         cli_error("record", "no output file: give -o TRACE.dtr");
         return CLI_EXIT_TROUBLE;
     }
+    if (train_finish_config(&tc) < 0) {
+        cli_error("record", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
+    /* OpenBLAS chose its kernel when it was loaded: to change it, run again. */
+    if (tc.cpu_kernel && cpu_blas_reexec(tc.cpu_kernel, cli_argv) < 0) {
+        cli_error("record", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
     tc.progress = !tc.quiet && isatty(STDERR_FILENO);
 
     struct train_result res;
@@ -221,9 +243,11 @@ int cmd_record(int argc, char **argv)
         cli_error("record", "%s", dt_error());
         return CLI_EXIT_TROUBLE;
     }
-    if (!tc.quiet)
-        printf("%s: %" PRIu64 " steps in %.1f s, final loss %.6f, mean of last %d steps %.6f\n",
-               tc.out, res.steps, res.seconds, res.final_loss, res.steps < 50 ? (int)res.steps : 50,
-               res.mean_last50);
+    if (!tc.quiet) {
+        int last = res.steps < 50 ? (int)res.steps : 50;
+        printf("%s: %" PRIu64 " step%s in %.1f s, final loss %.6f, mean of last %d step%s %.6f\n",
+               tc.out, res.steps, res.steps == 1 ? "" : "s", res.seconds, res.final_loss, last,
+               last == 1 ? "" : "s", res.mean_last50);
+    }
     return res.nonfinite ? CLI_EXIT_TROUBLE : 0;
 }

@@ -64,63 +64,56 @@ static int cpu_has_feature(const char *f)
     DT_ASSERT(0, "unknown CPU feature '%s'", f);
 }
 
-int cpu_blas_check_kernel(const char *name)
+const char *cpu_blas_kernel_name(const char *name)
 {
-    for (size_t i = 0; i < CPU_NKERNELS; i++) {
-        if (strcasecmp(cpu_kernels[i].name, name) != 0)
-            continue;
-        char missing[256] = "";
-        char needs[128];
-        snprintf(needs, sizeof needs, "%s", cpu_kernels[i].needs);
-        for (char *save = NULL, *f = strtok_r(needs, ",", &save); f; f = strtok_r(NULL, ",", &save))
-            if (!cpu_has_feature(f)) {
-                size_t l = strlen(missing);
-                snprintf(missing + l, sizeof missing - l, "%s%s", l ? " " : "", f);
-            }
-        if (missing[0]) {
-            dt_error_set("--cpu-kernel %s: this CPU lacks %s, which that OpenBLAS kernel needs "
-                         "(it would die with an illegal instruction)", cpu_kernels[i].name, missing);
-            return DT_ERR;
-        }
-        return DT_OK;
-    }
+    for (size_t i = 0; i < CPU_NKERNELS; i++)
+        if (strcasecmp(cpu_kernels[i].name, name) == 0)
+            return cpu_kernels[i].name;
     char list[512] = "";
     for (size_t i = 0; i < CPU_NKERNELS; i++) {
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%s", i ? " " : "", cpu_kernels[i].name);
     }
     dt_error_set("--cpu-kernel %s: unknown OpenBLAS kernel (known: %s)", name, list);
-    return DT_ERR;
-}
-
-static const char *cpu_blas_requested(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0)
-            break;
-        if (strcmp(argv[i], "--cpu-kernel") == 0)
-            return i + 1 < argc ? argv[i + 1] : NULL;
-        if (strncmp(argv[i], "--cpu-kernel=", 13) == 0)
-            return argv[i] + 13;
-    }
     return NULL;
 }
 
-int cpu_blas_reexec(int argc, char **argv)
+int cpu_blas_check_kernel(const char *name)
 {
-    const char *k = cpu_blas_requested(argc, argv);
-    if (!k)
-        return DT_OK;
-    const char *done = getenv("DIVTRACE_CPU_KERNEL_SET");
-    if (done && strcasecmp(done, k) == 0)
-        return DT_OK;
-    if (cpu_blas_check_kernel(k) < 0)
+    const char *canon = cpu_blas_kernel_name(name);
+    if (!canon)
         return DT_ERR;
-    setenv("OPENBLAS_CORETYPE", k, 1);
-    setenv("DIVTRACE_CPU_KERNEL_SET", k, 1);
+    size_t i = 0;
+    while (strcmp(cpu_kernels[i].name, canon) != 0)
+        i++;
+    char missing[256] = "";
+    char needs[128];
+    snprintf(needs, sizeof needs, "%s", cpu_kernels[i].needs);
+    for (char *save = NULL, *f = strtok_r(needs, ",", &save); f; f = strtok_r(NULL, ",", &save))
+        if (!cpu_has_feature(f)) {
+            size_t l = strlen(missing);
+            snprintf(missing + l, sizeof missing - l, "%s%s", l ? " " : "", f);
+        }
+    if (missing[0]) {
+        dt_error_set("--cpu-kernel %s: this CPU lacks %s, which that OpenBLAS kernel needs "
+                     "(it would die with an illegal instruction)", canon, missing);
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
+int cpu_blas_reexec(const char *name, char **argv)
+{
+    const char *done = getenv("DIVTRACE_CPU_KERNEL_SET");
+    if (done && strcasecmp(done, name) == 0)
+        return DT_OK;
+    if (cpu_blas_check_kernel(name) < 0)
+        return DT_ERR;
+    setenv("OPENBLAS_CORETYPE", name, 1);
+    setenv("DIVTRACE_CPU_KERNEL_SET", name, 1);
     fflush(NULL);
     execv("/proc/self/exe", argv);
-    dt_error_set("--cpu-kernel %s: cannot re-execute /proc/self/exe to load OpenBLAS with it", k);
+    dt_error_set("--cpu-kernel %s: cannot re-execute /proc/self/exe to load OpenBLAS with it", name);
     return DT_ERR;
 }
 

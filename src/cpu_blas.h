@@ -4,11 +4,15 @@
 #ifndef DT_CPU_BLAS_H
 #define DT_CPU_BLAS_H
 
-/* If argv asks for --cpu-kernel NAME and this process does not run it yet,
- * check that NAME is a kernel this CPU can execute, then re-execute the
- * program with OPENBLAS_CORETYPE=NAME. Returns only when no re-execution is
- * needed (0) or NAME cannot be used (-1, dt_error set). */
-int cpu_blas_reexec(int argc, char **argv);
+/* The canonical spelling of a kernel name (any case), or NULL with dt_error
+ * set listing the known kernels. */
+const char *cpu_blas_kernel_name(const char *name);
+
+/* If this process does not run kernel NAME yet, check that the CPU can
+ * execute it, then re-execute argv (the whole command line) with
+ * OPENBLAS_CORETYPE=NAME. Returns only when no re-execution is needed (0) or
+ * NAME cannot be used (-1, dt_error set). Call before any OpenBLAS work. */
+int cpu_blas_reexec(const char *name, char **argv);
 
 /* 0 if NAME is an OpenBLAS x86-64 kernel that this CPU can run, else -1 with
  * dt_error set (unknown name: lists the known ones; missing features: names

@@ -35,18 +35,72 @@ uint64_t diff_ulp(float a, float b)
     return (uint64_t)(d < 0 ? -d : d);
 }
 
-static int diff_opdef_equal(const struct trace_opdef *a, const struct trace_opdef *b)
+static int diff_shape_equal(const struct trace_opdef *a, const struct trace_opdef *b)
 {
-    if (strcmp(a->name, b->name) || strcmp(a->type, b->type) || a->kind != b->kind ||
-        a->ndim != b->ndim || a->ninputs != b->ninputs)
+    if (a->ndim != b->ndim)
         return 0;
     for (int d = 0; d < a->ndim; d++)
         if (a->shape[d] != b->shape[d])
             return 0;
+    return 1;
+}
+
+static int diff_opdef_equal(const struct trace_opdef *a, const struct trace_opdef *b)
+{
+    if (strcmp(a->name, b->name) || strcmp(a->type, b->type) || a->kind != b->kind ||
+        !diff_shape_equal(a, b) || a->ninputs != b->ninputs)
+        return 0;
     for (uint32_t k = 0; k < a->ninputs; k++)
         if (a->inputs[k] != b->inputs[k])
             return 0;
     return 1;
+}
+
+static void diff_inputs_text(const struct trace_file *t, const struct trace_opdef *o, char *out,
+                             size_t n)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (uint32_t k = 0; k < o->ninputs && len < n; k++) {
+        uint32_t r = o->inputs[k] & ~TRACE_INPUT_PREV;
+        len += (size_t)snprintf(out + len, n - len, "%s%s%s", k ? ", " : "",
+                                r < t->nops ? t->ops[r].name : "?",
+                                (o->inputs[k] & TRACE_INPUT_PREV) ? "@prev" : "");
+    }
+    if (!o->ninputs)
+        snprintf(out, n, "none");
+}
+
+void diff_opdef_describe(const struct trace_file *a, uint32_t ia, const struct trace_file *b,
+                         uint32_t ib, char *out, size_t n)
+{
+    out[0] = 0;
+    if (ia >= a->nops || ib >= b->nops) {
+        snprintf(out, n, "%s has %u ops, %s has %u", "A", a->nops, "B", b->nops);
+        return;
+    }
+    const struct trace_opdef *x = &a->ops[ia], *y = &b->ops[ib];
+    char sx[256], sy[256];
+    if (strcmp(x->name, y->name) != 0) {
+        snprintf(out, n, "name: %s vs %s", x->name, y->name);
+    } else if (strcmp(x->type, y->type) != 0) {
+        snprintf(out, n, "%s: type %s vs %s", x->name, x->type, y->type);
+    } else if (x->kind != y->kind) {
+        snprintf(out, n, "%s: kind %s vs %s", x->name, trace_kind_name((enum trace_kind)x->kind),
+                 trace_kind_name((enum trace_kind)y->kind));
+    } else if (!diff_shape_equal(x, y)) {
+        size_t l = (size_t)snprintf(out, n, "%s: shape ", x->name);
+        for (int k = 0; k < 2 && l < n; k++) {
+            const struct trace_opdef *o = k ? y : x;
+            for (int d = 0; d < o->ndim && l < n; d++)
+                l += (size_t)snprintf(out + l, n - l, "%s%u", d ? "x" : (k ? " vs " : ""), o->shape[d]);
+        }
+    } else {
+        diff_inputs_text(a, x, sx, sizeof sx);
+        diff_inputs_text(b, y, sy, sizeof sy);
+        if (strcmp(sx, sy) != 0)
+            snprintf(out, n, "%s: inputs %s vs %s", x->name, sx, sy);
+    }
 }
 
 /* rec_of[i] for one step: the record of op i, or NULL if not kept. */
@@ -98,8 +152,6 @@ static double diff_ckpt_distance(const struct trace_file *tf, const struct trace
 
 static int diff_timeline(struct trace_file *a, struct trace_file *b, struct diff_result *r)
 {
-    for (int t = 0; t < DIFF_NTHRESH; t++)
-        r->cross_ckpt[t] = r->cross_sketch[t] = -1;
     r->points = dt_calloc(a->nckpt ? a->nckpt : 1, sizeof *r->points);
     for (uint32_t i = 0; i < a->nckpt; i++) {
         uint64_t step = a->ckpt[i].step;
@@ -123,8 +175,6 @@ static int diff_timeline(struct trace_file *a, struct trace_file *b, struct diff
     }
     /* Per-step estimate from the parameter records' sketches (equal hashes
      * contribute exactly zero). */
-    if (!r->ops_match)
-        return DT_OK;
     const struct trace_oprec **ra = dt_calloc(a->nops, sizeof *ra);
     const struct trace_oprec **rb = dt_calloc(a->nops, sizeof *rb);
     r->sketch_ok = 0;
@@ -283,7 +333,10 @@ int diff_traces(struct trace_file *a, struct trace_file *b, struct diff_result *
         if (r->first_op >= 0 && diff_elements(a, b, r->first_step, r->first_op, r) < 0)
             return DT_ERR;
     }
-    if (diff_timeline(a, b, r) < 0)
+    for (int t = 0; t < DIFF_NTHRESH; t++)
+        r->cross_ckpt[t] = r->cross_sketch[t] = -1;
+    /* Different graphs have no common parameters to measure. */
+    if (r->ops_match && diff_timeline(a, b, r) < 0)
         return DT_ERR;
     r->final_a = a->nsteps ? a->steps[a->nsteps - 1].loss : NAN;
     r->final_b = b->nsteps ? b->steps[b->nsteps - 1].loss : NAN;

@@ -46,6 +46,11 @@ struct diff_result {
 int diff_traces(struct trace_file *a, struct trace_file *b, struct diff_result *r);
 void diff_result_free(struct diff_result *r);
 
+/* What differs between two op definitions, e.g. "inputs: data.x, enc1.W vs
+ * data.x, enc1.b" ("" when equal). */
+void diff_opdef_describe(const struct trace_file *a, uint32_t ia, const struct trace_file *b,
+                         uint32_t ib, char *out, size_t n);
+
 /* The layer of an op name: the text before its first '.', e.g. "enc1". */
 void diff_layer(const char *name, char *out, size_t n);
 

@@ -358,9 +358,9 @@ static int graph_update(struct graph *g, enum op_type t, const char *leafname,
 void graph_optimizer(struct graph *g, const struct graph_opt_config *oc)
 {
     int n = g->n;
-    /* State leaves first, so every leaf precedes the computation of the step
-     * (leaves are inserted at the end but have no inputs; their position only
-     * matters for naming and trace order, which stays fixed per config). */
+    /* State leaves are appended here, after the backward ops: a leaf has no
+     * inputs in its step, so its place only fixes the trace order, which is
+     * the same for every backend of a given configuration. */
     for (int i = 0; i < n; i++) {
         if (g->nodes[i].type != OP_PARAM || g->nodes[i].grad < 0)
             continue;

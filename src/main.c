@@ -1,10 +1,9 @@
 /* main.c: the divtrace program: dispatch to a subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "config.h"
-#include "cpu_blas.h"
 #include "util.h"
 
 static void main_usage(FILE *f)
@@ -38,21 +37,32 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("divtrace %s (trace format %d)\n", PACKAGE_VERSION, 1);
-        return 0;
+        return cli_version();
     }
-    if (strcmp(cmd, "record") == 0) {
-        /* OpenBLAS picks its kernel when loaded: re-execute to change it. */
-        if (cpu_blas_reexec(argc, argv) < 0) {
-            cli_error("record", "%s", dt_error());
-            return CLI_EXIT_TROUBLE;
-        }
-        return cmd_record(argc - 1, argv + 1);
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } cmds[] = {
+        {"record", cmd_record},
+        {"show", cmd_show},
+        {"diff", cmd_diff},
+    };
+    cli_argv = argv;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        if (strcmp(cmd, cmds[i].name) != 0)
+            continue;
+        /* The subcommand sees "divtrace NAME" as its argv[0], so that
+         * getopt's messages name it. */
+        char prog[64];
+        snprintf(prog, sizeof prog, "divtrace %s", cmd);
+        char **sub = dt_calloc((size_t)argc, sizeof *sub);
+        sub[0] = prog;
+        for (int k = 2; k < argc; k++)
+            sub[k - 1] = argv[k];
+        int rc = cmds[i].run(argc - 1, sub);
+        free(sub);
+        return rc;
     }
-    if (strcmp(cmd, "show") == 0)
-        return cmd_show(argc - 1, argv + 1);
-    if (strcmp(cmd, "diff") == 0)
-        return cmd_diff(argc - 1, argv + 1);
     fprintf(stderr, "divtrace: unknown command '%s'\nTry 'divtrace --help'.\n", cmd);
     return CLI_EXIT_TROUBLE;
 }

@@ -25,9 +25,8 @@ void train_config_defaults(struct train_config *tc)
     tc->layers = "784,128,32,128,784";
     tc->model.act = MODEL_ACT_SIGMOID;
     tc->model.batch = 100;
-    tc->preset = "sgd-plateau";
     tc->optimizer = "sgd";
-    tc->lr = 3.0;
+    tc->lr = NAN;
     tc->momentum = 0.0;
     tc->b1 = 0.9;
     tc->b2 = 0.999;
@@ -41,21 +40,46 @@ void train_config_defaults(struct train_config *tc)
     tc->level = TRACE_LEVEL_OP;
 }
 
+/* The presets: the two regimes the study is about (see divtrace-record(1)). */
+static const struct {
+    const char *name, *optimizer;
+    double lr;
+} train_presets[] = {
+    {"sgd-plateau", "sgd", 3.0},     /* long mean-image plateau, one escape */
+    {"adam-shoulder", "adam", 3e-4}, /* short plateau, then a second shoulder */
+};
+
 int train_apply_preset(struct train_config *tc, const char *name)
 {
-    if (strcmp(name, "sgd-plateau") == 0) {
-        tc->optimizer = "sgd";
-        tc->lr = 3.0;
-        tc->momentum = 0.0;
-    } else if (strcmp(name, "adam-shoulder") == 0) {
-        tc->optimizer = "adam";
-        tc->lr = 3e-4;
-    } else {
-        dt_error_set("--preset '%s': expected sgd-plateau or adam-shoulder", name);
+    for (size_t i = 0; i < sizeof train_presets / sizeof train_presets[0]; i++)
+        if (strcmp(name, train_presets[i].name) == 0) {
+            tc->optimizer = train_presets[i].optimizer;
+            tc->lr = train_presets[i].lr;
+            return DT_OK;
+        }
+    dt_error_set("--preset '%s': expected sgd-plateau or adam-shoulder", name);
+    return DT_ERR;
+}
+
+int train_finish_config(struct train_config *tc)
+{
+    int adam = strcmp(tc->optimizer, "adam") == 0;
+    if (isnan(tc->lr))
+        tc->lr = adam ? 3e-4 : 3.0;
+    if (adam && tc->momentum != 0.0) {
+        dt_error_set("--momentum applies to --optimizer sgd only");
         return DT_ERR;
     }
-    tc->preset = name;
     return DT_OK;
+}
+
+const char *train_preset_name(const struct train_config *tc)
+{
+    for (size_t i = 0; i < sizeof train_presets / sizeof train_presets[0]; i++)
+        if (strcmp(tc->optimizer, train_presets[i].optimizer) == 0 && tc->lr == train_presets[i].lr &&
+            tc->momentum == 0.0)
+            return train_presets[i].name;
+    return "none";
 }
 
 uint64_t train_default_ckpt_every(uint64_t steps, uint64_t ckpt_bytes)
@@ -134,7 +158,7 @@ static void train_describe(struct train_state *s)
     trace_config_set(c, "layers", tc->layers);
     trace_config_set(c, "act", model_act_name(tc->model.act));
     trace_config_setf(c, "batch", "%u", tc->model.batch);
-    trace_config_set(c, "preset", tc->preset ? tc->preset : "none");
+    trace_config_set(c, "preset", train_preset_name(tc));
     trace_config_set(c, "optimizer", tc->optimizer);
     trace_config_setf(c, "lr", "%.9g", tc->lr);
     if (strcmp(tc->optimizer, "sgd") == 0) {
@@ -360,7 +384,10 @@ static int train_write_step(struct train_state *s, uint64_t step, double loss,
     int gfinite = 1;
     for (int i = 0; i < s->g.n; i++) {
         const struct trace_oprec *r = &s->tr.rec[i];
-        hashes[i] = r->hash;
+        /* the root hashes the op hashes as little-endian u64 on any host */
+        uint8_t *le = (uint8_t *)&hashes[i];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(r->hash >> (8 * b));
         if (s->g.nodes[i].kind == TRACE_KIND_GRAD) {
             g2 += r->l2 * r->l2;
             gfinite &= tracer_finite(r);
@@ -436,7 +463,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
                      op_type_name(nd->type), r->nan, r->inf);
             if (tc->progress)
                 fputc('\n', stderr);
-            fprintf(stderr, "divtrace: record: non-finite values: %s\n", text);
+            fprintf(stderr, "divtrace record: non-finite values: %s\n", text);
             res->nonfinite = 1;
             struct trace_event ev = {TRACE_EVENT_NONFINITE, step, (uint32_t)s.tr.nonfinite_op, text};
             if (s.w && trace_writer_event(s.w, &ev) < 0)

@@ -10,7 +10,6 @@
 struct train_config {
     struct model_spec model;
     const char *layers;         /* as given, for the trace header */
-    const char *preset;
     const char *optimizer;      /* "sgd" | "adam" */
     double lr, momentum, b1, b2, eps;
     uint64_t steps;
@@ -45,10 +44,16 @@ struct train_result {
     double seconds;
 };
 
+/* Defaults; lr is left NaN: train_finish_config gives the optimizer's. */
 void train_config_defaults(struct train_config *tc);
 /* Apply a named preset ("sgd-plateau", "adam-shoulder"); -1 if unknown. */
 int train_apply_preset(struct train_config *tc, const char *name);
-/* Run the training. 0 when it completed (even with non-finite values:
+/* After all options: the optimizer's default learning rate where none was
+ * given; -1 (dt_error set) for combinations that make no sense. */
+int train_finish_config(struct train_config *tc);
+/* The preset the optimizer settings amount to, or "none". */
+const char *train_preset_name(const struct train_config *tc);
+/* Run the training (tc after train_finish_config). 0 when it completed (even with non-finite values:
  * res->nonfinite says so), -1 with dt_error set on any failure. */
 int train_run(const struct train_config *tc, struct train_result *res);
 /* The default checkpoint interval for a run (see divtrace-record(1)). */

@@ -77,6 +77,9 @@ while [ $# -gt 1 ]; do
     done
 done
 expect 0 "--cpu-kernel Nehalem is stable run to run" -- sh -c "$R --steps 2 --cpu-kernel Nehalem -o '$T/kN2.dtr' && '$DT' diff -q '$T/kNehalem.dtr' '$T/kN2.dtr'"
+# abbreviated and lower-case spellings select the same kernel
+expect 0 "--cpu-k nehalem (abbreviated, any case)" -- $R --steps 2 --cpu-k nehalem -o "$T/kn3.dtr"
+expect 0 "  ... is the same run as --cpu-kernel Nehalem" -- "$DT" diff -q "$T/kNehalem.dtr" "$T/kn3.dtr"
 # a kernel whose instructions the CPU lacks is refused, not run into SIGILL
 DIVTRACE_CPU_FEATURES=sse2,sse3,ssse3,sse4.1,sse4.2,avx,avx2,fma expect 2 "SkylakeX refused without AVX-512" -- $R --cpu-kernel SkylakeX -o "$T/sx.dtr"
 has "$T/err" "lacks avx512f.*illegal instruction" "SkylakeX refusal names the missing feature"
@@ -113,7 +116,7 @@ one_line "show --step past the end"
 
 # --- non-finite values: the first op producing them is named
 expect 2 "record with an exploding learning rate exits 2" -- $R --act relu --lr 1e30 -o "$T/nan.dtr"
-has "$T/err" "^divtrace: record: non-finite values: step [0-9]+: op [0-9]+ [a-z0-9._]+ \([a-z_]+\) produced" "non-finite: the op is named"
+has "$T/err" "^divtrace record: non-finite values: step [0-9]+: op [0-9]+ [a-z0-9._]+ \([a-z_]+\) produced" "non-finite: the op is named"
 expect 0 "the non-finite trace is complete" -- "$DT" show --summary "$T/nan.dtr"
 has "$T/out" "^# complete$" "non-finite: trace complete"
 has "$T/out" "^# event: step" "non-finite: event stored in the trace"
@@ -149,6 +152,9 @@ printf '\377' | dd of="$T/flipped.dtr" bs=1 seek=$((off + 100)) conv=notrunc 2>/
 expect 2 "a corrupted step block: prefix shown, exit 2" -- "$DT" show --summary "$T/flipped.dtr"
 has "$T/out" "^# corrupt block at offset [0-9]+ \(CRC mismatch\); read up to step 3" "corrupted step: readable prefix"
 one_line "corrupted step"
+expect 2 "diff with a corrupted step block: compared, then exit 2" -- "$DT" diff "$T/a.dtr" "$T/flipped.dtr"
+has "$T/out" "compared over the 4 common steps" "diff of the corrupted trace compares its prefix"
+one_line "diff corrupted step"
 # and one byte inside the last checkpoint's data
 off=$(grep -obUa CKPT "$T/a.dtr" | tail -1 | cut -d: -f1)
 cp "$T/a.dtr" "$T/flipped2.dtr"
@@ -166,6 +172,8 @@ expect 2 "missing data" -- $R --data "$T/nodata" -o "$T/keep.dtr"
 one_line "missing data"
 expect 2 "layers that do not fit the data" -- $R --layers 100,10,100 -o "$T/keep.dtr"
 one_line "layers mismatch"
+expect 2 "momentum with adam" -- $R --optimizer adam --momentum 0.9 -o "$T/keep.dtr"
+one_line "momentum with adam"
 expect 2 "bad number" -- $R --lr abc -o "$T/keep.dtr"
 one_line "bad number"
 expect 2 "unknown backend" -- $R --backend tpu -o "$T/keep.dtr"

@@ -36,6 +36,8 @@ int main(int argc, char **argv)
             tc.out = path;
             tc.notrace = c == 0;
             tc.ckpt_every = 50; /* the default of a 5000-step run */
+            if (train_finish_config(&tc) < 0)
+                return 2;
             tc.level = c == 1 ? TRACE_LEVEL_STEP : c == 2 ? TRACE_LEVEL_PARAM : TRACE_LEVEL_OP;
             struct train_result res;
             if (train_run(&tc, &res) < 0) {
