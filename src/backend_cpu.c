@@ -197,6 +197,12 @@ CPU_OP(cpu_adam_p)
         out[i] = in[0][i] - lr * (in[1][i] / c1) / (sqrtf(in[2][i] / c2) + eps);
 }
 
+CPU_OP(cpu_fill)
+{
+    for (size_t i = 0; i < nd->count; i++)
+        out[i] = nd->p.fill.value;
+}
+
 const struct backend_ops backend_cpu = {
     .api_version = BACKEND_API_VERSION,
     .name = "cpu",
@@ -227,5 +233,6 @@ const struct backend_ops backend_cpu = {
         [OP_ADAM_M] = cpu_adam_m,
         [OP_ADAM_V] = cpu_adam_v,
         [OP_ADAM_P] = cpu_adam_p,
+        [OP_FILL] = cpu_fill,
     },
 };

@@ -23,6 +23,7 @@ static void diff_usage(FILE *f)
           "      --json       one JSON object instead of text\n"
           "  -q, --quiet      print nothing; only the exit status\n"
           "  -h, --help       show this help and exit\n"
+          "  -V, --version    show the version and exit\n"
           "\n"
           "Exit status: 0 identical over the common steps, 1 different, 2 trouble.\n",
           f);
@@ -258,15 +259,17 @@ int cmd_diff(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int json = 0, quiet = 0, c;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+qh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+qhV", opts, NULL)) != -1) {
         switch (c) {
         case 'j': json = 1; break;
         case 'q': quiet = 1; break;
         case 'h': diff_usage(stdout); return 0;
+        case 'V': return cli_version();
         default: return cli_usage_error("diff");
         }
     }

@@ -21,6 +21,7 @@ static void show_usage(FILE *f)
           "      --ops        the op list (index, name, type, kind, shape, inputs) too\n"
           "      --json       one JSON object instead of text\n"
           "  -h, --help       show this help and exit\n"
+          "  -V, --version    show the version and exit\n"
           "\n"
           "Exit status: 0 shown (also for a trace cut short by a killed run: its\n"
           "note says so), 2 trouble (not a trace, unreadable, damaged blocks or\n"
@@ -195,12 +196,13 @@ int cmd_show(int argc, char **argv)
         {"ops", no_argument, NULL, 'O'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int has_step = 0, summary = 0, json = 0, list_ops = 0, c;
     uint64_t only = 0;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+s:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+s:hV", opts, NULL)) != -1) {
         switch (c) {
         case 's':
             if (cli_u64("--step", optarg, &only) < 0) {
@@ -213,6 +215,7 @@ int cmd_show(int argc, char **argv)
         case 'O': list_ops = 1; break;
         case 'j': json = 1; break;
         case 'h': show_usage(stdout); return 0;
+        case 'V': return cli_version();
         default: return cli_usage_error("show");
         }
     }

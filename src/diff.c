@@ -63,9 +63,9 @@ static void diff_inputs_text(const struct trace_file *t, const struct trace_opde
     out[0] = 0;
     for (uint32_t k = 0; k < o->ninputs && len < n; k++) {
         uint32_t r = o->inputs[k] & ~TRACE_INPUT_PREV;
-        len += (size_t)snprintf(out + len, n - len, "%s%s%s", k ? ", " : "",
+        len += (size_t)snprintf(out + len, n - len, "%s%s%s (op %u)", k ? ", " : "",
                                 r < t->nops ? t->ops[r].name : "?",
-                                (o->inputs[k] & TRACE_INPUT_PREV) ? "@prev" : "");
+                                (o->inputs[k] & TRACE_INPUT_PREV) ? "@prev" : "", r);
     }
     if (!o->ninputs)
         snprintf(out, n, "none");

@@ -170,14 +170,18 @@ struct graph_ad {
 };
 
 /* Name of a gradient contribution to node i: "<i>.grad" when it is the only
- * one, otherwise "<i>.grad@<consumer>" and the sum is "<i>.grad". */
+ * one, otherwise "<i>.grad@<consumer>" ("...#2" for a consumer's second
+ * use of i) and the sum is "<i>.grad". */
 static void graph_grad_name(const struct graph_ad *ad, int i, int consumer, char *buf, size_t n)
 {
     const struct graph *g = ad->g;
-    if (ad->consumers[i] <= 1)
+    if (ad->consumers[i] <= 1) {
         snprintf(buf, n, "%s.grad", g->nodes[i].name);
-    else
-        snprintf(buf, n, "%s.grad@%s", g->nodes[i].name, g->nodes[consumer].name);
+        return;
+    }
+    snprintf(buf, n, "%s.grad@%s", g->nodes[i].name, g->nodes[consumer].name);
+    for (int k = 2; graph_find(g, buf) >= 0; k++)
+        snprintf(buf, n, "%s.grad@%s#%d", g->nodes[i].name, g->nodes[consumer].name, k);
 }
 
 static void graph_contribute(struct graph_ad *ad, int i, int grad)
@@ -300,7 +304,16 @@ void graph_backward(struct graph *g, int loss)
     for (int i = loss; i >= 0; i--) {
         int dy;
         if (i == loss) {
+            /* d loss / d loss = 1: the MSE rule takes it implicitly; any
+             * other rule gets it as a tensor. */
             dy = -1;
+            if (g->nodes[loss].type != OP_MSE) {
+                char name[512];
+                snprintf(name, sizeof name, "%s.grad", g->nodes[loss].name);
+                dy = graph_push(g, OP_FILL, TRACE_KIND_BACKWARD, name, g->nodes[loss].ndim, g->nodes[loss].shape,
+                                0, NULL);
+                g->nodes[dy].p.fill.value = 1.0f;
+            }
         } else {
             struct graph_contrib *c = &ad.c[i];
             if (c->n == 0)
@@ -316,7 +329,13 @@ void graph_backward(struct graph *g, int loss)
                 g->nodes[dy].kind = TRACE_KIND_BACKWARD;
             }
             g->nodes[i].grad = dy;
-            if (g->nodes[i].type == OP_PARAM)
+            /* A parameter's own gradient op is of kind grad. When the
+             * gradient passes through unchanged (a parameter fed only to
+             * add, or as add_bias's x), the node is another op's output
+             * and keeps its name and kind: graph_grad_of still finds it. */
+            char own[512];
+            snprintf(own, sizeof own, "%s.grad", g->nodes[i].name);
+            if (g->nodes[i].type == OP_PARAM && strcmp(g->nodes[dy].name, own) == 0)
                 g->nodes[dy].kind = TRACE_KIND_GRAD;
         }
         if (i < nforward)

@@ -13,6 +13,7 @@ static const char *const op_names[OP_COUNT] = {
     [OP_MSE_BWD] = "mse_bwd",     [OP_SGD] = "sgd",
     [OP_MOMENTUM] = "momentum",   [OP_ADAM_M] = "adam_m",
     [OP_ADAM_V] = "adam_v",       [OP_ADAM_P] = "adam_p",
+    [OP_FILL] = "fill",
 };
 
 const char *op_type_name(enum op_type t)

@@ -28,6 +28,7 @@ enum op_type {
     OP_ADAM_M,      /* out = b1 * m + (1 - b1) * g; inputs m, g */
     OP_ADAM_V,      /* out = b2 * v + (1 - b2) * g * g; inputs v, g */
     OP_ADAM_P,      /* out = p - lr * (m / c1) / (sqrt(v / c2) + eps), c = 1 - b^t; inputs p, m, v */
+    OP_FILL,        /* out = p.fill.value everywhere; no inputs (the seed d loss / d loss) */
     OP_COUNT
 };
 
@@ -39,6 +40,7 @@ union op_params {
     struct { float lr; } sgd;
     struct { float mu; } momentum;
     struct { float lr, b1, b2, eps; } adam;
+    struct { float value; } fill;
 };
 
 const char *op_type_name(enum op_type t); /* "matmul", ... */

@@ -19,9 +19,31 @@ static inline uint32_t stats_fmix32(uint32_t h)
     return h;
 }
 
+#define STATS_PERIOD 4096u /* signs repeat with this period, up to a window sign */
+
+static float stats_f(uint32_t k)
+{
+    return (stats_fmix32(k) >> 31) ? -1.0f : 1.0f;
+}
+
 float stats_sketch_sign(size_t i)
 {
-    return (stats_fmix32((uint32_t)(i / SK)) >> 31) ? -1.0f : 1.0f;
+    return stats_f((uint32_t)(i % STATS_PERIOD)) * stats_f((uint32_t)(STATS_PERIOD + i / STATS_PERIOD));
+}
+
+/* f(k) for k < STATS_PERIOD, built once: the sign of element i is
+ * stats_table[i % STATS_PERIOD] times the sign of its window. */
+static float stats_table[STATS_PERIOD];
+
+static const float *stats_signs(void)
+{
+    static int ready;
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        for (uint32_t k = 0; k < STATS_PERIOD; k++)
+            stats_table[k] = stats_f(k);
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    }
+    return stats_table;
 }
 
 static inline int stats_finite_bits(float v)
@@ -43,7 +65,7 @@ struct stats_acc {
     int any;
 };
 
-static void stats_acc_element(struct stats_acc *a, int k, float v, double s)
+static void stats_acc_element(struct stats_acc *a, int k, float v, float s)
 {
     if (isnan(v)) {
         a->nan++;
@@ -52,36 +74,42 @@ static void stats_acc_element(struct stats_acc *a, int k, float v, double s)
     } else {
         double d = v;
         a->sq[k] += d * d;
-        a->sk[k] += s * d;
+        a->sk[k] += (double)(s * v);
         a->mn[k] = v < a->mn[k] ? v : a->mn[k];
         a->mx[k] = v > a->mx[k] ? v : a->mx[k];
         a->any = 1;
     }
 }
 
-static double stats_block_sign(size_t b)
+/* The signs of block b's 16 elements (blocks never straddle a window). */
+static void stats_block_signs(size_t b, float out[SK])
 {
-    return (stats_fmix32((uint32_t)b) >> 31) ? -1.0 : 1.0;
+    const float *t = stats_signs();
+    size_t i = b * SK;
+    float w = stats_f((uint32_t)(STATS_PERIOD + i / STATS_PERIOD));
+    for (int k = 0; k < SK; k++)
+        out[k] = w * t[(i + (size_t)k) % STATS_PERIOD];
 }
 
 /* Blocks b0 .. b1-1, portable code. */
 static void stats_blocks_generic(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
+    float s[SK];
     for (size_t b = b0; b < b1; b++) {
         const float *xb = x + b * SK;
-        double s = stats_block_sign(b);
+        stats_block_signs(b, s);
         int fin = 1;
         for (int k = 0; k < SK; k++)
             fin &= stats_finite_bits(xb[k]);
         if (!fin) {
             for (int k = 0; k < SK; k++)
-                stats_acc_element(a, k, xb[k], s);
+                stats_acc_element(a, k, xb[k], s[k]);
             continue;
         }
         for (int k = 0; k < SK; k++) {
             double d = xb[k];
             a->sq[k] += d * d;
-            a->sk[k] += s * d;
+            a->sk[k] += (double)(s[k] * xb[k]); /* exact: a sign change */
             a->mn[k] = xb[k] < a->mn[k] ? xb[k] : a->mn[k];
             a->mx[k] = xb[k] > a->mx[k] ? xb[k] : a->mx[k];
         }
@@ -92,7 +120,24 @@ static void stats_blocks_generic(struct stats_acc *a, const float *x, size_t b0,
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* The same with AVX-512: one block is one register of floats, two of doubles. */
+/* f(k) as doubles, for the vector path (the product with a float is exact). */
+static double stats_dtable[STATS_PERIOD];
+
+static const double *stats_dsigns(void)
+{
+    static int ready;
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        const float *t = stats_signs();
+        for (uint32_t k = 0; k < STATS_PERIOD; k++)
+            stats_dtable[k] = t[k];
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    }
+    return stats_dtable;
+}
+
+/* The same with AVX-512: one block is one register of floats, two of
+ * doubles. Inside a window the window sign is fixed, so the sketch update is
+ * a fused add or subtract of an exact product: the same sums as above. */
 __attribute__((target("avx512f")))
 static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
@@ -100,29 +145,42 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
     __m512d sk0 = _mm512_loadu_pd(a->sk), sk1 = _mm512_loadu_pd(a->sk + 8);
     __m512 mn = _mm512_loadu_ps(a->mn), mx = _mm512_loadu_ps(a->mx);
     const __m512 zero = _mm512_setzero_ps();
-    for (size_t b = b0; b < b1; b++) {
-        __m512 v = _mm512_loadu_ps(x + b * SK);
-        /* x - x is 0 exactly for finite x, NaN for Inf and NaN */
-        if (_mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ) != 0xffff) {
-            _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
-            _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
-            _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
-            stats_blocks_generic(a, x, b, b + 1);
-            sq0 = _mm512_loadu_pd(a->sq); sq1 = _mm512_loadu_pd(a->sq + 8);
-            sk0 = _mm512_loadu_pd(a->sk); sk1 = _mm512_loadu_pd(a->sk + 8);
-            mn = _mm512_loadu_ps(a->mn); mx = _mm512_loadu_ps(a->mx);
-            continue;
+    const double *t = stats_dsigns();
+    const size_t per = STATS_PERIOD / SK; /* blocks per window */
+    for (size_t b = b0; b < b1;) {
+        size_t wend = (b / per + 1) * per;
+        if (wend > b1)
+            wend = b1;
+        int neg = stats_f((uint32_t)(STATS_PERIOD + b / per)) < 0;
+        for (; b < wend; b++) {
+            __m512 v = _mm512_loadu_ps(x + b * SK);
+            /* x - x is 0 exactly for finite x, NaN for Inf and NaN */
+            if (_mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ) != 0xffff) {
+                _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
+                _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
+                _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
+                stats_blocks_generic(a, x, b, b + 1);
+                sq0 = _mm512_loadu_pd(a->sq); sq1 = _mm512_loadu_pd(a->sq + 8);
+                sk0 = _mm512_loadu_pd(a->sk); sk1 = _mm512_loadu_pd(a->sk + 8);
+                mn = _mm512_loadu_ps(a->mn); mx = _mm512_loadu_ps(a->mx);
+                continue;
+            }
+            const double *tb = t + (b * SK) % STATS_PERIOD;
+            __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+            __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+            sq0 = _mm512_fmadd_pd(d0, d0, sq0);
+            sq1 = _mm512_fmadd_pd(d1, d1, sq1);
+            if (neg) {
+                sk0 = _mm512_fnmadd_pd(_mm512_loadu_pd(tb), d0, sk0);
+                sk1 = _mm512_fnmadd_pd(_mm512_loadu_pd(tb + 8), d1, sk1);
+            } else {
+                sk0 = _mm512_fmadd_pd(_mm512_loadu_pd(tb), d0, sk0);
+                sk1 = _mm512_fmadd_pd(_mm512_loadu_pd(tb + 8), d1, sk1);
+            }
+            mn = _mm512_min_ps(v, mn);
+            mx = _mm512_max_ps(v, mx);
+            a->any = 1;
         }
-        __m512d s = _mm512_set1_pd(stats_block_sign(b));
-        __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-        __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-        sq0 = _mm512_fmadd_pd(d0, d0, sq0);
-        sq1 = _mm512_fmadd_pd(d1, d1, sq1);
-        sk0 = _mm512_fmadd_pd(s, d0, sk0);
-        sk1 = _mm512_fmadd_pd(s, d1, sk1);
-        mn = _mm512_min_ps(v, mn);
-        mx = _mm512_max_ps(v, mx);
-        a->any = 1;
     }
     _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
     _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
@@ -158,7 +216,7 @@ void stats_compute(const float *x, size_t n, struct trace_oprec *rec)
     size_t nb = n / SK;
     stats_blocks(&a, x, nb);
     for (size_t i = nb * SK; i < n; i++)
-        stats_acc_element(&a, (int)(i % SK), x[i], stats_block_sign(nb));
+        stats_acc_element(&a, (int)(i % SK), x[i], stats_sketch_sign(i));
     double l2 = 0, lo = INFINITY, hi = -INFINITY;
     for (int k = 0; k < SK; k++) {
         l2 += a.sq[k];

@@ -2,10 +2,13 @@
  * statistics over its finite elements (L2 norm, min, max), NaN and Inf
  * counts, and a sketch: TRACE_SKETCH_LEN signed sums
  *   sketch[j] = sum over finite x_i with i mod 16 = j of sign(i) * x_i,
- *   sign(i) = +1 or -1 from the top bit of fmix32(i / 16) (MurmurHash3's
- *   32-bit finalizer), accumulated in double, stored as float.
- * For two tensors of the same shape, sum_j (sa_j - sb_j)^2 is an unbiased
- * estimate of |a - b|^2, which lets diff estimate distances without dumps. */
+ *   sign(i) = f(i mod 4096) * f(4096 + i div 4096),
+ *   f(k) = -1 if the top bit of fmix32(k) (MurmurHash3's 32-bit finalizer)
+ *   is set, else +1,
+ * accumulated in double, stored as float. For two tensors of the same shape,
+ * sum_j (sa_j - sb_j)^2 estimates |a - b|^2 as a random projection would:
+ * the signs change from element to element, so a difference that is the
+ * same everywhere (a shift, a scaling) does not line up with them. */
 #ifndef DT_STATS_H
 #define DT_STATS_H
 

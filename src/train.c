@@ -388,9 +388,10 @@ static int train_write_step(struct train_state *s, uint64_t step, double loss,
         uint8_t *le = (uint8_t *)&hashes[i];
         for (int b = 0; b < 8; b++)
             le[b] = (uint8_t)(r->hash >> (8 * b));
-        if (s->g.nodes[i].kind == TRACE_KIND_GRAD) {
-            g2 += r->l2 * r->l2;
-            gfinite &= tracer_finite(r);
+        if (s->g.nodes[i].type == OP_PARAM && s->g.nodes[i].grad >= 0) {
+            const struct trace_oprec *gr = &s->tr.rec[s->g.nodes[i].grad];
+            g2 += gr->l2 * gr->l2;
+            gfinite &= tracer_finite(gr);
         }
         if (trace_level_keeps(s->tc->level, s->g.nodes[i].kind))
             keep[nrec++] = *r;
