@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "exec.h"
 #include "graph.h"
 #include "hash.h"
+#include "tracer.h"
 #include "util.h"
 
 void train_config_defaults(struct train_config *tc)
@@ -94,44 +96,6 @@ uint64_t train_default_ckpt_every(uint64_t steps, uint64_t ckpt_bytes)
     return steps ? steps : 1;
 }
 
-/* ---- the tracer: the executor's hook ---- */
-
-struct tracer {
-    const struct graph *g;
-    const struct backend_ops *be;
-    void *ctx;
-    struct trace_oprec *rec;   /* per node, this step */
-    char *dirty;               /* per node: leaf changed outside the graph this step */
-    uint64_t step;
-    int nonfinite_op;          /* first op with non-finite output from finite inputs, or -1 */
-    uint64_t nonfinite_step;
-};
-
-static int tracer_finite(const struct trace_oprec *r)
-{
-    return r->nan == 0 && r->inf == 0;
-}
-
-static void tracer_hook(void *arg, int i, const float *buf)
-{
-    struct tracer *t = arg;
-    const struct node *nd = &t->g->nodes[i];
-    if (nd->next >= 0 && t->step > 0 && !t->dirty[i]) {
-        /* A leaf holds exactly the bytes its update produced last step. */
-        t->rec[i] = t->rec[nd->next];
-    } else {
-        t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
-    }
-    t->rec[i].op = (uint32_t)i;
-    if (t->nonfinite_op < 0 && !tracer_finite(&t->rec[i])) {
-        for (int k = 0; k < nd->ninputs; k++)
-            if (!tracer_finite(&t->rec[nd->inputs[k]]))
-                return;
-        t->nonfinite_op = i;
-        t->nonfinite_step = t->step;
-    }
-}
-
 /* ---- helpers of train_run ---- */
 
 struct train_state {
@@ -141,7 +105,7 @@ struct train_state {
     const struct backend_ops *be;
     void *ctx;
     struct exec e;
-    struct tracer tr;
+    struct tracer *tr;
     struct trace_writer *w;
     struct trace_config cfg;
     int *leaves;               /* nodes with a next value: parameters and state */
@@ -241,7 +205,7 @@ static void train_flip(struct train_state *s)
     u ^= 1u << tc->flip_bit;
     memcpy(&s->host[tc->flip_index], &u, sizeof u);
     exec_set(&s->e, i, s->host);
-    s->tr.dirty[i] = 1;
+    tracer_mark_dirty(s->tr, i);
 }
 
 static int train_check_flip(const struct train_state *s)
@@ -330,15 +294,13 @@ static int train_setup(struct train_state *s)
     }
     s->ckpt_every = tc->ckpt_every ? tc->ckpt_every : train_default_ckpt_every(tc->steps, ckpt_bytes);
 
-    s->tr = (struct tracer){
-        .g = &s->g, .be = s->be, .ctx = s->ctx,
-        .rec = dt_calloc((size_t)s->g.n, sizeof(struct trace_oprec)),
-        .dirty = dt_calloc((size_t)s->g.n, 1),
-        .nonfinite_op = -1,
-    };
+    /* Trace on a second thread when this process may run on a second core. */
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    s->tr = tracer_new(&s->g, s->be, s->ctx, ncpu > 1);
     if (!tc->notrace) {
         s->e.hook = tracer_hook;
-        s->e.hook_arg = &s->tr;
+        s->e.hook_arg = s->tr;
     }
     trace_config_set(&s->cfg, "tool_version", PACKAGE_VERSION);
     train_describe(s);
@@ -355,8 +317,7 @@ static void train_teardown(struct train_state *s)
     trace_config_free(&s->cfg);
     free(s->leaves);
     free(s->host);
-    free(s->tr.rec);
-    free(s->tr.dirty);
+    tracer_free(s->tr);
 }
 
 static void train_progress(const struct train_config *tc, uint64_t step, double loss,
@@ -382,14 +343,15 @@ static int train_write_step(struct train_state *s, uint64_t step, double loss,
     uint32_t nrec = 0;
     double g2 = 0;
     int gfinite = 1;
+    const struct trace_oprec *rec = tracer_records(s->tr);
     for (int i = 0; i < s->g.n; i++) {
-        const struct trace_oprec *r = &s->tr.rec[i];
+        const struct trace_oprec *r = &rec[i];
         /* the root hashes the op hashes as little-endian u64 on any host */
         uint8_t *le = (uint8_t *)&hashes[i];
         for (int b = 0; b < 8; b++)
             le[b] = (uint8_t)(r->hash >> (8 * b));
         if (s->g.nodes[i].type == OP_PARAM && s->g.nodes[i].grad >= 0) {
-            const struct trace_oprec *gr = &s->tr.rec[s->g.nodes[i].grad];
+            const struct trace_oprec *gr = &rec[s->g.nodes[i].grad];
             g2 += gr->l2 * gr->l2;
             gfinite &= tracer_finite(gr);
         }
@@ -431,12 +393,11 @@ int train_run(const struct train_config *tc, struct train_result *res)
     int xnode = graph_find(&s.g, "data.x");
     float *batch = dt_malloc(s.g.nodes[xnode].count * sizeof(float));
     double ring[50];
-    double t0 = dt_now(), last = 0;
+    double t0 = dt_now(), c0 = dt_cpu_now(), last = 0;
     int stopped = 0;
     uint64_t step;
     for (step = 0; step < tc->steps; step++) {
-        s.tr.step = step;
-        memset(s.tr.dirty, 0, (size_t)s.g.n);
+        tracer_begin(s.tr, step);
         /* A fault lands before the checkpoint: it is the state this step runs on. */
         if (tc->flip_set && step == tc->flip_step)
             train_flip(&s);
@@ -445,6 +406,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
         data_batch(&s.data, step, tc->model.batch, batch);
         exec_set(&s.e, xnode, batch);
         exec_step(&s.e, step);
+        tracer_sync(s.tr);
         float lossf;
         exec_get(&s.e, s.g.loss, &lossf);
         double loss = lossf;
@@ -454,19 +416,21 @@ int train_run(const struct train_config *tc, struct train_result *res)
             res->nonfinite = 1;
         if (s.w && train_write_step(&s, step, loss, keep, hashes) < 0)
             goto out_batch;
-        if (s.tr.nonfinite_op >= 0 && s.tr.nonfinite_step == step) {
-            const struct node *nd = &s.g.nodes[s.tr.nonfinite_op];
-            const struct trace_oprec *r = &s.tr.rec[s.tr.nonfinite_op];
+        uint64_t nf_step;
+        int nf = tracer_nonfinite(s.tr, &nf_step);
+        if (nf >= 0 && nf_step == step) {
+            const struct node *nd = &s.g.nodes[nf];
+            const struct trace_oprec *r = &tracer_records(s.tr)[nf];
             char text[512];
             snprintf(text, sizeof text,
                      "step %" PRIu64 ": op %d %s (%s) produced %" PRIu64 " NaN and %" PRIu64
-                     " Inf from finite inputs", step, s.tr.nonfinite_op, nd->name,
+                     " Inf from finite inputs", step, nf, nd->name,
                      op_type_name(nd->type), r->nan, r->inf);
             if (tc->progress)
                 fputc('\n', stderr);
             fprintf(stderr, "divtrace record: non-finite values: %s\n", text);
             res->nonfinite = 1;
-            struct trace_event ev = {TRACE_EVENT_NONFINITE, step, (uint32_t)s.tr.nonfinite_op, text};
+            struct trace_event ev = {TRACE_EVENT_NONFINITE, step, (uint32_t)nf, text};
             if (s.w && trace_writer_event(s.w, &ev) < 0)
                 goto out_batch;
             if (tc->stop_on_nonfinite) {
@@ -489,6 +453,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
         exec_advance(&s.e);
     res->steps = step;
     res->seconds = dt_now() - t0;
+    res->cpu_seconds = dt_cpu_now() - c0;
     uint64_t nlast = step < 50 ? step : 50;
     double sum = 0;
     for (uint64_t k = 0; k < nlast; k++)

@@ -41,7 +41,8 @@ struct train_result {
     double final_loss;
     double mean_last50;
     int nonfinite;              /* a NaN/Inf was produced */
-    double seconds;
+    double seconds;             /* wall time of the training loop */
+    double cpu_seconds;         /* CPU time of the process (all threads) in the loop */
 };
 
 /* Defaults; lr is left NaN: train_finish_config gives the optimizer's. */

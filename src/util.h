@@ -29,5 +29,7 @@ char *dt_strdup(const char *s);
 
 /* Monotonic clock in seconds. */
 double dt_now(void);
+/* CPU time of the process, all threads, in seconds. */
+double dt_cpu_now(void);
 
 #endif

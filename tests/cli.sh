@@ -43,6 +43,11 @@ expect 0 "record a" -- $R -o "$T/a.dtr"
 expect 0 "record a again" -- $R -o "$T/a2.dtr"
 expect 0 "identical runs: diff exits 0" -- "$DT" diff "$T/a.dtr" "$T/a2.dtr"
 has "$T/out" "^identical: every op hash of all 12 common steps matches" "identical runs: diff says so"
+# tracing on one core (in line) and on two (on a worker thread) writes the same file
+if command -v taskset >/dev/null && [ "$(nproc)" -gt 1 ]; then
+    expect 0 "record on one core" -- taskset -c 0 $R -o "$T/a1core.dtr"
+    expect 0 "one-core and two-core traces are the same bytes" -- cmp "$T/a.dtr" "$T/a1core.dtr"
+fi
 
 # --- thread counts: 1, 2 and 4 OpenBLAS threads give three different results,
 # each stable run to run; diff names step 0 and a matrix product as an origin
@@ -164,6 +169,22 @@ has "$T/err" "checkpoints unreadable.*CRC" "corrupted checkpoint: named"
 one_line "corrupted checkpoint"
 expect 2 "diff of a trace with a corrupted checkpoint: exit 2" -- "$DT" diff "$T/a.dtr" "$T/flipped2.dtr"
 one_line "diff corrupted checkpoint"
+
+# --- the golden trace: a v1 file written by divtrace 0.1.0 stays readable,
+# and what a run computes without the BLAS library (data order, initial
+# weights, the tensor hash) stays what it was
+G="${top_srcdir:-$(dirname "$0")/..}/traces/autoencoder-784-8-784-v1.dtr"
+expect 0 "golden v1 trace: show" -- "$DT" show "$G"
+has "$T/out" "^# complete$" "golden v1 trace: complete"
+has "$T/out" "^c6786b4be6b2ccfd  0  data\.x  10x784  " "golden v1 trace: records read back"
+awk '$3 == "data.x" || ($2 == 0 && $3 ~ /\.(W|b)$/) { print $1, $2, $3 }' "$T/out" >"$T/golden.leaves"
+expect 0 "golden config recorded again" -- $R --steps 3 --batch 10 --layers 784,8,784 --checkpoint-every 1000 -o "$T/g.dtr"
+"$DT" show "$T/g.dtr" | awk '$3 == "data.x" || ($2 == 0 && $3 ~ /\.(W|b)$/) { print $1, $2, $3 }' >"$T/new.leaves"
+if [ -s "$T/golden.leaves" ] && cmp -s "$T/golden.leaves" "$T/new.leaves"; then
+    ok "golden: data batches and initial weights hash as in the golden trace"
+else
+    bad "golden: data batches or initial weights changed"; diff "$T/golden.leaves" "$T/new.leaves" | head
+fi
 
 # --- bad input: one line on stderr, exit 2, earlier output untouched
 cp "$T/a.dtr" "$T/keep.dtr"

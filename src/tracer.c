@@ -1,0 +1,191 @@
+/* tracer.c: trace records of every op output, optionally on a worker thread
+ * (see tracer.h). The executor hands over ops in order; the worker handles
+ * them in the same order, so an op's inputs always have their records when
+ * the op is checked for non-finite values. The main thread waits only at the
+ * end of a step (tracer_sync), before anything overwrites a traced buffer. */
+#include "tracer.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* How long an idle worker polls before it sleeps: ops come every few
+ * microseconds to a millisecond, and a wake-up costs the main thread a
+ * system call. */
+#define TRACER_SPIN 20000
+
+struct tracer {
+    const struct graph *g;
+    const struct backend_ops *be;
+    void *ctx;
+    struct trace_oprec *rec;   /* per node, this step */
+    char *dirty;               /* per node: leaf changed outside the graph this step */
+    uint64_t step;
+    int nonfinite_op;
+    uint64_t nonfinite_step;
+    /* the worker: a single-producer, single-consumer queue of ops */
+    int async;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    const float **buf;         /* per node: its buffer, set before it is queued */
+    int *queue;                /* g->n slots: at most one step is in flight */
+    atomic_ullong pushed, done;
+    atomic_int sleeping, stop;
+};
+
+int tracer_finite(const struct trace_oprec *r)
+{
+    return r->nan == 0 && r->inf == 0;
+}
+
+static void tracer_process(struct tracer *t, int i, const float *buf)
+{
+    const struct node *nd = &t->g->nodes[i];
+    if (nd->next >= 0 && t->step > 0 && !t->dirty[i]) {
+        /* A leaf holds exactly the bytes its update produced last step. */
+        t->rec[i] = t->rec[nd->next];
+    } else {
+        t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
+    }
+    t->rec[i].op = (uint32_t)i;
+    if (t->nonfinite_op < 0 && !tracer_finite(&t->rec[i])) {
+        for (int k = 0; k < nd->ninputs; k++)
+            if (!tracer_finite(&t->rec[nd->inputs[k]]))
+                return;
+        t->nonfinite_op = i;
+        t->nonfinite_step = t->step;
+    }
+}
+
+static void *tracer_worker(void *arg)
+{
+    struct tracer *t = arg;
+    unsigned long long done = 0;
+    for (;;) {
+        unsigned long long pushed = atomic_load(&t->pushed);
+        if (done < pushed) {
+            int i = t->queue[done % (unsigned)t->g->n];
+            tracer_process(t, i, t->buf[i]);
+            atomic_store(&t->done, ++done);
+            continue;
+        }
+        if (atomic_load(&t->stop))
+            return NULL;
+        int spin = 0;
+        while (spin < TRACER_SPIN && atomic_load(&t->pushed) == done && !atomic_load(&t->stop))
+            spin++;
+        if (spin < TRACER_SPIN)
+            continue;
+        /* Sleep; the producer signals when it sees `sleeping`. Checking
+         * `pushed` under the lock after raising the flag closes the race. */
+        pthread_mutex_lock(&t->mu);
+        atomic_store(&t->sleeping, 1);
+        while (atomic_load(&t->pushed) == done && !atomic_load(&t->stop))
+            pthread_cond_wait(&t->wake, &t->mu);
+        atomic_store(&t->sleeping, 0);
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+static void tracer_kick(struct tracer *t)
+{
+    if (atomic_load(&t->sleeping)) {
+        pthread_mutex_lock(&t->mu);
+        pthread_cond_signal(&t->wake);
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, void *ctx,
+                          int async)
+{
+    struct tracer *t = dt_calloc(1, sizeof *t);
+    t->g = g;
+    t->be = be;
+    t->ctx = ctx;
+    t->rec = dt_calloc((size_t)g->n, sizeof *t->rec);
+    t->dirty = dt_calloc((size_t)g->n, 1);
+    t->nonfinite_op = -1;
+    t->buf = dt_calloc((size_t)g->n, sizeof *t->buf);
+    t->queue = dt_calloc((size_t)g->n, sizeof *t->queue);
+    atomic_init(&t->pushed, 0);
+    atomic_init(&t->done, 0);
+    atomic_init(&t->sleeping, 0);
+    atomic_init(&t->stop, 0);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    t->async = async && pthread_create(&t->thread, NULL, tracer_worker, t) == 0;
+    return t;
+}
+
+void tracer_free(struct tracer *t)
+{
+    if (!t)
+        return;
+    if (t->async) {
+        atomic_store(&t->stop, 1);
+        pthread_mutex_lock(&t->mu);
+        pthread_cond_signal(&t->wake);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->thread, NULL);
+    }
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->wake);
+    free(t->rec);
+    free(t->dirty);
+    free(t->buf);
+    free(t->queue);
+    free(t);
+}
+
+void tracer_begin(struct tracer *t, uint64_t step)
+{
+    tracer_sync(t);
+    t->step = step;
+    memset(t->dirty, 0, (size_t)t->g->n);
+}
+
+void tracer_mark_dirty(struct tracer *t, int i)
+{
+    t->dirty[i] = 1;
+}
+
+void tracer_hook(void *arg, int i, const float *buf)
+{
+    struct tracer *t = arg;
+    if (!t->async) {
+        tracer_process(t, i, buf);
+        return;
+    }
+    unsigned long long p = atomic_load(&t->pushed);
+    t->buf[i] = buf;
+    t->queue[p % (unsigned)t->g->n] = i;
+    atomic_store(&t->pushed, p + 1);
+    tracer_kick(t);
+}
+
+void tracer_sync(struct tracer *t)
+{
+    if (!t->async)
+        return;
+    tracer_kick(t);
+    while (atomic_load(&t->done) != atomic_load(&t->pushed))
+        sched_yield();
+}
+
+const struct trace_oprec *tracer_records(const struct tracer *t)
+{
+    return t->rec;
+}
+
+int tracer_nonfinite(const struct tracer *t, uint64_t *step)
+{
+    if (t->nonfinite_op >= 0 && step)
+        *step = t->nonfinite_step;
+    return t->nonfinite_op;
+}

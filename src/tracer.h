@@ -1,0 +1,38 @@
+/* tracer.h: the executor's hook that turns every op output into a trace
+ * record (hash and statistics, computed by the backend where the tensor
+ * lives) and watches for the first non-finite value. It can run on a worker
+ * thread, so that tracing overlaps the next ops instead of delaying them:
+ * the records are the same either way (each is a function of the bytes). */
+#ifndef DT_TRACER_H
+#define DT_TRACER_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "graph.h"
+#include "trace.h"
+
+struct tracer;
+
+/* async: trace on a worker thread. */
+struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, void *ctx,
+                          int async);
+void tracer_free(struct tracer *t);
+
+/* Start step `step` (before the executor runs it). */
+void tracer_begin(struct tracer *t, uint64_t step);
+/* Leaf i was changed outside the graph (a fault): hash it anew this step. */
+void tracer_mark_dirty(struct tracer *t, int i);
+/* The exec_hook_fn to install, with the tracer as its argument. */
+void tracer_hook(void *arg, int i, const float *buf);
+/* Wait until every op of the step is traced; then the records are final. */
+void tracer_sync(struct tracer *t);
+
+/* This step's record of every node (after tracer_sync). */
+const struct trace_oprec *tracer_records(const struct tracer *t);
+/* The first op whose output held a NaN or Inf while its inputs were finite,
+ * and its step; -1 if none so far. */
+int tracer_nonfinite(const struct tracer *t, uint64_t *step);
+int tracer_finite(const struct trace_oprec *r);
+
+#endif
