@@ -22,12 +22,17 @@ struct backend_step {
 struct backend_options {
     int threads;            /* cpu: OpenBLAS threads (>= 1) */
     const char *cpu_kernel; /* cpu: requested OpenBLAS core type, or NULL */
+    long precision;         /* mpfr: bits of precision (default 128) */
 };
+
+/* A tensor's storage on a backend (float32 on cpu, device memory on a GPU,
+ * MPFR numbers on mpfr): opaque outside the backend. */
+typedef void backend_buf;
 
 /* Run node nd of g: out is its output buffer, in[k] the buffer of input k
  * (whose shape is g->nodes[nd->inputs[k]].shape). */
 typedef void (*backend_op_fn)(void *ctx, const struct graph *g, const struct node *nd,
-                              float *out, const float *const *in,
+                              backend_buf *out, const backend_buf *const *in,
                               const struct backend_step *st);
 
 struct backend_ops {
@@ -36,13 +41,15 @@ struct backend_ops {
     /* Create a context; 0, or -1 with dt_error set (e.g. no GPU). */
     int (*init)(void **ctx, const struct backend_options *opt);
     void (*free)(void *ctx);
-    /* Device storage for `count` floats, zero-filled. */
-    float *(*alloc)(void *ctx, size_t count);
-    void (*release)(void *ctx, float *buf);
-    void (*upload)(void *ctx, float *dst, const float *src, size_t count);
-    void (*download)(void *ctx, float *dst, const float *src, size_t count);
-    /* Hash and statistics of a buffer into rec (all fields but rec->op). */
-    void (*trace)(void *ctx, const float *buf, size_t count, struct trace_oprec *rec);
+    /* Storage for `count` elements, zero-filled. */
+    backend_buf *(*alloc)(void *ctx, size_t count);
+    void (*release)(void *ctx, backend_buf *buf);
+    /* float32 in and out (upload is exact; download rounds to nearest even) */
+    void (*upload)(void *ctx, backend_buf *dst, const float *src, size_t count);
+    void (*download)(void *ctx, float *dst, const backend_buf *src, size_t count);
+    /* Hash and statistics of a buffer, rounded to float32, into rec (all
+     * fields but rec->op). */
+    void (*trace)(void *ctx, const backend_buf *buf, size_t count, struct trace_oprec *rec);
     /* Add the backend's details (library versions, device, threads) to cfg. */
     void (*describe)(void *ctx, struct trace_config *cfg);
     /* optional: wait for queued work; NULL when every call is synchronous */

@@ -36,15 +36,20 @@ static int cpu_init(void **ctx, const struct backend_options *opt)
 }
 
 static void cpu_free(void *ctx) { free(ctx); }
-static float *cpu_alloc(void *ctx, size_t n) { return dt_calloc(n, sizeof(float)); }
-static void cpu_release(void *ctx, float *p) { free(p); }
+static backend_buf *cpu_alloc(void *ctx, size_t n) { return dt_calloc(n, sizeof(float)); }
+static void cpu_release(void *ctx, backend_buf *p) { free(p); }
 
-static void cpu_copy(void *ctx, float *dst, const float *src, size_t n)
+static void cpu_upload(void *ctx, backend_buf *dst, const float *src, size_t n)
+{
+    memcpy(dst, src, n * sizeof *src);
+}
+
+static void cpu_download(void *ctx, float *dst, const backend_buf *src, size_t n)
 {
     memcpy(dst, src, n * sizeof *dst);
 }
 
-static void cpu_trace(void *ctx, const float *buf, size_t n, struct trace_oprec *rec)
+static void cpu_trace(void *ctx, const backend_buf *buf, size_t n, struct trace_oprec *rec)
 {
     stats_compute(buf, n, rec);
 }
@@ -58,8 +63,17 @@ static void cpu_describe(void *ctx, struct trace_config *cfg)
     trace_config_set(cfg, "openblas_config", cpu_blas_config());
 }
 
-#define CPU_OP(fn) static void fn(void *ctx, const struct graph *g, const struct node *nd, \
-                                  float *out, const float *const *in, const struct backend_step *st)
+/* A kernel on float32 buffers, and the table entry that unwraps them. */
+#define CPU_OP(fn)                                                                              \
+    static void fn##_f(const struct graph *g, const struct node *nd, float *out,                \
+                       const float *const *in, const struct backend_step *st);                  \
+    static void fn(void *ctx, const struct graph *g, const struct node *nd, backend_buf *out,    \
+                   const backend_buf *const *in, const struct backend_step *st)                 \
+    {                                                                                           \
+        fn##_f(g, nd, out, (const float *const *)in, st);                                       \
+    }                                                                                           \
+    static void fn##_f(const struct graph *g, const struct node *nd, float *out,                \
+                       const float *const *in, const struct backend_step *st)
 #define IN_SHAPE(k, d) (g->nodes[nd->inputs[k]].shape[d])
 
 CPU_OP(cpu_matmul)
@@ -210,8 +224,8 @@ const struct backend_ops backend_cpu = {
     .free = cpu_free,
     .alloc = cpu_alloc,
     .release = cpu_release,
-    .upload = cpu_copy,
-    .download = cpu_copy,
+    .upload = cpu_upload,
+    .download = cpu_download,
     .trace = cpu_trace,
     .describe = cpu_describe,
     .sync = NULL,

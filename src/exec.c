@@ -49,7 +49,7 @@ void exec_get(struct exec *e, int i, float *host)
 void exec_step(struct exec *e, uint64_t step)
 {
     struct backend_step st = {.step = step};
-    const float *in[OP_MAX_INPUTS];
+    const backend_buf *in[OP_MAX_INPUTS];
     for (int i = 0; i < e->g->n; i++) {
         const struct node *nd = &e->g->nodes[i];
         if (nd->type != OP_INPUT && nd->type != OP_PARAM && nd->type != OP_STATE) {
@@ -68,7 +68,7 @@ void exec_advance(struct exec *e)
     for (int i = 0; i < e->g->n; i++) {
         int nx = e->g->nodes[i].next;
         if (nx >= 0) {
-            float *t = e->buf[i];
+            backend_buf *t = e->buf[i];
             e->buf[i] = e->buf[nx];
             e->buf[nx] = t;
         }

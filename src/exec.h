@@ -9,13 +9,13 @@
 #include "graph.h"
 
 /* Called after node i has run (or, for a leaf, at its place in the order). */
-typedef void (*exec_hook_fn)(void *arg, int i, const float *buf);
+typedef void (*exec_hook_fn)(void *arg, int i, const backend_buf *buf);
 
 struct exec {
     struct graph *g;
     const struct backend_ops *be;
     void *ctx;
-    float **buf;               /* per node: device buffer */
+    backend_buf **buf;         /* per node: its storage on the backend */
     exec_hook_fn hook;
     void *hook_arg;
 };

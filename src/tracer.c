@@ -32,7 +32,7 @@ struct tracer {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake;
-    const float **buf;         /* per node: its buffer, set before it is queued */
+    const backend_buf **buf;   /* per node: its buffer, set before it is queued */
     int *queue;                /* g->n slots: at most one step is in flight */
     atomic_ullong pushed, done;
     atomic_int sleeping, stop;
@@ -43,7 +43,7 @@ int tracer_finite(const struct trace_oprec *r)
     return r->nan == 0 && r->inf == 0;
 }
 
-static void tracer_process(struct tracer *t, int i, const float *buf)
+static void tracer_process(struct tracer *t, int i, const backend_buf *buf)
 {
     const struct node *nd = &t->g->nodes[i];
     if (nd->next >= 0 && t->step > 0 && !t->dirty[i]) {
@@ -155,7 +155,7 @@ void tracer_mark_dirty(struct tracer *t, int i)
     t->dirty[i] = 1;
 }
 
-void tracer_hook(void *arg, int i, const float *buf)
+void tracer_hook(void *arg, int i, const backend_buf *buf)
 {
     struct tracer *t = arg;
     if (!t->async) {

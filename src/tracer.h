@@ -24,7 +24,7 @@ void tracer_begin(struct tracer *t, uint64_t step);
 /* Leaf i was changed outside the graph (a fault): hash it anew this step. */
 void tracer_mark_dirty(struct tracer *t, int i);
 /* The exec_hook_fn to install, with the tracer as its argument. */
-void tracer_hook(void *arg, int i, const float *buf);
+void tracer_hook(void *arg, int i, const backend_buf *buf);
 /* Wait until every op of the step is traced; then the records are final. */
 void tracer_sync(struct tracer *t);
 

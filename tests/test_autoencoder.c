@@ -254,7 +254,7 @@ struct ae_hashes {
     const struct graph *g;
 };
 
-static void ae_hash_hook(void *arg, int i, const float *buf)
+static void ae_hash_hook(void *arg, int i, const backend_buf *buf)
 {
     struct ae_hashes *hs = arg;
     struct trace_oprec rec;
