@@ -42,16 +42,19 @@ static void record_usage(FILE *f)
           "      --data DIR            IDX images (default /usr/share/datasets/fashion-mnist)\n"
           "\n"
           "Backend:\n"
-          "      --backend NAME        cpu (default)\n"
+          "      --backend NAME        cpu (default) or mpfr (the high-precision reference)\n"
           "      --threads N           OpenBLAS threads (default 1)\n"
           "      --cpu-kernel NAME     OpenBLAS kernel, e.g. Haswell, Sandybridge, Nehalem,\n"
           "                            Prescott, SkylakeX (refused if the CPU lacks it)\n"
+          "      --precision BITS      mpfr backend: bits of precision (default 128)\n"
           "\n"
           "Non-finite values and testing:\n"
           "      --stop-on-nonfinite   end the run after the step that first produced a NaN\n"
           "                            or Inf (the trace stays complete and readable)\n"
           "      --flip-bit S:T:I:B    flip bit B of element I of tensor T at the start of\n"
           "                            step S (a fault for testing diff)\n"
+          "      --inject OP:KIND      a fault in op OP every step, KIND bitflip[:I[:B]],\n"
+          "                            scale[:FACTOR] or formula (for testing replay)\n"
           "  -h, --help                show this help and exit\n"
           "  -V, --version             show the version and exit\n"
           "\n"
@@ -63,6 +66,7 @@ enum {
     OPT_TRACE_LEVEL = 256, OPT_CKPT, OPT_MODEL, OPT_PRESET, OPT_LAYERS, OPT_ACT, OPT_OPTIMIZER,
     OPT_LR, OPT_MOMENTUM, OPT_BATCH, OPT_STEPS, OPT_SEED, OPT_INIT_SEED, OPT_INIT_SCALE,
     OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
+    OPT_PRECISION, OPT_INJECT,
 };
 
 static const struct option record_options[] = {
@@ -88,6 +92,8 @@ static const struct option record_options[] = {
     {"cpu-kernel", required_argument, NULL, OPT_CPU_KERNEL},
     {"stop-on-nonfinite", no_argument, NULL, OPT_STOP_NONFINITE},
     {"flip-bit", required_argument, NULL, OPT_FLIP},
+    {"precision", required_argument, NULL, OPT_PRECISION},
+    {"inject", required_argument, NULL, OPT_INJECT},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -180,6 +186,14 @@ static int record_option(int c, const char *arg, struct train_config *tc)
         return DT_OK;
     case OPT_STOP_NONFINITE: tc->stop_on_nonfinite = 1; return DT_OK;
     case OPT_FLIP: return record_parse_flip(arg, tc);
+    case OPT_PRECISION: {
+        int bits;
+        if (cli_int("--precision", arg, 24, 100000, &bits) < 0)
+            return DT_ERR;
+        tc->precision = bits;
+        return DT_OK;
+    }
+    case OPT_INJECT: tc->inject = arg; return DT_OK;
     }
     DT_ASSERT(0, "unhandled option %d", c);
 }

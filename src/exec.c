@@ -20,6 +20,9 @@ int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, voi
     e->ctx = ctx;
     e->hook = NULL;
     e->hook_arg = NULL;
+    e->corrupt = NULL;
+    e->corrupt_arg = NULL;
+    e->override = dt_calloc((size_t)g->n, sizeof *e->override);
     e->buf = dt_calloc((size_t)g->n, sizeof *e->buf);
     for (int i = 0; i < g->n; i++)
         e->buf[i] = be->alloc(ctx, g->nodes[i].count);
@@ -33,7 +36,9 @@ void exec_free(struct exec *e)
     for (int i = 0; i < e->g->n; i++)
         e->be->release(e->ctx, e->buf[i]);
     free(e->buf);
+    free(e->override);
     e->buf = NULL;
+    e->override = NULL;
 }
 
 void exec_set(struct exec *e, int i, const float *host)
@@ -55,7 +60,10 @@ void exec_step(struct exec *e, uint64_t step)
         if (nd->type != OP_INPUT && nd->type != OP_PARAM && nd->type != OP_STATE) {
             for (int k = 0; k < nd->ninputs; k++)
                 in[k] = e->buf[nd->inputs[k]];
-            e->be->op[nd->type](e->ctx, e->g, nd, e->buf[i], in, &st);
+            backend_op_fn fn = e->override[i] ? e->override[i] : e->be->op[nd->type];
+            fn(e->ctx, e->g, nd, e->buf[i], in, &st);
+            if (e->corrupt)
+                e->corrupt(e->corrupt_arg, i, e->buf[i]);
         }
         if (e->hook)
             e->hook(e->hook_arg, i, e->buf[i]);

@@ -18,6 +18,11 @@ struct exec {
     backend_buf **buf;         /* per node: its storage on the backend */
     exec_hook_fn hook;
     void *hook_arg;
+    /* Faults injected on purpose (fault.h): a node's kernel replaced, and a
+     * function that may change a node's output before the hook sees it. */
+    backend_op_fn *override;   /* per node, NULL for the backend's kernel */
+    void (*corrupt)(void *arg, int i, backend_buf *out);
+    void *corrupt_arg;
 };
 
 /* Allocate a buffer for every node. 0, or -1 with dt_error set if the

@@ -20,6 +20,8 @@ struct train_config {
     const char *backend;
     int threads;
     const char *cpu_kernel;     /* NULL: OpenBLAS's own choice */
+    long precision;             /* mpfr backend: bits (0: its default) */
+    const char *inject;         /* fault OP:KIND[:ARGS] (see fault.h), or NULL */
     const char *data_dir;
     const char *out;
     enum trace_level level;

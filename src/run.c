@@ -1,0 +1,396 @@
+/* run.c: a training run in memory (see run.h). */
+#include "run.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "hash.h"
+#include "model.h"
+#include "util.h"
+
+static int run_check(const struct train_config *tc)
+{
+    if (tc->steps == 0) {
+        dt_error_set("--steps must be at least 1");
+        return DT_ERR;
+    }
+    if (tc->model.batch == 0) {
+        dt_error_set("--batch must be at least 1");
+        return DT_ERR;
+    }
+    if (!(tc->lr > 0) || !isfinite(tc->lr)) {
+        dt_error_set("--lr must be a positive number");
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
+int run_open(struct run *r, const struct train_config *tc, long precision, int traced)
+{
+    memset(r, 0, sizeof *r);
+    r->tc = tc;
+    graph_init(&r->g);
+    if (run_check(tc) < 0)
+        return DT_ERR;
+    r->be = backend_find(tc->backend);
+    if (!r->be)
+        return DT_ERR;
+    if (data_open(&r->data, tc->data_dir, tc->seed) < 0)
+        return DT_ERR;
+    int loss = model_build(&r->g, &tc->model, data_features(&r->data));
+    if (loss < 0)
+        return DT_ERR;
+    graph_backward(&r->g, loss);
+    struct graph_opt_config oc = {
+        .kind = strcmp(tc->optimizer, "adam") == 0 ? GRAPH_OPT_ADAM : GRAPH_OPT_SGD,
+        .lr = (float)tc->lr, .momentum = (float)tc->momentum,
+        .b1 = (float)tc->b1, .b2 = (float)tc->b2, .eps = (float)tc->eps,
+    };
+    graph_optimizer(&r->g, &oc);
+    struct backend_options bo = {
+        .threads = tc->threads,
+        .cpu_kernel = tc->cpu_kernel,
+        .precision = precision ? precision : tc->precision,
+    };
+    if (r->be->init(&r->ctx, &bo) < 0) {
+        r->ctx = NULL;
+        return DT_ERR;
+    }
+    if (exec_init(&r->e, &r->g, r->be, r->ctx) < 0)
+        return DT_ERR;
+
+    size_t maxcount = 1;
+    r->leaves = dt_calloc((size_t)r->g.n, sizeof *r->leaves);
+    for (int i = 0; i < r->g.n; i++) {
+        const struct node *nd = &r->g.nodes[i];
+        if (nd->count > maxcount)
+            maxcount = nd->count;
+        if (nd->next >= 0)
+            r->leaves[r->nleaves++] = i;
+    }
+    r->host = dt_malloc(maxcount * sizeof(float));
+    uint64_t iseed = tc->init_seed_set ? tc->init_seed : tc->seed;
+    for (int i = 0; i < r->g.n; i++) {
+        const struct node *nd = &r->g.nodes[i];
+        if (nd->type == OP_PARAM) {
+            model_init_param(nd, iseed, tc->init_scale, r->host);
+            exec_set(&r->e, i, r->host);
+        }
+        /* optimizer state starts at zero: alloc zero-fills */
+    }
+    r->xnode = graph_find(&r->g, "data.x");
+    DT_ASSERT(r->xnode >= 0, "model without data.x");
+    r->batch = dt_malloc(r->g.nodes[r->xnode].count * sizeof(float));
+
+    /* Trace on a second thread when this process may run on a second core. */
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    r->tr = tracer_new(&r->g, r->be, r->ctx, ncpu > 1);
+    if (traced) {
+        r->e.hook = tracer_hook;
+        r->e.hook_arg = r->tr;
+    }
+    return DT_OK;
+}
+
+void run_close(struct run *r)
+{
+    tracer_free(r->tr);
+    exec_free(&r->e);
+    if (r->ctx)
+        r->be->free(r->ctx);
+    graph_free(&r->g);
+    data_free(&r->data);
+    free(r->leaves);
+    free(r->host);
+    free(r->batch);
+    memset(r, 0, sizeof *r);
+}
+
+static void run_host_cpu(char *buf, size_t n)
+{
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += 1 + (p[1] == ' ');
+                p[strcspn(p, "\n")] = 0;
+                snprintf(buf, n, "%s", p);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+void run_describe(struct run *r, struct trace_config *c, uint64_t ckpt_every)
+{
+    const struct train_config *tc = r->tc;
+    trace_config_set(c, "tool_version", PACKAGE_VERSION);
+    trace_config_set(c, "model", tc->model.name);
+    trace_config_set(c, "layers", tc->layers);
+    trace_config_set(c, "act", model_act_name(tc->model.act));
+    trace_config_setf(c, "batch", "%u", tc->model.batch);
+    trace_config_set(c, "preset", train_preset_name(tc));
+    trace_config_set(c, "optimizer", tc->optimizer);
+    trace_config_setf(c, "lr", "%.9g", tc->lr);
+    if (strcmp(tc->optimizer, "sgd") == 0) {
+        trace_config_setf(c, "momentum", "%.9g", tc->momentum);
+    } else {
+        trace_config_setf(c, "adam_b1", "%.9g", tc->b1);
+        trace_config_setf(c, "adam_b2", "%.9g", tc->b2);
+        trace_config_setf(c, "adam_eps", "%.9g", tc->eps);
+    }
+    trace_config_setf(c, "steps", "%" PRIu64, tc->steps);
+    trace_config_setf(c, "seed", "%" PRIu64, tc->seed);
+    trace_config_setf(c, "init_seed", "%" PRIu64, tc->init_seed_set ? tc->init_seed : tc->seed);
+    trace_config_setf(c, "init_scale", "%.9g", tc->init_scale);
+    trace_config_set(c, "backend", tc->backend);
+    r->be->describe(r->ctx, c);
+    trace_config_set(c, "data", r->data.path);
+    trace_config_setf(c, "data_hash", "%016" PRIx64, r->data.im.hash);
+    trace_config_setf(c, "data_images", "%ux%ux%u", r->data.im.n, r->data.im.rows, r->data.im.cols);
+    trace_config_set(c, "trace_level", trace_level_name(tc->level));
+    trace_config_setf(c, "checkpoint_every", "%" PRIu64, ckpt_every);
+    trace_config_set(c, "stop_on_nonfinite", tc->stop_on_nonfinite ? "yes" : "no");
+    trace_config_setf(c, "hash", "xxh3-64 tree, %u-byte chunks", HASH_CHUNK_BYTES);
+    if (tc->flip_set)
+        trace_config_setf(c, "flip_bit", "step %" PRIu64 " %s[%" PRIu64 "] bit %d", tc->flip_step,
+                          tc->flip_tensor, tc->flip_index, tc->flip_bit);
+    if (tc->inject)
+        trace_config_set(c, "inject", tc->inject);
+    char host[256];
+    run_host_cpu(host, sizeof host);
+    trace_config_set(c, "host_cpu", host);
+    trace_config_setf(c, "host_cores", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+uint64_t run_ckpt_bytes(const struct run *r)
+{
+    uint64_t bytes = 0;
+    for (int k = 0; k < r->nleaves; k++)
+        bytes += r->g.nodes[r->leaves[k]].count * sizeof(float) + 64;
+    return bytes;
+}
+
+void run_ckpt_take(struct run *r, uint64_t step, struct trace_ckpt *c)
+{
+    *c = (struct trace_ckpt){
+        .step = step,
+        .data_cursor = step,
+        .rng_seed = r->tc->seed,
+        .rng_counter = step * r->tc->model.batch,
+        .ntensors = (uint32_t)r->nleaves,
+        .t = dt_calloc((size_t)r->nleaves, sizeof(struct trace_tensor)),
+    };
+    for (int k = 0; k < r->nleaves; k++) {
+        const struct node *nd = &r->g.nodes[r->leaves[k]];
+        struct trace_tensor *t = &c->t[k];
+        t->name = nd->name;
+        t->ndim = (uint8_t)nd->ndim;
+        memcpy(t->shape, nd->shape, sizeof t->shape);
+        t->count = nd->count;
+        t->data = dt_malloc(nd->count * sizeof(float));
+        exec_get(&r->e, r->leaves[k], t->data);
+    }
+}
+
+void run_ckpt_release(struct trace_ckpt *c)
+{
+    for (uint32_t k = 0; k < c->ntensors; k++)
+        free(c->t[k].data);
+    free(c->t);
+    c->t = NULL;
+    c->ntensors = 0;
+}
+
+int run_ckpt_load(struct run *r, const struct trace_ckpt *c)
+{
+    for (int k = 0; k < r->nleaves; k++) {
+        const struct node *nd = &r->g.nodes[r->leaves[k]];
+        const struct trace_tensor *t = trace_ckpt_find(c, nd->name);
+        if (!t) {
+            dt_error_set("checkpoint at step %" PRIu64 " has no tensor %s", c->step, nd->name);
+            return DT_ERR;
+        }
+        if (t->count != nd->count) {
+            dt_error_set("checkpoint at step %" PRIu64 ": %s has %" PRIu64 " elements, the model %zu",
+                         c->step, nd->name, t->count, nd->count);
+            return DT_ERR;
+        }
+        exec_set(&r->e, r->leaves[k], t->data);
+    }
+    return DT_OK;
+}
+
+void run_step_begin(struct run *r, uint64_t step)
+{
+    tracer_begin(r->tr, step);
+    data_batch(&r->data, step, r->tc->model.batch, r->batch);
+    exec_set(&r->e, r->xnode, r->batch);
+}
+
+void run_step_exec(struct run *r, uint64_t step)
+{
+    exec_step(&r->e, step);
+    tracer_sync(r->tr);
+}
+
+double run_loss(struct run *r)
+{
+    float loss;
+    exec_get(&r->e, r->g.loss, &loss);
+    return loss;
+}
+
+void run_summarize(struct run *r, uint64_t step, double loss, enum trace_level level,
+                   struct trace_oprec *keep, uint64_t *hashes, struct trace_step *ts)
+{
+    uint32_t nrec = 0;
+    double g2 = 0;
+    int gfinite = 1;
+    const struct trace_oprec *rec = tracer_records(r->tr);
+    for (int i = 0; i < r->g.n; i++) {
+        const struct trace_oprec *o = &rec[i];
+        /* the root hashes the op hashes as little-endian u64 on any host */
+        uint8_t *le = (uint8_t *)&hashes[i];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(o->hash >> (8 * b));
+        if (r->g.nodes[i].type == OP_PARAM && r->g.nodes[i].grad >= 0) {
+            const struct trace_oprec *gr = &rec[r->g.nodes[i].grad];
+            g2 += gr->l2 * gr->l2;
+            gfinite &= tracer_finite(gr);
+        }
+        if (trace_level_keeps(level, r->g.nodes[i].kind))
+            keep[nrec++] = *o;
+    }
+    *ts = (struct trace_step){
+        .step = step,
+        .loss = loss,
+        .grad_norm = gfinite ? sqrt(g2) : NAN,
+        .root = hash_bytes(hashes, (size_t)r->g.n * sizeof *hashes),
+        .nrec = nrec,
+        .rec = keep,
+    };
+}
+
+/* ---- configuration from a trace header ---- */
+
+static const char *run_key(const struct trace_config *cfg, const char *key)
+{
+    const char *v = trace_config_get(cfg, key);
+    if (!v)
+        dt_error_set("the trace header has no '%s': it cannot be re-run", key);
+    return v;
+}
+
+static int run_key_double(const struct trace_config *cfg, const char *key, double *out)
+{
+    const char *v = run_key(cfg, key);
+    if (!v)
+        return DT_ERR;
+    char *end;
+    errno = 0;
+    *out = strtod(v, &end);
+    if (errno || *end || end == v) {
+        dt_error_set("the trace header's %s '%s' is not a number", key, v);
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
+static int run_key_u64(const struct trace_config *cfg, const char *key, uint64_t *out)
+{
+    const char *v = run_key(cfg, key);
+    if (!v)
+        return DT_ERR;
+    char *end;
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    if (errno || *end || end == v) {
+        dt_error_set("the trace header's %s '%s' is not an integer", key, v);
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
+int run_config_from_trace(struct train_config *tc, const struct trace_config *cfg)
+{
+    train_config_defaults(tc);
+    const char *v;
+    uint64_t u;
+    if (!(v = run_key(cfg, "model")))
+        return DT_ERR;
+    tc->model.name = v;
+    if (!(tc->layers = run_key(cfg, "layers")) || model_parse_layers(tc->layers, &tc->model) < 0)
+        return DT_ERR;
+    if (!(v = run_key(cfg, "act")) || model_parse_act(v, &tc->model.act) < 0)
+        return DT_ERR;
+    if (run_key_u64(cfg, "batch", &u) < 0)
+        return DT_ERR;
+    tc->model.batch = (uint32_t)u;
+    if (!(tc->optimizer = run_key(cfg, "optimizer")) || run_key_double(cfg, "lr", &tc->lr) < 0)
+        return DT_ERR;
+    if (strcmp(tc->optimizer, "sgd") == 0) {
+        if (run_key_double(cfg, "momentum", &tc->momentum) < 0)
+            return DT_ERR;
+    } else if (run_key_double(cfg, "adam_b1", &tc->b1) < 0 ||
+               run_key_double(cfg, "adam_b2", &tc->b2) < 0 ||
+               run_key_double(cfg, "adam_eps", &tc->eps) < 0) {
+        return DT_ERR;
+    }
+    if (run_key_u64(cfg, "steps", &tc->steps) < 0 || run_key_u64(cfg, "seed", &tc->seed) < 0 ||
+        run_key_u64(cfg, "init_seed", &tc->init_seed) < 0 ||
+        run_key_double(cfg, "init_scale", &tc->init_scale) < 0)
+        return DT_ERR;
+    tc->init_seed_set = 1;
+    if (!(tc->backend = run_key(cfg, "backend")))
+        return DT_ERR;
+    if ((v = trace_config_get(cfg, "threads"))) {
+        if (run_key_u64(cfg, "threads", &u) < 0)
+            return DT_ERR;
+        tc->threads = (int)u;
+    }
+    v = trace_config_get(cfg, "cpu_kernel");
+    tc->cpu_kernel = v && strcmp(v, "default") != 0 ? v : NULL;
+    if (trace_config_get(cfg, "precision")) {
+        if (run_key_u64(cfg, "precision", &u) < 0)
+            return DT_ERR;
+        tc->precision = (long)u;
+    }
+    tc->inject = trace_config_get(cfg, "inject");
+    if ((v = trace_config_get(cfg, "flip_bit"))) {
+        unsigned long long fs, fi;
+        int bit;
+        if (sscanf(v, "step %llu %127[^[][%llu] bit %d", &fs, tc->flip_tensor, &fi, &bit) != 4) {
+            dt_error_set("the trace header's flip_bit '%s' is malformed", v);
+            return DT_ERR;
+        }
+        tc->flip_set = 1;
+        tc->flip_step = fs;
+        tc->flip_index = fi;
+        tc->flip_bit = bit;
+    }
+    /* the data directory: that of the recorded file */
+    if (!(v = run_key(cfg, "data")))
+        return DT_ERR;
+    static _Thread_local char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", v);
+    tc->data_dir = dirname(dir);
+    if (train_finish_config(tc) < 0)
+        return DT_ERR;
+    return DT_OK;
+}

@@ -1,0 +1,68 @@
+/* run.h: one training run set up in memory: data, the step's op graph, a
+ * backend, the executor and the tracer. `record` drives it and writes a
+ * trace; `replay` rebuilds it from a trace's configuration and checkpoint. */
+#ifndef DT_RUN_H
+#define DT_RUN_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "data.h"
+#include "exec.h"
+#include "graph.h"
+#include "trace.h"
+#include "tracer.h"
+#include "train.h"
+
+struct run {
+    const struct train_config *tc;
+    struct data data;
+    struct graph g;
+    const struct backend_ops *be;
+    void *ctx;
+    struct exec e;
+    struct tracer *tr;
+    int *leaves;               /* nodes with a next value: parameters and state */
+    int nleaves;
+    int xnode;                 /* the data input */
+    float *host;               /* staging for the largest node */
+    float *batch;
+};
+
+/* Set everything up (initial parameters from the init seed); 0, or -1 with
+ * dt_error set on bad input. precision overrides tc's mpfr precision when
+ * non-zero. With `traced`, the tracer hook is installed. */
+int run_open(struct run *r, const struct train_config *tc, long precision, int traced);
+void run_close(struct run *r);
+
+/* The run's configuration as trace header keys. */
+void run_describe(struct run *r, struct trace_config *cfg, uint64_t ckpt_every);
+
+/* Bytes one checkpoint of this run takes (about). */
+uint64_t run_ckpt_bytes(const struct run *r);
+/* A checkpoint of the state before step `step` (free with trace_ckpt_free
+ * after setting the names to NULL: they belong to the graph). */
+void run_ckpt_take(struct run *r, uint64_t step, struct trace_ckpt *c);
+void run_ckpt_release(struct trace_ckpt *c);
+/* Set parameters and optimizer state from a checkpoint. 0, or -1 with
+ * dt_error set when a tensor is missing or has another shape. */
+int run_ckpt_load(struct run *r, const struct trace_ckpt *c);
+
+/* Step `step` in two halves, so that a caller can change state between
+ * them: begin uploads the step's batch; exec runs every op and waits for
+ * the tracer. */
+void run_step_begin(struct run *r, uint64_t step);
+void run_step_exec(struct run *r, uint64_t step);
+double run_loss(struct run *r);
+
+/* The summary of the step just executed: records kept at `level` (into
+ * keep, one slot per node), the root hash over all op hashes (hashes: one
+ * slot per node, scratch) and the gradient norm. */
+void run_summarize(struct run *r, uint64_t step, double loss, enum trace_level level,
+                   struct trace_oprec *keep, uint64_t *hashes, struct trace_step *ts);
+
+/* A train_config from a trace header (strings point into cfg). 0, or -1
+ * with dt_error set when a key is missing or malformed. */
+int run_config_from_trace(struct train_config *tc, const struct trace_config *cfg);
+
+#endif
