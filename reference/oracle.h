@@ -47,7 +47,13 @@ float oracle_sum(const float *x, size_t inc, size_t n);
  * functions or square roots the exact value is irrational; it is computed by
  * MPFR to enough bits that rounding it once is the correct rounding (see
  * divtrace-replay(1)). Returns 0, or -1 (dt_error set) for an op type the
- * oracle does not know. */
+ * oracle does not know.
+ * Exact zeros take the sign IEEE 754 gives the op's formula (op.h) evaluated
+ * step by step with exact operations; NaN results are the quiet NaN
+ * 0x7fc00000; relu and relu_bwd send NaN x to +0, like max(x, 0). Most
+ * elements take a certified double-precision fast path; the environment
+ * variable DIVTRACE_ORACLE_EXACT=1 sends every element through MPFR (same
+ * results, slower: for cross-checks). Thread-safe. */
 int oracle_op(const struct graph *g, const struct node *nd, float *out, const float *const *in,
               const struct backend_step *st);
 
@@ -55,7 +61,10 @@ int oracle_op(const struct graph *g, const struct node *nd, float *out, const fl
  * algorithm of the cpu backend (src/backend_cpu.c) and of any backend that
  * performs the same operations in any order (matrix products: any summation
  * order, with or without FMA), from the inputs alone. Documented per op in
- * divtrace-replay(1). Returns 0 or -1 like oracle_op. */
+ * divtrace-replay(1). Returns 0 or -1 like oracle_op.
+ * bound[i] is +Inf (no claim) when an input of the element is NaN or Inf or
+ * an intermediate of the cpu algorithm could overflow; relu, relu_bwd and
+ * fill are exact (bound 0, NaN included). */
 int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
                  const float *const *in, const struct backend_step *st);
 

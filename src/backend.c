@@ -7,6 +7,7 @@
 
 static const struct backend_ops *const backend_all[] = {
     &backend_cpu,
+    &backend_mpfr,
 };
 
 const struct backend_ops *backend_find(const char *name)
@@ -24,5 +25,5 @@ const struct backend_ops *backend_find(const char *name)
 
 const char *backend_list(void)
 {
-    return "cpu";
+    return "cpu, mpfr";
 }

@@ -64,5 +64,6 @@ const struct backend_ops *backend_find(const char *name);
 const char *backend_list(void);
 
 extern const struct backend_ops backend_cpu;
+extern const struct backend_ops backend_mpfr; /* reference/backend_mpfr.c */
 
 #endif

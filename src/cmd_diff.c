@@ -15,17 +15,22 @@
 static void diff_usage(FILE *f)
 {
     fputs("Usage: divtrace diff [OPTION]... A.dtr B.dtr\n"
+          "  or:  divtrace diff --reference REF.dtr A.dtr [B.dtr]\n"
           "Compare two traces: how their configurations differ, the first step and op\n"
           "where they stop being bitwise identical, the origin ops of that step (inputs\n"
           "identical, output different), the growth of the parameter distance, and the\n"
           "final losses.\n"
           "\n"
+          "  -r, --reference REF  each run's distance from the reference trajectory REF\n"
+          "                   (e.g. recorded with --backend mpfr) at every checkpoint,\n"
+          "                   and which run stays closer to exact arithmetic for longer\n"
           "      --json       one JSON object instead of text\n"
           "  -q, --quiet      print nothing; only the exit status\n"
           "  -h, --help       show this help and exit\n"
           "  -V, --version    show the version and exit\n"
           "\n"
-          "Exit status: 0 identical over the common steps, 1 different, 2 trouble.\n",
+          "Exit status: 0 identical over the common steps (with --reference: every run\n"
+          "equals the reference at every shared checkpoint), 1 different, 2 trouble.\n",
           f);
 }
 
@@ -253,26 +258,160 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
     printf("}}\n");
 }
 
+static void diff_ref_text(const struct trace_file *ref, struct trace_file **runs, int n,
+                          const struct diff_refresult *r)
+{
+    char buf[512];
+    const char *prec = trace_config_get(&ref->cfg, "precision");
+    printf("reference: %s (backend %s%s%s; %s)\n", ref->path,
+           trace_config_get(&ref->cfg, "backend") ? trace_config_get(&ref->cfg, "backend") : "?",
+           prec ? ", precision " : "", prec ? prec : "", diff_status(ref, buf, sizeof buf));
+    for (int k = 0; k < n; k++)
+        printf("%c: %s (%s)\n", 'A' + k, runs[k]->path, diff_status(runs[k], buf, sizeof buf));
+    printf("distance from the reference (relative L2 distance of all parameters, at checkpoints):\n");
+    printf("  %8s", "step");
+    for (int k = 0; k < n; k++)
+        printf("  %12c", 'A' + k);
+    putchar('\n');
+    int stride = r->npoints > 24 ? (r->npoints + 23) / 24 : 1;
+    for (int p = 0; p < r->npoints; p++) {
+        if (p % stride && p != r->npoints - 1)
+            continue;
+        printf("  %8" PRIu64, r->points[p].step);
+        for (int k = 0; k < n; k++)
+            printf("  %12.3g", r->points[p].dist[k]);
+        putchar('\n');
+    }
+    for (int t = 0; t < DIFF_NTHRESH; t++) {
+        printf("  exceeds %g:", diff_thresholds[t]);
+        for (int k = 0; k < n; k++) {
+            printf(" %c ", 'A' + k);
+            diff_print_cross("at step ", r->cross[k][t]);
+            printf("%s", k + 1 < n ? ";" : "");
+        }
+        putchar('\n');
+    }
+    if (n == 2) {
+        /* closer for longer: the later first crossing of the smallest
+         * threshold that separates them, else the smaller final distance */
+        int winner = -1;
+        for (int t = 0; t < DIFF_NTHRESH && winner < 0; t++) {
+            int64_t a = r->cross[0][t], b = r->cross[1][t];
+            if (a == b)
+                continue;
+            if (a < 0 || (b >= 0 && a > b))
+                winner = 0;
+            else
+                winner = 1;
+        }
+        const struct diff_refpoint *last = &r->points[r->npoints - 1];
+        if (winner < 0 && last->dist[0] != last->dist[1] && !isnan(last->dist[0]) && !isnan(last->dist[1]))
+            winner = last->dist[0] < last->dist[1] ? 0 : 1;
+        if (winner < 0)
+            printf("neither run stays closer to the reference than the other\n");
+        else
+            printf("closer to exact arithmetic for longer: %c (%s)\n", 'A' + winner, runs[winner]->path);
+    }
+}
+
+static void diff_ref_json(const struct trace_file *ref, struct trace_file **runs, int n,
+                          const struct diff_refresult *r)
+{
+    printf("{\"reference\": ");
+    cli_json_str(stdout, ref->path);
+    printf(", \"runs\": [");
+    for (int k = 0; k < n; k++) {
+        printf("%s", k ? ", " : "");
+        cli_json_str(stdout, runs[k]->path);
+    }
+    printf("],\n \"points\": [");
+    for (int p = 0; p < r->npoints; p++) {
+        printf("%s{\"step\": %" PRIu64 ", \"distance\": [", p ? ", " : "", r->points[p].step);
+        for (int k = 0; k < n; k++) {
+            printf("%s", k ? ", " : "");
+            cli_json_num(stdout, r->points[p].dist[k]);
+        }
+        printf("]}");
+    }
+    printf("],\n \"crossings\": [");
+    for (int t = 0; t < DIFF_NTHRESH; t++) {
+        printf("%s{\"threshold\": %g, \"steps\": [", t ? ", " : "", diff_thresholds[t]);
+        for (int k = 0; k < n; k++) {
+            printf("%s", k ? ", " : "");
+            if (r->cross[k][t] >= 0)
+                printf("%" PRId64, r->cross[k][t]);
+            else
+                fputs("null", stdout);
+        }
+        printf("]}");
+    }
+    printf("]}\n");
+}
+
+static int diff_with_reference(const char *refpath, char **paths, int n, int json, int quiet)
+{
+    if (n < 1 || n > 2) {
+        cli_error("diff", "--reference takes one or two runs to compare with it");
+        return CLI_EXIT_TROUBLE;
+    }
+    struct trace_file *ref = NULL, *runs[2] = {NULL, NULL};
+    int rc = CLI_EXIT_TROUBLE;
+    if (trace_open(&ref, refpath) < 0)
+        goto fail;
+    for (int k = 0; k < n; k++)
+        if (trace_open(&runs[k], paths[k]) < 0)
+            goto fail;
+    struct diff_refresult r;
+    if (diff_reference(ref, runs, n, &r) < 0) {
+        diff_refresult_free(&r);
+        goto fail;
+    }
+    if (!quiet && json)
+        diff_ref_json(ref, runs, n, &r);
+    else if (!quiet)
+        diff_ref_text(ref, runs, n, &r);
+    rc = 0;
+    for (int k = 0; k < n; k++)
+        if (!r.identical[k])
+            rc = 1;
+    diff_refresult_free(&r);
+    goto out;
+fail:
+    cli_error("diff", "%s", dt_error());
+out:
+    if (ref)
+        trace_close(ref);
+    for (int k = 0; k < 2; k++)
+        if (runs[k])
+            trace_close(runs[k]);
+    return rc;
+}
+
 int cmd_diff(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'},
+        {"reference", required_argument, NULL, 'r'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int json = 0, quiet = 0, c;
+    const char *reference = NULL;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+qhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "r:qhV", opts, NULL)) != -1) {
         switch (c) {
         case 'j': json = 1; break;
+        case 'r': reference = optarg; break;
         case 'q': quiet = 1; break;
         case 'h': diff_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("diff");
         }
     }
+    if (reference)
+        return diff_with_reference(reference, argv + optind, argc - optind, json, quiet);
     if (argc - optind != 2) {
         cli_error("diff", "expected two trace files");
         return cli_usage_error("diff");

@@ -47,6 +47,8 @@ static void record_usage(FILE *f)
           "      --cpu-kernel NAME     OpenBLAS kernel, e.g. Haswell, Sandybridge, Nehalem,\n"
           "                            Prescott, SkylakeX (refused if the CPU lacks it)\n"
           "      --precision BITS      mpfr backend: bits of precision (default 128)\n"
+          "      --no-self-check       mpfr backend: skip the run at twice the precision that\n"
+          "                            checks the float32 results (halves the time)\n"
           "\n"
           "Non-finite values and testing:\n"
           "      --stop-on-nonfinite   end the run after the step that first produced a NaN\n"
@@ -66,7 +68,7 @@ enum {
     OPT_TRACE_LEVEL = 256, OPT_CKPT, OPT_MODEL, OPT_PRESET, OPT_LAYERS, OPT_ACT, OPT_OPTIMIZER,
     OPT_LR, OPT_MOMENTUM, OPT_BATCH, OPT_STEPS, OPT_SEED, OPT_INIT_SEED, OPT_INIT_SCALE,
     OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
-    OPT_PRECISION, OPT_INJECT,
+    OPT_PRECISION, OPT_INJECT, OPT_NO_SELF_CHECK,
 };
 
 static const struct option record_options[] = {
@@ -94,6 +96,7 @@ static const struct option record_options[] = {
     {"flip-bit", required_argument, NULL, OPT_FLIP},
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"inject", required_argument, NULL, OPT_INJECT},
+    {"no-self-check", no_argument, NULL, OPT_NO_SELF_CHECK},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -194,6 +197,7 @@ static int record_option(int c, const char *arg, struct train_config *tc)
         return DT_OK;
     }
     case OPT_INJECT: tc->inject = arg; return DT_OK;
+    case OPT_NO_SELF_CHECK: tc->no_self_check = 1; return DT_OK;
     }
     DT_ASSERT(0, "unhandled option %d", c);
 }
@@ -262,6 +266,9 @@ int cmd_record(int argc, char **argv)
         printf("%s: %" PRIu64 " step%s in %.1f s, final loss %.6f, mean of last %d step%s %.6f\n",
                tc.out, res.steps, res.steps == 1 ? "" : "s", res.seconds, res.final_loss, last,
                last == 1 ? "" : "s", res.mean_last50);
+        if (res.self_checked && res.self_agree == res.steps)
+            printf("self-check: the run at twice the precision gave the same float32 results in "
+                   "all %" PRIu64 " steps\n", res.steps);
     }
     return res.nonfinite ? CLI_EXIT_TROUBLE : 0;
 }

@@ -202,7 +202,7 @@ int cmd_show(int argc, char **argv)
     int has_step = 0, summary = 0, json = 0, list_ops = 0, c;
     uint64_t only = 0;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+s:hV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:hV", opts, NULL)) != -1) {
         switch (c) {
         case 's':
             if (cli_u64("--step", optarg, &only) < 0) {

@@ -351,3 +351,67 @@ void diff_result_free(struct diff_result *r)
     free(r->points);
     memset(r, 0, sizeof *r);
 }
+
+int diff_reference(struct trace_file *ref, struct trace_file **runs, int nruns,
+                   struct diff_refresult *out)
+{
+    memset(out, 0, sizeof *out);
+    out->nruns = nruns;
+    for (int k = 0; k < nruns; k++) {
+        out->identical[k] = 1;
+        for (int t = 0; t < DIFF_NTHRESH; t++)
+            out->cross[k][t] = -1;
+        if (runs[k]->nops != ref->nops) {
+            dt_error_set("%s and the reference %s train different graphs (%u and %u ops)",
+                         runs[k]->path, ref->path, runs[k]->nops, ref->nops);
+            return DT_ERR;
+        }
+    }
+    out->points = dt_calloc(ref->nckpt ? ref->nckpt : 1, sizeof *out->points);
+    for (uint32_t i = 0; i < ref->nckpt; i++) {
+        uint64_t step = ref->ckpt[i].step;
+        struct diff_refpoint p = {step, {NAN, NAN}};
+        int any = 0;
+        struct trace_ckpt cr;
+        int have_ref = 0;
+        for (int k = 0; k < nruns; k++) {
+            int j = diff_ckpt_at(runs[k], step);
+            if (j < 0)
+                continue;
+            if (!have_ref) {
+                if (trace_read_ckpt(ref, i, &cr) < 0)
+                    return DT_ERR;
+                have_ref = 1;
+            }
+            struct trace_ckpt cx;
+            if (trace_read_ckpt(runs[k], (uint32_t)j, &cx) < 0) {
+                trace_ckpt_free(&cr);
+                return DT_ERR;
+            }
+            /* the distance of the run from the reference, relative to the reference */
+            p.dist[k] = diff_ckpt_distance(ref, &cr, &cx);
+            trace_ckpt_free(&cx);
+            any = 1;
+            if (p.dist[k] != 0)
+                out->identical[k] = 0;
+            for (int t = 0; t < DIFF_NTHRESH; t++)
+                if (out->cross[k][t] < 0 && p.dist[k] > diff_thresholds[t])
+                    out->cross[k][t] = (int64_t)step;
+        }
+        if (have_ref)
+            trace_ckpt_free(&cr);
+        if (any)
+            out->points[out->npoints++] = p;
+    }
+    if (!out->npoints) {
+        dt_error_set("the runs share no checkpoint step with the reference %s", ref->path);
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
+void diff_refresult_free(struct diff_refresult *r)
+{
+    free(r->points);
+    memset(r, 0, sizeof *r);
+}

@@ -42,6 +42,24 @@ struct diff_result {
     double final_a, final_b, mean50_a, mean50_b;
 };
 
+/* Distances of runs from a reference trajectory (diff --reference). */
+struct diff_refpoint {
+    uint64_t step;
+    double dist[2];            /* per run, NaN where that run has no checkpoint */
+};
+struct diff_refresult {
+    int nruns;
+    int npoints;
+    struct diff_refpoint *points;
+    int64_t cross[2][DIFF_NTHRESH]; /* first checkpoint step beyond each threshold, or -1 */
+    int identical[2];               /* every shared checkpoint equals the reference's */
+};
+/* Compare one or two runs with ref at the checkpoints they share. 0, or -1
+ * with dt_error set (unreadable checkpoint, different models). */
+int diff_reference(struct trace_file *ref, struct trace_file **runs, int nruns,
+                   struct diff_refresult *out);
+void diff_refresult_free(struct diff_refresult *r);
+
 /* Compare a and b. 0, or -1 with dt_error set (e.g. an unreadable checkpoint). */
 int diff_traces(struct trace_file *a, struct trace_file *b, struct diff_result *r);
 void diff_result_free(struct diff_result *r);

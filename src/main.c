@@ -16,6 +16,8 @@ static void main_usage(FILE *f)
           "  record   train a model on a backend and write a trace (.dtr)\n"
           "  show     print a trace: header, per-step summaries, per-op records\n"
           "  diff     compare two traces: first divergence, origin ops, timeline\n"
+          "  replay   re-execute recorded steps: reproducibility, or each op against\n"
+          "           the exact oracle and its error bound\n"
           "\n"
           "Options:\n"
           "  -h, --help     show this help and exit\n"
@@ -46,6 +48,7 @@ int main(int argc, char **argv)
         {"record", cmd_record},
         {"show", cmd_show},
         {"diff", cmd_diff},
+        {"replay", cmd_replay},
     };
     cli_argv = argv;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

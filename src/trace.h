@@ -102,6 +102,7 @@ const struct trace_tensor *trace_ckpt_find(const struct trace_ckpt *c, const cha
 enum trace_event_code {
     TRACE_EVENT_NONFINITE = 1, /* first op with non-finite output and finite inputs */
     TRACE_EVENT_STOPPED,       /* the run ended early (text says why) */
+    TRACE_EVENT_SELFCHECK,     /* mpfr: agreement with a run at twice the precision */
 };
 struct trace_event {
     uint32_t code;           /* enum trace_event_code */

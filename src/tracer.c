@@ -25,6 +25,8 @@ struct tracer {
     struct trace_oprec *rec;   /* per node, this step */
     char *dirty;               /* per node: leaf changed outside the graph this step */
     uint64_t step;
+    uint64_t nsteps;           /* steps traced to their end */
+    int begun;                 /* a step has begun */
     int nonfinite_op;
     uint64_t nonfinite_step;
     /* the worker: a single-producer, single-consumer queue of ops */
@@ -46,8 +48,10 @@ int tracer_finite(const struct trace_oprec *r)
 static void tracer_process(struct tracer *t, int i, const backend_buf *buf)
 {
     const struct node *nd = &t->g->nodes[i];
-    if (nd->next >= 0 && t->step > 0 && !t->dirty[i]) {
-        /* A leaf holds exactly the bytes its update produced last step. */
+    if (nd->next >= 0 && t->nsteps > 0 && !t->dirty[i]) {
+        /* A leaf holds exactly the bytes its update produced last step
+         * (this tracer's last step: a run resumed from a checkpoint hashes
+         * its leaves on its first step). */
         t->rec[i] = t->rec[nd->next];
     } else {
         t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
@@ -146,6 +150,9 @@ void tracer_free(struct tracer *t)
 void tracer_begin(struct tracer *t, uint64_t step)
 {
     tracer_sync(t);
+    if (t->begun)
+        t->nsteps++;
+    t->begun = 1;
     t->step = step;
     memset(t->dirty, 0, (size_t)t->g->n);
 }

@@ -103,6 +103,8 @@ uint64_t train_default_ckpt_every(uint64_t steps, uint64_t ckpt_bytes)
 struct train_state {
     const struct train_config *tc;
     struct run r;
+    struct run r2;             /* mpfr self-check: the same run at twice the precision */
+    int twin;
     struct trace_writer *w;
     struct trace_config cfg;
     uint64_t ckpt_every;
@@ -117,10 +119,9 @@ static int train_ckpt(struct train_state *s, uint64_t step)
     return rc;
 }
 
-static void train_flip(struct train_state *s)
+static void train_flip(struct train_state *s, struct run *r)
 {
     const struct train_config *tc = s->tc;
-    struct run *r = &s->r;
     int i = graph_find(&r->g, tc->flip_tensor);
     exec_get(&r->e, i, r->host);
     uint32_t u;
@@ -164,6 +165,14 @@ static int train_setup(struct train_state *s)
         return DT_ERR;
     if (tc->inject && fault_install(&s->r, tc->inject) < 0)
         return DT_ERR;
+    if (strcmp(tc->backend, "mpfr") == 0 && !tc->no_self_check) {
+        long p = tc->precision ? tc->precision : 128;
+        if (run_open(&s->r2, tc, 2 * p, 1) < 0)
+            return DT_ERR;
+        if (tc->inject && fault_install(&s->r2, tc->inject) < 0)
+            return DT_ERR;
+        s->twin = 1;
+    }
     s->ckpt_every = tc->ckpt_every ? tc->ckpt_every
                                    : train_default_ckpt_every(tc->steps, run_ckpt_bytes(&s->r));
     run_describe(&s->r, &s->cfg, s->ckpt_every);
@@ -173,6 +182,8 @@ static int train_setup(struct train_state *s)
 static void train_teardown(struct train_state *s)
 {
     run_close(&s->r);
+    if (s->twin)
+        run_close(&s->r2);
     trace_config_free(&s->cfg);
 }
 
@@ -221,12 +232,26 @@ int train_run(const struct train_config *tc, struct train_result *res)
     for (step = 0; step < tc->steps; step++) {
         run_step_begin(r, step);
         /* A fault lands before the checkpoint: it is the state this step runs on. */
-        if (tc->flip_set && step == tc->flip_step)
-            train_flip(&s);
+        if (tc->flip_set && step == tc->flip_step) {
+            train_flip(&s, r);
+            if (s.twin)
+                train_flip(&s, &s.r2);
+        }
         if (s.w && step % s.ckpt_every == 0 && train_ckpt(&s, step) < 0)
             goto out;
         run_step_exec(r, step);
         double loss = run_loss(r);
+        if (s.twin) {
+            /* the same step at twice the precision: equal float32 results? */
+            run_step_begin(&s.r2, step);
+            run_step_exec(&s.r2, step);
+            struct trace_step a, b;
+            run_summarize(r, step, loss, TRACE_LEVEL_STEP, keep, hashes, &a);
+            run_summarize(&s.r2, step, run_loss(&s.r2), TRACE_LEVEL_STEP, keep, hashes, &b);
+            if (a.root == b.root && res->self_agree == step)
+                res->self_agree = step + 1;
+            exec_advance(&s.r2.e);
+        }
         ring[step % 50] = loss;
         res->final_loss = loss;
         if (!isfinite(loss))
@@ -280,6 +305,24 @@ int train_run(const struct train_config *tc, struct train_result *res)
     for (uint64_t k = 0; k < nlast; k++)
         sum += ring[(step - 1 - k) % 50];
     res->mean_last50 = nlast ? sum / (double)nlast : NAN;
+    if (s.twin) {
+        res->self_checked = 1;
+        char text[512];
+        long p = tc->precision ? tc->precision : 128;
+        if (res->self_agree == step)
+            snprintf(text, sizeof text, "self-check: precision %ld and %ld bits give the same float32 "
+                     "results in all %" PRIu64 " steps", p, 2 * p, step);
+        else
+            snprintf(text, sizeof text, "self-check: precision %ld and %ld bits agree in float32 for "
+                     "the first %" PRIu64 " of %" PRIu64 " steps only: %ld bits are too few for %"
+                     PRIu64 " steps (use --precision %ld)", p, 2 * p, res->self_agree, step, p, step,
+                     2 * p);
+        if (res->self_agree != step)
+            fprintf(stderr, "divtrace record: warning: %s\n", text);
+        struct trace_event ev = {TRACE_EVENT_SELFCHECK, step ? step - 1 : 0, UINT32_MAX, text};
+        if (s.w && trace_writer_event(s.w, &ev) < 0)
+            goto out;
+    }
     if (s.w) {
         if (train_ckpt(&s, step) < 0)
             goto out;

@@ -30,6 +30,7 @@ struct train_config {
     int progress;               /* progress line on stderr */
     int quiet;
     int notrace;                /* benchmarks: no hashing, no file */
+    int no_self_check;          /* mpfr: skip the run at twice the precision */
     /* test hook: flip bit `flip_bit` of element `flip_index` of leaf
      * `flip_tensor` at the start of step `flip_step` */
     int flip_set;
@@ -40,6 +41,8 @@ struct train_config {
 
 struct train_result {
     uint64_t steps;             /* steps completed */
+    int self_checked;           /* mpfr: a run at twice the precision went alongside */
+    uint64_t self_agree;        /* leading steps whose float32 results agreed with it */
     double final_loss;
     double mean_last50;
     int nonfinite;              /* a NaN/Inf was produced */

@@ -170,6 +170,66 @@ one_line "corrupted checkpoint"
 expect 2 "diff of a trace with a corrupted checkpoint: exit 2" -- "$DT" diff "$T/a.dtr" "$T/flipped2.dtr"
 one_line "diff corrupted checkpoint"
 
+# --- replay: a cpu run reproduces bitwise from a checkpoint
+expect 0 "record for replay" -- $R --steps 8 --batch 10 --checkpoint-every 4 -o "$T/rp.dtr"
+expect 0 "replay --step 5 --steps 3 reproduces" -- "$DT" replay "$T/rp.dtr" --step 5 --steps 3
+has "$T/out" "^reproduced: every replayed step matches the recording bitwise" "replay: says reproduced"
+has "$T/out" "replayed from the checkpoint at step 4" "replay: starts at the checkpoint before step 5"
+expect 1 "replay with a fault does not reproduce" -- "$DT" replay "$T/rp.dtr" --step 5 --inject enc2.matmul:scale
+has "$T/out" "^not reproduced: step 4 differs from the recording first in op [0-9]+ enc2\.matmul$" "replay: names the faulty op"
+expect 2 "replay past the end" -- "$DT" replay "$T/rp.dtr" --step 7 --steps 2
+one_line "replay past the end"
+expect 2 "replay without --step" -- "$DT" replay "$T/rp.dtr"
+one_line "replay without --step"
+
+# --- replay against the exact oracle: a clean run is exact or rounding everywhere
+expect 0 "clean cpu run against the oracle: no SEMANTIC op" -- "$DT" replay "$T/rp.dtr" --step 6 --against mpfr --all
+has "$T/out" "^summary: 37 op results checked: [0-9]+ exact, [0-9]+ rounding, 0 SEMANTIC$" "oracle: summary of a clean step"
+has "$T/out" "^ +[0-9]+  enc1\.matmul +matmul +[0-9]+ +[0-9.e-]+  (rounding|exact)$" "oracle: a matmul is rounding or exact"
+has "$T/out" "^ +[0-9]+  enc1\.add_bias +add_bias +0 +0  exact$" "oracle: a correctly rounded addition is exact"
+# each injected wrong computation is SEMANTIC at exactly its op, and nowhere else
+semantic_at() { # NAME EXTRA-RECORD-OPTIONS... : record with the fault, replay against the oracle
+    op=$1; shift
+    "$DT" record -q --steps 2 --batch 10 "$@" --inject "$op" -o "$T/f.dtr" 2>"$T/err"
+    "$DT" replay "$T/f.dtr" --step 1 --against mpfr >"$T/out" 2>>"$T/err"
+    rc=$?
+    name=${op%%:*}
+    n=$(grep -Ec '^ +[0-9]+  .* SEMANTIC$' "$T/out")
+    if [ "$rc" -eq 1 ] && [ "$n" -eq 1 ] && grep -Eq "^ +[0-9]+  ${name} +[a-z_0-9]+ +[0-9NaN]+ +[0-9.e+inf]+  SEMANTIC$" "$T/out"; then
+        ok "--inject $op $*: SEMANTIC at $name only"
+    else
+        bad "--inject $op $*: exit $rc, $n SEMANTIC ops"; cat "$T/out" "$T/err" | head -30
+    fi
+}
+semantic_at enc1.sigmoid:formula
+semantic_at enc1.add_bias:formula
+semantic_at dec2.add_bias.grad:formula
+semantic_at dec2.b.grad:formula
+semantic_at dec2.sigmoid.grad:formula
+semantic_at loss.mse:formula
+semantic_at enc2.W.update:formula
+semantic_at enc1.W.update:formula --preset adam-shoulder
+semantic_at enc1.relu:formula --act relu
+semantic_at enc1.tanh:formula --act tanh
+semantic_at enc1.add_bias.grad:formula --act tanh
+semantic_at dec1.matmul:bitflip:5:20
+semantic_at enc2.matmul:scale
+
+# --- the mpfr backend: a reference run that aligns op by op with cpu runs
+M="--steps 3 --batch 4 --layers 784,16,784"
+expect 0 "record --backend mpfr (with its self-check at twice the precision)" -- "$DT" record $M --backend mpfr -o "$T/ref.dtr"
+has "$T/out" "^self-check: the run at twice the precision gave the same float32 results in all 3 steps$" "mpfr: self-check passed"
+expect 0 "record the same on cpu" -- $R $M -o "$T/c1.dtr"
+expect 0 "record the same on cpu, two threads" -- $R $M --threads 2 -o "$T/c2.dtr"
+expect 1 "diff cpu vs mpfr: aligned op by op, different" -- "$DT" diff "$T/c1.dtr" "$T/ref.dtr"
+has "$T/out" "^first divergence: step 0$" "cpu vs mpfr: first divergence at step 0"
+if grep -q "op lists differ" "$T/out"; then bad "cpu vs mpfr: op lists differ"; else ok "cpu vs mpfr: the op lists align"; fi
+expect 1 "diff --reference: distances from the mpfr run" -- "$DT" diff --reference "$T/ref.dtr" "$T/c1.dtr" "$T/c2.dtr"
+has "$T/out" "^distance from the reference" "diff --reference: table"
+has "$T/out" "^(closer to exact arithmetic for longer: [AB]|neither run stays closer)" "diff --reference: verdict"
+expect 2 "mpfr precision out of range" -- "$DT" record $M --backend mpfr --precision 8 -o "$T/x.dtr"
+one_line "mpfr precision out of range"
+
 # --- the golden trace: a v1 file written by divtrace 0.1.0 stays readable,
 # and what a run computes without the BLAS library (data order, initial
 # weights, the tensor hash) stays what it was

@@ -1,0 +1,220 @@
+/* cmd_replay.c: `divtrace replay`: option parsing and the report. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "diff.h"
+#include "replay.h"
+#include "trace.h"
+#include "util.h"
+
+static void replay_usage(FILE *f)
+{
+    fputs("Usage: divtrace replay [OPTION]... TRACE.dtr --step S\n"
+          "Re-execute recorded steps from the checkpoint at or before step S.\n"
+          "\n"
+          "  -s, --step S         the first step to check (required)\n"
+          "  -n, --steps N        how many steps to check (default 1)\n"
+          "  -a, --against WHAT   same (default): re-execute on the recorded backend and\n"
+          "                       compare every op hash with the recording, stopping at\n"
+          "                       the first mismatch; mpfr: give every op of the checked\n"
+          "                       steps its own float32 inputs, compute the exact result\n"
+          "                       and classify the op as exact, rounding (within its\n"
+          "                       error bound) or SEMANTIC (beyond it); the recorded\n"
+          "                       backend's name (e.g. cpu) means same\n"
+          "      --inject OP:KIND a fault in op OP (as for record) during the replay\n"
+          "      --all            against mpfr: list every op, not only the inexact ones\n"
+          "      --json           one JSON object instead of text\n"
+          "  -q, --quiet          print nothing; only the exit status\n"
+          "  -h, --help           show this help and exit\n"
+          "  -V, --version        show the version and exit\n"
+          "\n"
+          "Exit status: same: 0 reproduced bitwise, 1 not; mpfr: 0 no op SEMANTIC,\n"
+          "1 some op SEMANTIC; 2 trouble.\n",
+          f);
+}
+
+static void replay_print_check(const struct trace_file *tf, const struct replay_opcheck *c)
+{
+    const struct trace_opdef *o = &tf->ops[c->op];
+    char ulp[32];
+    if (c->max_ulp == UINT64_MAX)
+        snprintf(ulp, sizeof ulp, "NaN");
+    else
+        snprintf(ulp, sizeof ulp, "%" PRIu64, c->max_ulp);
+    printf("  %4d  %-24s %-12s %10s  %10.3g  %s\n", c->op, o->name, o->type, ulp, c->max_ratio,
+           replay_class_name(c->cls));
+    if (c->cls == REPLAY_SEMANTIC)
+        printf("        worst element %" PRIu64 ": %.9g, exact %.9g, error %.3g, bound %.3g\n",
+               c->worst, (double)c->worst_value, (double)c->worst_exact,
+               fabs((double)c->worst_value - (double)c->worst_exact), c->worst_bound);
+}
+
+static void replay_text(const struct trace_file *tf, const struct replay_options *opt,
+                        const struct replay_result *r, int all)
+{
+    printf("%s: steps %" PRIu64 " to %" PRIu64 " replayed from the checkpoint at step %" PRIu64
+           " in %.2f s\n", tf->path, r->first, r->last, r->from_ckpt, r->seconds);
+    if (opt->against == REPLAY_ORACLE) {
+        uint64_t step = UINT64_MAX;
+        for (int k = 0; k < r->ncheck; k++) {
+            const struct replay_opcheck *c = &r->check[k];
+            if (!all && c->cls == REPLAY_EXACT)
+                continue;
+            if (c->step != step) {
+                step = c->step;
+                printf("step %" PRIu64 " against the exact oracle%s:\n", step,
+                       all ? "" : " (ops that are not exact)");
+                printf("  %4s  %-24s %-12s %10s  %10s  %s\n", "op", "name", "type", "max ulp",
+                       "err/bound", "class");
+            }
+            replay_print_check(tf, c);
+        }
+        printf("summary: %d op results checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64
+               " SEMANTIC\n", r->ncheck, r->nexact, r->nrounding, r->nsemantic);
+    }
+    if (r->reproduced) {
+        printf("reproduced: every replayed step matches the recording bitwise\n");
+    } else if (r->mismatch_op >= 0) {
+        printf("not reproduced: step %" PRId64 " differs from the recording first in op %d %s\n",
+               r->mismatch_step, r->mismatch_op, tf->ops[r->mismatch_op].name);
+    } else {
+        printf("not reproduced: step %" PRId64 " differs from the recording (its root hash; the "
+               "trace keeps no op records to say where)\n", r->mismatch_step);
+    }
+}
+
+static void replay_json(const struct trace_file *tf, const struct replay_options *opt,
+                        const struct replay_result *r)
+{
+    printf("{\"trace\": ");
+    cli_json_str(stdout, tf->path);
+    printf(", \"first\": %" PRIu64 ", \"last\": %" PRIu64 ", \"checkpoint\": %" PRIu64
+           ", \"against\": \"%s\", \"reproduced\": %s, \"mismatch_step\": ",
+           r->first, r->last, r->from_ckpt, opt->against == REPLAY_ORACLE ? "mpfr" : "same",
+           r->reproduced ? "true" : "false");
+    if (r->mismatch_step >= 0)
+        printf("%" PRId64, r->mismatch_step);
+    else
+        fputs("null", stdout);
+    printf(", \"mismatch_op\": ");
+    if (r->mismatch_op >= 0)
+        printf("%d", r->mismatch_op);
+    else
+        fputs("null", stdout);
+    printf(",\n \"exact\": %" PRIu64 ", \"rounding\": %" PRIu64 ", \"semantic\": %" PRIu64
+           ",\n \"ops\": [", r->nexact, r->nrounding, r->nsemantic);
+    for (int k = 0; k < r->ncheck; k++) {
+        const struct replay_opcheck *c = &r->check[k];
+        printf("%s\n  {\"step\": %" PRIu64 ", \"op\": %d, \"name\": ", k ? "," : "", c->step, c->op);
+        cli_json_str(stdout, tf->ops[c->op].name);
+        printf(", \"class\": \"%s\", \"max_ulp\": ", replay_class_name(c->cls));
+        if (c->max_ulp == UINT64_MAX)
+            fputs("null", stdout);
+        else
+            printf("%" PRIu64, c->max_ulp);
+        printf(", \"max_error_over_bound\": ");
+        cli_json_num(stdout, c->max_ratio);
+        if (c->cls != REPLAY_EXACT) {
+            printf(", \"worst\": {\"index\": %" PRIu64 ", \"value\": ", c->worst);
+            cli_json_num(stdout, c->worst_value);
+            printf(", \"exact\": ");
+            cli_json_num(stdout, c->worst_exact);
+            printf(", \"bound\": ");
+            cli_json_num(stdout, c->worst_bound);
+            putchar('}');
+        }
+        putchar('}');
+    }
+    printf("]}\n");
+}
+
+int cmd_replay(int argc, char **argv)
+{
+    enum { OPT_INJECT = 256, OPT_ALL, OPT_JSON };
+    static const struct option opts[] = {
+        {"step", required_argument, NULL, 's'},
+        {"steps", required_argument, NULL, 'n'},
+        {"against", required_argument, NULL, 'a'},
+        {"inject", required_argument, NULL, OPT_INJECT},
+        {"all", no_argument, NULL, OPT_ALL},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    struct replay_options opt = {.steps = 1, .against = REPLAY_SAME};
+    int has_step = 0, all = 0, c;
+    const char *against = "same";
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "s:n:a:qhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (cli_u64("--step", optarg, &opt.step) < 0)
+                goto bad;
+            has_step = 1;
+            break;
+        case 'n':
+            if (cli_u64("--steps", optarg, &opt.steps) < 0)
+                goto bad;
+            break;
+        case 'a': against = optarg; break;
+        case OPT_INJECT: opt.inject = optarg; break;
+        case OPT_ALL: all = 1; break;
+        case OPT_JSON: opt.json = 1; break;
+        case 'q': opt.quiet = 1; break;
+        case 'h': replay_usage(stdout); return 0;
+        case 'V': return cli_version();
+        default: return cli_usage_error("replay");
+        }
+    }
+    if (argc - optind != 1) {
+        cli_error("replay", "expected one trace file");
+        return cli_usage_error("replay");
+    }
+    if (!has_step) {
+        cli_error("replay", "no step given: --step S");
+        return CLI_EXIT_TROUBLE;
+    }
+    struct trace_file *tf;
+    if (trace_open(&tf, argv[optind]) < 0) {
+        cli_error("replay", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
+    /* mpfr: the exact oracle; same, or the recorded backend's name: the
+     * recorded backend itself */
+    const char *recorded = trace_config_get(&tf->cfg, "backend");
+    if (strcmp(against, "mpfr") == 0 && !(recorded && strcmp(recorded, "mpfr") == 0)) {
+        opt.against = REPLAY_ORACLE;
+    } else if (strcmp(against, "same") != 0 && !(recorded && strcmp(against, recorded) == 0)) {
+        cli_error("replay", "--against '%s': expected same, mpfr or the recorded backend (%s)",
+                  against, recorded ? recorded : "unknown");
+        trace_close(tf);
+        return CLI_EXIT_TROUBLE;
+    }
+    struct replay_result r;
+    int rc;
+    if (replay_run(tf, &opt, cli_argv, &r) < 0) {
+        cli_error("replay", "%s", dt_error());
+        rc = CLI_EXIT_TROUBLE;
+    } else {
+        if (!opt.quiet && opt.json)
+            replay_json(tf, &opt, &r);
+        else if (!opt.quiet)
+            replay_text(tf, &opt, &r, all);
+        if (opt.against == REPLAY_ORACLE)
+            rc = r.nsemantic ? 1 : 0;
+        else
+            rc = r.reproduced ? 0 : 1;
+    }
+    replay_result_free(&r);
+    trace_close(tf);
+    return rc;
+bad:
+    cli_error("replay", "%s", dt_error());
+    return CLI_EXIT_TROUBLE;
+}

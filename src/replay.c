@@ -1,0 +1,239 @@
+/* replay.c: re-execution of recorded steps (see replay.h). */
+#include "replay.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_blas.h"
+#include "diff.h"
+#include "fault.h"
+#include "oracle.h"
+#include "run.h"
+#include "util.h"
+
+const char *replay_class_name(enum replay_class c)
+{
+    static const char *const names[] = {"exact", "rounding", "SEMANTIC"};
+    return names[c];
+}
+
+struct replay_state {
+    struct run r;
+    struct train_config tc;
+    struct replay_result *res;
+    int checking;              /* oracle checks on for the current step */
+    uint64_t step;
+    float **in;                /* host copies of an op's inputs */
+    float *out, *exact;
+    double *bound;
+};
+
+/* Compare op i's output with the oracle's, element by element. */
+static void replay_check_op(struct replay_state *s, int i)
+{
+    struct run *r = &s->r;
+    const struct node *nd = &r->g.nodes[i];
+    for (int k = 0; k < nd->ninputs; k++)
+        exec_get(&r->e, nd->inputs[k], s->in[k]);
+    exec_get(&r->e, i, s->out);
+    struct backend_step st = {.step = s->step};
+    const float *const *in = (const float *const *)s->in;
+    DT_ASSERT(oracle_op(&r->g, nd, s->exact, in, &st) == 0, "oracle: %s", dt_error());
+    DT_ASSERT(oracle_bound(&r->g, nd, s->bound, in, &st) == 0, "oracle bound: %s", dt_error());
+    struct replay_opcheck c = {.step = s->step, .op = i, .cls = REPLAY_EXACT, .worst = 0};
+    for (size_t k = 0; k < nd->count; k++) {
+        float v = s->out[k], x = s->exact[k];
+        if (memcmp(&v, &x, sizeof v) == 0 || (isnan(v) && isnan(x)))
+            continue;
+        uint64_t ulp = diff_ulp(v, x);
+        double err = fabs((double)v - (double)x);
+        double allowed = s->bound[k] + 0.5 * oracle_ulp32(x);
+        double ratio = isnan(err) ? INFINITY : (allowed > 0 ? err / allowed : INFINITY);
+        if (ulp > c.max_ulp)
+            c.max_ulp = ulp;
+        if (c.cls == REPLAY_EXACT || ratio > c.max_ratio) {
+            c.max_ratio = ratio;
+            c.worst = k;
+            c.worst_value = v;
+            c.worst_exact = x;
+            c.worst_bound = s->bound[k];
+        }
+        c.cls = REPLAY_ROUNDING;
+    }
+    if (c.max_ratio > 1.0)
+        c.cls = REPLAY_SEMANTIC;
+    struct replay_result *res = s->res;
+    if (res->ncheck == res->capcheck) {
+        res->capcheck = res->capcheck ? 2 * res->capcheck : 64;
+        res->check = dt_realloc(res->check, (size_t)res->capcheck * sizeof *res->check);
+    }
+    res->check[res->ncheck++] = c;
+    if (c.cls == REPLAY_EXACT)
+        res->nexact++;
+    else if (c.cls == REPLAY_ROUNDING)
+        res->nrounding++;
+    else
+        res->nsemantic++;
+}
+
+static void replay_hook(void *arg, int i, const backend_buf *buf)
+{
+    struct replay_state *s = arg;
+    tracer_hook(s->r.tr, i, buf);
+    enum op_type t = s->r.g.nodes[i].type;
+    if (s->checking && t != OP_INPUT && t != OP_PARAM && t != OP_STATE)
+        replay_check_op(s, i);
+}
+
+/* Compare the step just replayed with its recording: the root, then op by
+ * op where the recording kept records. Returns 1 if they match. */
+static int replay_compare(struct replay_state *s, const struct trace_step *rec,
+                          enum trace_level level, struct trace_oprec *keep, uint64_t *hashes,
+                          double loss)
+{
+    struct trace_step now;
+    run_summarize(&s->r, rec->step, loss, level, keep, hashes, &now);
+    if (now.root == rec->root)
+        return 1;
+    s->res->mismatch_step = (int64_t)rec->step;
+    s->res->mismatch_op = -1;
+    const struct trace_oprec *ops = tracer_records(s->r.tr);
+    for (uint32_t k = 0; k < rec->nrec; k++)
+        if (ops[rec->rec[k].op].hash != rec->rec[k].hash) {
+            s->res->mismatch_op = (int)rec->rec[k].op;
+            break;
+        }
+    return 0;
+}
+
+static int replay_find_ckpt(const struct trace_file *tf, uint64_t step)
+{
+    int best = -1;
+    for (uint32_t i = 0; i < tf->nckpt; i++)
+        if (tf->ckpt[i].step <= step && (best < 0 || tf->ckpt[i].step > tf->ckpt[best].step))
+            best = (int)i;
+    return best;
+}
+
+static void replay_free_state(struct replay_state *s)
+{
+    if (s->in)
+        for (int k = 0; k < OP_MAX_INPUTS; k++)
+            free(s->in[k]);
+    free(s->in);
+    free(s->out);
+    free(s->exact);
+    free(s->bound);
+    run_close(&s->r);
+}
+
+int replay_run(struct trace_file *tf, const struct replay_options *opt, char **argv,
+               struct replay_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->mismatch_step = -1;
+    res->mismatch_op = -1;
+    if (opt->steps == 0) {
+        dt_error_set("--steps must be at least 1");
+        return DT_ERR;
+    }
+    if (opt->step + opt->steps > tf->nsteps) {
+        dt_error_set("%s holds steps 0 to %" PRIu64 ": cannot replay up to step %" PRIu64, tf->path,
+                     tf->nsteps ? tf->nsteps - 1 : 0, opt->step + opt->steps - 1);
+        return DT_ERR;
+    }
+    int ci = replay_find_ckpt(tf, opt->step);
+    if (ci < 0) {
+        dt_error_set("%s has no checkpoint at or before step %" PRIu64, tf->path, opt->step);
+        return DT_ERR;
+    }
+    struct replay_state s;
+    memset(&s, 0, sizeof s);
+    s.res = res;
+    if (run_config_from_trace(&s.tc, &tf->cfg) < 0)
+        return DT_ERR;
+    if (opt->inject)
+        s.tc.inject = opt->inject;
+    /* OpenBLAS chose its kernel when it was loaded: run again with the trace's. */
+    if (s.tc.cpu_kernel && cpu_blas_reexec(s.tc.cpu_kernel, argv) < 0)
+        return DT_ERR;
+    if (run_open(&s.r, &s.tc, 0, 1) < 0) {
+        run_close(&s.r);
+        return DT_ERR;
+    }
+    int rc = DT_ERR;
+    struct trace_ckpt ck;
+    memset(&ck, 0, sizeof ck);
+    struct trace_oprec *keep = dt_calloc((size_t)s.r.g.n, sizeof *keep);
+    uint64_t *hashes = dt_calloc((size_t)s.r.g.n, sizeof *hashes);
+    char want[32];
+    snprintf(want, sizeof want, "%016" PRIx64, s.r.data.im.hash);
+    const char *have = trace_config_get(&tf->cfg, "data_hash");
+    if (!have || strcmp(have, want) != 0) {
+        dt_error_set("the data at %s is not the data %s was recorded with (hash %s, recorded %s)",
+                     s.r.data.path, tf->path, want, have ? have : "none");
+        goto out;
+    }
+    if (s.tc.inject && fault_install(&s.r, s.tc.inject) < 0)
+        goto out;
+    if (trace_read_ckpt(tf, (uint32_t)ci, &ck) < 0 || run_ckpt_load(&s.r, &ck) < 0)
+        goto out;
+    size_t maxn = 1;
+    for (int i = 0; i < s.r.g.n; i++)
+        if (s.r.g.nodes[i].count > maxn)
+            maxn = s.r.g.nodes[i].count;
+    s.in = dt_calloc(OP_MAX_INPUTS, sizeof *s.in);
+    for (int k = 0; k < OP_MAX_INPUTS; k++)
+        s.in[k] = dt_malloc(maxn * sizeof(float));
+    s.out = dt_malloc(maxn * sizeof(float));
+    s.exact = dt_malloc(maxn * sizeof(float));
+    s.bound = dt_malloc(maxn * sizeof(double));
+    s.r.e.hook = replay_hook;
+    s.r.e.hook_arg = &s;
+
+    res->from_ckpt = ck.step;
+    res->first = opt->step;
+    res->last = opt->step + opt->steps - 1;
+    res->reproduced = 1;
+    double t0 = dt_now();
+    for (uint64_t step = ck.step; step <= res->last; step++) {
+        run_step_begin(&s.r, step);
+        if (s.tc.flip_set && step == s.tc.flip_step) {
+            int i = graph_find(&s.r.g, s.tc.flip_tensor);
+            exec_get(&s.r.e, i, s.r.host);
+            uint32_t u;
+            memcpy(&u, &s.r.host[s.tc.flip_index], sizeof u);
+            u ^= 1u << s.tc.flip_bit;
+            memcpy(&s.r.host[s.tc.flip_index], &u, sizeof u);
+            exec_set(&s.r.e, i, s.r.host);
+            tracer_mark_dirty(s.r.tr, i);
+        }
+        s.step = step;
+        s.checking = opt->against == REPLAY_ORACLE && step >= opt->step;
+        run_step_exec(&s.r, step);
+        double loss = run_loss(&s.r);
+        if (res->reproduced &&
+            !replay_compare(&s, &tf->steps[step], tf->level, keep, hashes, loss)) {
+            res->reproduced = 0;
+            if (opt->against == REPLAY_SAME)
+                break; /* stop at the first mismatch */
+        }
+        exec_advance(&s.r.e);
+    }
+    res->seconds = dt_now() - t0;
+    rc = DT_OK;
+out:
+    trace_ckpt_free(&ck);
+    free(keep);
+    free(hashes);
+    replay_free_state(&s);
+    return rc;
+}
+
+void replay_result_free(struct replay_result *res)
+{
+    free(res->check);
+    memset(res, 0, sizeof *res);
+}

@@ -1,0 +1,56 @@
+/* replay.h: `divtrace replay`: re-execute recorded steps from a checkpoint,
+ * either to check that the run reproduces bitwise, or op by op against the
+ * exact oracle: each op's own float32 inputs, its output's error in ULP and
+ * against the op's rigorous error bound. */
+#ifndef DT_REPLAY_H
+#define DT_REPLAY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "trace.h"
+
+enum replay_against { REPLAY_SAME, REPLAY_ORACLE };
+
+struct replay_options {
+    uint64_t step, steps;          /* steps [step, step + steps) */
+    enum replay_against against;
+    const char *inject;            /* an extra fault, or NULL */
+    int json, quiet;
+};
+
+enum replay_class { REPLAY_EXACT, REPLAY_ROUNDING, REPLAY_SEMANTIC };
+
+/* One op of one step against the oracle. */
+struct replay_opcheck {
+    uint64_t step;
+    int op;
+    enum replay_class cls;
+    uint64_t max_ulp;              /* UINT64_MAX: NaN against a number */
+    double max_ratio;              /* max |result - oracle| / (bound + ulp/2) */
+    uint64_t worst;                /* element with the largest ratio */
+    float worst_value, worst_exact;
+    double worst_bound;
+};
+
+struct replay_result {
+    uint64_t first, last;          /* steps replayed and checked */
+    uint64_t from_ckpt;            /* the checkpoint's step */
+    int reproduced;                /* every compared hash matched */
+    int64_t mismatch_step;         /* first step that did not, or -1 */
+    int mismatch_op;               /* its first op that did not, or -1 (root only) */
+    int ncheck, capcheck;
+    struct replay_opcheck *check;  /* oracle mode */
+    uint64_t nexact, nrounding, nsemantic;
+    double seconds;
+};
+
+/* Replay tf (its path is re-opened for checkpoints). 0, or -1 with dt_error
+ * set on trouble. argv: the whole command line, for re-executing with the
+ * trace's OpenBLAS kernel. */
+int replay_run(struct trace_file *tf, const struct replay_options *opt, char **argv,
+               struct replay_result *res);
+void replay_result_free(struct replay_result *res);
+const char *replay_class_name(enum replay_class c);
+
+#endif
