@@ -18,6 +18,14 @@ echo "### Tracing overhead"
 echo
 TMPDIR=$T "$B/tests/bench/bench_step"
 echo
+echo "### Exact oracle (reference/oracle.h)"
+echo
+"$B/tests/bench/bench_oracle"
+echo
+echo "### mpfr backend"
+echo
+"$B/tests/bench/bench_mpfr"
+echo
 echo "### diff of two 5000-step autoencoder traces (threads 1 vs 2, trace level op)"
 echo
 "$DT" record -q --threads 1 -o "$T/a.dtr"
