@@ -328,9 +328,11 @@ static void acc_add_finite(struct oracle_acc *a, double x)
  * sum, in any order, is a multiple of u sigma below sigma in magnitude:
  * representable, so the double sum is exact.
  * Levels: sigma_1 = 2^(e + 10) with max |p_i| < 2^e; the residuals of level l
- * are <= u sigma_l = 2^-10 sigma_{l+1} for sigma_{l+1} = 2^-43 sigma_l. After
- * three levels every product with |p| >= 2^-81 max |p| (48 significant bits)
- * has been captured whole; the few residuals left are added one by one. */
+ * are <= u sigma_l = 2^-10 sigma_{l+1} for sigma_{l+1} = 2^-43 sigma_l. The
+ * quanta u sigma_l are multiples of 2^(e - 129), so after three levels every
+ * product with |p| >= 2^(e - 81) (48 significant bits: all of them multiples
+ * of 2^(e - 128)) has been captured whole; the few residuals left, of
+ * products far below the largest, are added one by one. */
 #define ACC_BLOCK 512
 #define ACC_LEVELS 3
 

@@ -50,7 +50,16 @@ static void replay_check_op(struct replay_state *s, int i)
         uint64_t ulp = diff_ulp(v, x);
         double err = fabs((double)v - (double)x);
         double allowed = s->bound[k] + 0.5 * oracle_ulp32(x);
-        double ratio = isnan(err) ? INFINITY : (allowed > 0 ? err / allowed : INFINITY);
+        double ratio;
+        if (isinf(allowed))
+            /* no claim on the value (an input was NaN or Inf, or an
+             * intermediate could overflow): only a NaN against a number,
+             * or an infinity of the other sign, is wrong */
+            ratio = (isnan(v) != isnan(x) || (isinf(v) && isinf(x) && v != x)) ? INFINITY : 0;
+        else if (isnan(err))
+            ratio = INFINITY;
+        else
+            ratio = allowed > 0 ? err / allowed : INFINITY;
         if (ulp > c.max_ulp)
             c.max_ulp = ulp;
         if (c.cls == REPLAY_EXACT || ratio > c.max_ratio) {

@@ -1059,6 +1059,31 @@ static void test_ops_cases(void **state)
     EXPECT32(op1(OP_TANH, NULL, 0, 1, -10.0), -1.0f);
 }
 
+/* Hard cases of rounding: at x = k 2^-24, sigmoid(x) = 1/2 + x/4 - x^3/48 + ...
+ * rounds in double to a float32 midpoint while the exact value lies just
+ * below it; rounding the double once more goes the wrong way for half of
+ * them (66 such x among all floats). tanh(x) = x - x^3/3 near small x too. */
+static void test_ops_hard(void **state)
+{
+    (void)state;
+    struct tg t;
+    tg_init(&t);
+    tg_leaf(&t, 4000, 0);
+    for (size_t i = 0; i < 4000; i++)
+        t.val[0][i] = (float)ldexp((double)(i % 1000 + 1), -24 - 2 * (int)(i / 1000)) *
+                      (i % 2 ? -1.0f : 1.0f);
+    tg_op(&t, OP_SIGMOID, NULL, 4000, 0);
+    ops_check(&t, "hard sigmoid");
+    float *o = tg_oracle(&t, 0);
+    for (size_t i = 0; i < 4000; i++)
+        if (t.val[0][i] == 0x1.8p-22f)
+            EXPECT32(o[i], 0x1.000002p-1f); /* not 0x1.000004p-1, the double's rounding */
+    free(o);
+    t.g.nodes[t.op].type = OP_TANH;
+    ops_check(&t, "hard tanh");
+    tg_free(&t);
+}
+
 /* adam_p values that are float32 ties or zeros although every step but the
  * last is inexact in binary: c1 = 3/4, c2 = 9/16, m = v = 1, eps = 0 give
  * y = lr (4/3) / (4/3) = lr exactly. */
@@ -1318,6 +1343,7 @@ int main(void)
         cmocka_unit_test(test_ops_special),
         cmocka_unit_test(test_ops_ties),
         cmocka_unit_test(test_ops_cases),
+        cmocka_unit_test(test_ops_hard),
         cmocka_unit_test(test_adam_p_ties),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_bounds_adversarial),
