@@ -286,7 +286,10 @@ static void diff_ref_text(const struct trace_file *ref, struct trace_file **runs
         printf("  exceeds %g:", diff_thresholds[t]);
         for (int k = 0; k < n; k++) {
             printf(" %c ", 'A' + k);
-            diff_print_cross("at step ", r->cross[k][t]);
+            if (r->cross[k][t] >= 0)
+                printf("at step %" PRId64, r->cross[k][t]);
+            else
+                printf("never");
             printf("%s", k + 1 < n ? ";" : "");
         }
         putchar('\n');
@@ -304,11 +307,14 @@ static void diff_ref_text(const struct trace_file *ref, struct trace_file **runs
             else
                 winner = 1;
         }
+        /* else the end distance, when the two differ by more than 5% */
         const struct diff_refpoint *last = &r->points[r->npoints - 1];
-        if (winner < 0 && last->dist[0] != last->dist[1] && !isnan(last->dist[0]) && !isnan(last->dist[1]))
-            winner = last->dist[0] < last->dist[1] ? 0 : 1;
+        double a = last->dist[0], b = last->dist[1];
+        if (winner < 0 && !isnan(a) && !isnan(b) && fabs(a - b) > 0.05 * fmax(a, b))
+            winner = a < b ? 0 : 1;
         if (winner < 0)
-            printf("neither run stays closer to the reference than the other\n");
+            printf("neither run stays closer to the reference than the other (at step %" PRIu64
+                   ": A %.3g, B %.3g)\n", last->step, a, b);
         else
             printf("closer to exact arithmetic for longer: %c (%s)\n", 'A' + winner, runs[winner]->path);
     }

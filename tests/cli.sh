@@ -227,6 +227,8 @@ if grep -q "op lists differ" "$T/out"; then bad "cpu vs mpfr: op lists differ"; 
 expect 1 "diff --reference: distances from the mpfr run" -- "$DT" diff --reference "$T/ref.dtr" "$T/c1.dtr" "$T/c2.dtr"
 has "$T/out" "^distance from the reference" "diff --reference: table"
 has "$T/out" "^(closer to exact arithmetic for longer: [AB]|neither run stays closer)" "diff --reference: verdict"
+expect 0 "mpfr at 24 bits: records, and its self-check warns" -- "$DT" record $M --backend mpfr --precision 24 -o "$T/m24.dtr"
+has "$T/err" "^divtrace record: warning: self-check: precision 24 and 48 bits agree in float32 for the first [0-9]+ of 3 steps only" "mpfr at 24 bits: warning names the agreement"
 expect 2 "mpfr precision out of range" -- "$DT" record $M --backend mpfr --precision 8 -o "$T/x.dtr"
 one_line "mpfr precision out of range"
 
