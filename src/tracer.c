@@ -15,8 +15,16 @@
 
 /* How long an idle worker polls before it sleeps: ops come every few
  * microseconds to a millisecond, and a wake-up costs the main thread a
- * system call. */
-#define TRACER_SPIN 20000
+ * system call. Each poll pauses the core (x86 PAUSE), which leaves a
+ * hyperthread sibling running the training most of the core. */
+#define TRACER_SPIN 1000
+
+static inline void tracer_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 struct tracer {
     const struct graph *g;
@@ -81,8 +89,10 @@ static void *tracer_worker(void *arg)
         if (atomic_load(&t->stop))
             return NULL;
         int spin = 0;
-        while (spin < TRACER_SPIN && atomic_load(&t->pushed) == done && !atomic_load(&t->stop))
+        while (spin < TRACER_SPIN && atomic_load(&t->pushed) == done && !atomic_load(&t->stop)) {
+            tracer_relax();
             spin++;
+        }
         if (spin < TRACER_SPIN)
             continue;
         /* Sleep; the producer signals when it sees `sleeping`. Checking
@@ -181,8 +191,12 @@ void tracer_sync(struct tracer *t)
     if (!t->async)
         return;
     tracer_kick(t);
-    while (atomic_load(&t->done) != atomic_load(&t->pushed))
-        sched_yield();
+    for (int spin = 0; atomic_load(&t->done) != atomic_load(&t->pushed); spin++) {
+        if (spin < TRACER_SPIN)
+            tracer_relax();
+        else
+            sched_yield(); /* the worker may be waiting for a core */
+    }
 }
 
 const struct trace_oprec *tracer_records(const struct tracer *t)
