@@ -37,6 +37,10 @@ static int graph_push(struct graph *g, enum op_type type, enum trace_kind kind,
 {
     DT_ASSERT(graph_find(g, name) < 0, "duplicate op name '%s'", name);
     DT_ASSERT(ndim >= 1 && ndim <= TRACE_MAX_DIM, "bad rank %d for '%s'", ndim, name);
+    /* Callers pass another node's shape; growing the array may move it. */
+    uint32_t dims[TRACE_MAX_DIM];
+    memcpy(dims, shape, (size_t)ndim * sizeof *dims);
+    shape = dims;
     if (g->n == g->cap) {
         g->cap = g->cap ? 2 * g->cap : 64;
         g->nodes = dt_realloc(g->nodes, (size_t)g->cap * sizeof *g->nodes);

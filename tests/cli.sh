@@ -190,7 +190,10 @@ has "$T/out" "^ +[0-9]+  enc1\.add_bias +add_bias +0 +0  exact$" "oracle: a corr
 # each injected wrong computation is SEMANTIC at exactly its op, and nowhere else
 semantic_at() { # NAME EXTRA-RECORD-OPTIONS... : record with the fault, replay against the oracle
     op=$1; shift
-    "$DT" record -q --steps 2 --batch 10 "$@" --inject "$op" -o "$T/f.dtr" 2>"$T/err"
+    rm -f "$T/f.dtr"
+    if ! "$DT" record -q --steps 2 --batch 10 "$@" --inject "$op" -o "$T/f.dtr" 2>"$T/err"; then
+        bad "--inject $op $*: record failed"; head -5 "$T/err"; return
+    fi
     "$DT" replay "$T/f.dtr" --step 1 --against mpfr >"$T/out" 2>>"$T/err"
     rc=$?
     name=${op%%:*}
