@@ -387,9 +387,8 @@ int run_config_from_trace(struct train_config *tc, const struct trace_config *cf
     /* the data directory: that of the recorded file */
     if (!(v = run_key(cfg, "data")))
         return DT_ERR;
-    static _Thread_local char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", v);
-    tc->data_dir = dirname(dir);
+    snprintf(tc->data_dir_buf, sizeof tc->data_dir_buf, "%s", v);
+    tc->data_dir = dirname(tc->data_dir_buf);
     if (train_finish_config(tc) < 0)
         return DT_ERR;
     return DT_OK;

@@ -61,7 +61,8 @@ double run_loss(struct run *r);
 void run_summarize(struct run *r, uint64_t step, double loss, enum trace_level level,
                    struct trace_oprec *keep, uint64_t *hashes, struct trace_step *ts);
 
-/* A train_config from a trace header (strings point into cfg). 0, or -1
+/* A train_config from a trace header (strings point into cfg, which must
+ * outlive tc; the data directory is kept in tc itself). 0, or -1
  * with dt_error set when a key is missing or malformed. */
 int run_config_from_trace(struct train_config *tc, const struct trace_config *cfg);
 

@@ -23,6 +23,7 @@ struct train_config {
     long precision;             /* mpfr backend: bits (0: its default) */
     const char *inject;         /* fault OP:KIND[:ARGS] (see fault.h), or NULL */
     const char *data_dir;
+    char data_dir_buf[4096];    /* storage for data_dir when it is derived (replay) */
     const char *out;
     enum trace_level level;
     uint64_t ckpt_every;        /* 0: chosen so the trace stays small */
