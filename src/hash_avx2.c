@@ -21,21 +21,7 @@
 #define HASH_IMPL_TREE
 #include "hash_impl.h"
 
-/* Every exit clears the upper vector state: code compiled for plain SSE
- * (libm's expf, our own loops) runs up to 30x slower while it is dirty. */
-uint64_t hash_avx2_tensor(const void *data, size_t nbytes)
-{
-    uint64_t h = hash_tree(data, nbytes);
-    _mm256_zeroupper();
-    return h;
-}
-
-uint64_t hash_avx2_bytes(const void *data, size_t nbytes)
-{
-    uint64_t h = XXH3_64bits(data, nbytes);
-    _mm256_zeroupper();
-    return h;
-}
+HASH_DEFINE_VARIANT(avx2, 1)
 
 #if defined(__clang__)
 #pragma clang attribute pop

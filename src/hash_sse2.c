@@ -20,15 +20,7 @@
 #define HASH_IMPL_TREE
 #include "hash_impl.h"
 
-uint64_t hash_sse2_tensor(const void *data, size_t nbytes)
-{
-    return hash_tree(data, nbytes);
-}
-
-uint64_t hash_sse2_bytes(const void *data, size_t nbytes)
-{
-    return XXH3_64bits(data, nbytes);
-}
+HASH_DEFINE_VARIANT(sse2, 0)
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -297,34 +297,34 @@ static const char *run_key(const struct trace_config *cfg, const char *key)
     return v;
 }
 
-static int run_key_double(const struct trace_config *cfg, const char *key, double *out)
+/* A number of the header: an unsigned integer when u is given, else a
+ * double into d. */
+static int run_key_number(const struct trace_config *cfg, const char *key, double *d, uint64_t *u)
 {
     const char *v = run_key(cfg, key);
     if (!v)
         return DT_ERR;
     char *end;
     errno = 0;
-    *out = strtod(v, &end);
+    if (u)
+        *u = strtoull(v, &end, 10);
+    else
+        *d = strtod(v, &end);
     if (errno || *end || end == v) {
-        dt_error_set("the trace header's %s '%s' is not a number", key, v);
+        dt_error_set("the trace header's %s '%s' is not %s", key, v, u ? "an integer" : "a number");
         return DT_ERR;
     }
     return DT_OK;
 }
 
+static int run_key_double(const struct trace_config *cfg, const char *key, double *out)
+{
+    return run_key_number(cfg, key, out, NULL);
+}
+
 static int run_key_u64(const struct trace_config *cfg, const char *key, uint64_t *out)
 {
-    const char *v = run_key(cfg, key);
-    if (!v)
-        return DT_ERR;
-    char *end;
-    errno = 0;
-    *out = strtoull(v, &end, 10);
-    if (errno || *end || end == v) {
-        dt_error_set("the trace header's %s '%s' is not an integer", key, v);
-        return DT_ERR;
-    }
-    return DT_OK;
+    return run_key_number(cfg, key, NULL, out);
 }
 
 int run_config_from_trace(struct train_config *tc, const struct trace_config *cfg)

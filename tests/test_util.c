@@ -6,6 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "idx.h"
+#include "util.h"
+
+#define TU_REAL_DIR "/usr/share/datasets/fashion-mnist"
 
 static char tu_dir[512];
 
@@ -89,4 +100,17 @@ uint32_t tu_ulp_distance(float a, float b)
     if (d < 0)
         d = -d;
     return d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+}
+
+void tu_real_digits(struct idx_images *im)
+{
+    char path[4096];
+    struct stat st;
+    if (stat(TU_REAL_DIR, &st) != 0) {
+        print_message("skipping: %s not present\n", TU_REAL_DIR);
+        skip();
+    }
+    assert_int_equal(idx_find_images(TU_REAL_DIR, "train", path, sizeof path), 0);
+    if (idx_read_images(path, im) != 0)
+        fail_msg("%s", dt_error());
 }

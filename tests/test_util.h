@@ -23,4 +23,10 @@ double tu_rand_uniform(uint64_t *state, double lo, double hi);
  * equal, also counts across zero; UINT32_MAX if either is NaN). */
 uint32_t tu_ulp_distance(float a, float b);
 
+/* The training images of Debian's dataset-fashion-mnist into *im; skips
+ * the calling CMocka test when the data set is not installed, fails it when
+ * it cannot be read. */
+struct idx_images;
+void tu_real_digits(struct idx_images *im);
+
 #endif

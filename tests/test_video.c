@@ -19,7 +19,6 @@
 #include "util.h"
 #include "video.h"
 
-#define TEST_REAL_DIR "/usr/share/datasets/fashion-mnist"
 #define TEST_D 28u
 
 /* n synthetic 28x28 digits: image k is dark except one pixel of value
@@ -208,16 +207,8 @@ static void test_mm_matches_model(void **state)
 static void test_mm_real_digits(void **state)
 {
     (void)state;
-    char path[4096];
-    struct stat st;
-    if (stat(TEST_REAL_DIR, &st) != 0) {
-        print_message("skipping: %s not present\n", TEST_REAL_DIR);
-        skip();
-    }
-    assert_int_equal(idx_find_images(TEST_REAL_DIR, "train", path, sizeof path), 0);
     struct idx_images im;
-    if (idx_read_images(path, &im) != 0)
-        fail_msg("%s", dt_error());
+    tu_real_digits(&im);
     uint8_t *out = malloc(20 * 64 * 64);
     assert_non_null(out);
     assert_int_equal(video_moving_mnist(&im, 1, 0, 20, 64, 2, out), 0);
