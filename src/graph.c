@@ -126,10 +126,10 @@ int graph_matmul(struct graph *g, const char *name, int a, int b, int ta, int tb
 int graph_add_bias(struct graph *g, const char *name, int x, int b)
 {
     const struct node *X = &g->nodes[x], *B = &g->nodes[b];
-    DT_ASSERT(X->ndim == 2 && B->ndim == 1 && B->shape[0] == X->shape[1],
+    DT_ASSERT((X->ndim == 2 || X->ndim == 4) && B->ndim == 1 && B->shape[0] == X->shape[1],
               "add_bias '%s': shapes do not fit", name);
     int in[2] = {x, b};
-    return graph_op(g, OP_ADD_BIAS, name, 2, X->shape, 2, in);
+    return graph_op(g, OP_ADD_BIAS, name, X->ndim, X->shape, 2, in);
 }
 
 static int graph_unary(struct graph *g, enum op_type t, const char *name, int x)
@@ -154,6 +154,106 @@ int graph_mse(struct graph *g, const char *name, int pred, int target)
     uint32_t one = 1;
     int in[2] = {pred, target};
     return graph_op(g, OP_MSE, name, 1, &one, 2, in);
+}
+
+/* ---- image ops ------------------------------------------------------------ */
+
+static const struct node *graph_image(const struct graph *g, int x, const char *op, const char *name)
+{
+    const struct node *X = &g->nodes[x];
+    DT_ASSERT(X->ndim == 4, "%s '%s': input '%s' is not an (N,C,H,W) tensor", op, name, X->name);
+    return X;
+}
+
+int graph_fill(struct graph *g, const char *name, int ndim, const uint32_t *shape, float value)
+{
+    int i = graph_push(g, OP_FILL, TRACE_KIND_FORWARD, name, ndim, shape, 0, NULL);
+    g->nodes[i].p.fill.value = value;
+    return i;
+}
+
+int graph_conv2d(struct graph *g, const char *name, int x, int w)
+{
+    const struct node *X = graph_image(g, x, "conv2d", name), *Wt = graph_image(g, w, "conv2d", name);
+    DT_ASSERT(Wt->shape[1] == X->shape[1], "conv2d '%s': filter has %u input channels, x %u",
+              name, Wt->shape[1], X->shape[1]);
+    DT_ASSERT(Wt->shape[2] % 2 == 1 && Wt->shape[3] % 2 == 1, "conv2d '%s': even kernel size", name);
+    uint32_t shape[4] = {X->shape[0], Wt->shape[0], X->shape[2], X->shape[3]};
+    int in[2] = {x, w};
+    return graph_op(g, OP_CONV2D, name, 4, shape, 2, in);
+}
+
+int graph_maxpool2(struct graph *g, const char *name, int x)
+{
+    const struct node *X = graph_image(g, x, "maxpool2", name);
+    DT_ASSERT(X->shape[2] % 2 == 0 && X->shape[3] % 2 == 0, "maxpool2 '%s': odd size %ux%u",
+              name, X->shape[2], X->shape[3]);
+    uint32_t shape[4] = {X->shape[0], X->shape[1], X->shape[2] / 2, X->shape[3] / 2};
+    return graph_op(g, OP_MAXPOOL2, name, 4, shape, 1, &x);
+}
+
+int graph_upsample2(struct graph *g, const char *name, int x)
+{
+    const struct node *X = graph_image(g, x, "upsample2", name);
+    uint32_t shape[4] = {X->shape[0], X->shape[1], X->shape[2] * 2, X->shape[3] * 2};
+    return graph_op(g, OP_UPSAMPLE2, name, 4, shape, 1, &x);
+}
+
+int graph_concat(struct graph *g, const char *name, int n, const int *xs)
+{
+    DT_ASSERT(n >= 1 && n <= OP_MAX_INPUTS, "concat '%s': %d inputs", name, n);
+    const struct node *X0 = graph_image(g, xs[0], "concat", name);
+    uint32_t shape[4] = {X0->shape[0], 0, X0->shape[2], X0->shape[3]};
+    for (int k = 0; k < n; k++) {
+        const struct node *X = graph_image(g, xs[k], "concat", name);
+        DT_ASSERT(X->shape[0] == shape[0] && X->shape[2] == shape[2] && X->shape[3] == shape[3],
+                  "concat '%s': input '%s' has another batch or image size", name, X->name);
+        shape[1] += X->shape[1];
+    }
+    return graph_op(g, OP_CONCAT, name, 4, shape, n, xs);
+}
+
+int graph_slice(struct graph *g, const char *name, int x, uint32_t c0, uint32_t n)
+{
+    const struct node *X = graph_image(g, x, "slice", name);
+    DT_ASSERT(n >= 1 && c0 + n <= X->shape[1], "slice '%s': channels %u..%u of %u", name, c0,
+              c0 + n, X->shape[1]);
+    uint32_t shape[4] = {X->shape[0], n, X->shape[2], X->shape[3]};
+    uint32_t total = X->shape[1];
+    int i = graph_op(g, OP_SLICE, name, 4, shape, 1, &x);
+    g->nodes[i].p.slice.c0 = c0;
+    g->nodes[i].p.slice.n = n;
+    g->nodes[i].p.slice.total = total;
+    return i;
+}
+
+int graph_hard_sigmoid(struct graph *g, const char *name, int x) { return graph_unary(g, OP_HARD_SIGMOID, name, x); }
+int graph_neg(struct graph *g, const char *name, int x) { return graph_unary(g, OP_NEG, name, x); }
+
+int graph_satlu(struct graph *g, const char *name, int x, float max)
+{
+    int i = graph_unary(g, OP_SATLU, name, x);
+    g->nodes[i].p.satlu.max = max;
+    return i;
+}
+
+static int graph_binary(struct graph *g, enum op_type t, const char *name, int a, int b)
+{
+    DT_ASSERT(graph_same_shape(&g->nodes[a], &g->nodes[b]), "%s '%s': shapes differ",
+              op_type_name(t), name);
+    int in[2] = {a, b};
+    return graph_op(g, t, name, g->nodes[a].ndim, g->nodes[a].shape, 2, in);
+}
+
+int graph_sub(struct graph *g, const char *name, int a, int b) { return graph_binary(g, OP_SUB, name, a, b); }
+int graph_mul(struct graph *g, const char *name, int a, int b) { return graph_binary(g, OP_MUL, name, a, b); }
+
+int graph_mean(struct graph *g, const char *name, int x, float scale)
+{
+    uint32_t one = 1;
+    int i = graph_op(g, OP_MEAN, name, 1, &one, 1, &x);
+    g->nodes[i].p.mean.scale = scale;
+    return i;
 }
 
 /* ---- reverse mode ---------------------------------------------------------
@@ -208,11 +308,13 @@ static void graph_vjp_op(struct graph_ad *ad, int to, int consumer, enum op_type
     char name[512];
     graph_grad_name(ad, to, consumer, name, sizeof name);
     int i;
-    if (t == OP_MATMUL)
+    if (t == OP_MATMUL) {
         i = graph_matmul(g, name, in[0], in[1], p->mm.ta, p->mm.tb);
-    else
+    } else {
         i = graph_push(g, t, TRACE_KIND_BACKWARD, name, g->nodes[to].ndim, g->nodes[to].shape,
                        ninputs, in);
+        g->nodes[i].p = *p;
+    }
     g->nodes[i].kind = TRACE_KIND_BACKWARD;
     graph_contribute(ad, to, i);
 }
@@ -224,6 +326,7 @@ static void graph_vjp(struct graph_ad *ad, int i, int dy)
     const struct node nd = g->nodes[i]; /* copy: pushes may move the array */
     const int *x = nd.inputs;
     union op_params p;
+    memset(&p, 0, sizeof p);
     switch (nd.type) {
     case OP_INPUT:
     case OP_PARAM:
@@ -262,6 +365,66 @@ static void graph_vjp(struct graph_ad *ad, int i, int dy)
         graph_vjp_op(ad, x[0], i, OP_RELU_BWD, 2, in, &p);
         return;
     }
+    case OP_SUB:
+        if (g->nodes[x[0]].needs_grad)
+            graph_contribute(ad, x[0], dy);
+        graph_vjp_op(ad, x[1], i, OP_NEG, 1, &dy, &p);
+        return;
+    case OP_NEG:
+        graph_vjp_op(ad, x[0], i, OP_NEG, 1, &dy, &p);
+        return;
+    case OP_MUL: {
+        int in0[2] = {dy, x[1]}, in1[2] = {dy, x[0]};
+        graph_vjp_op(ad, x[0], i, OP_MUL, 2, in0, &p);
+        graph_vjp_op(ad, x[1], i, OP_MUL, 2, in1, &p);
+        return;
+    }
+    case OP_CONV2D: {
+        int ind[2] = {dy, x[1]}, inf[2] = {x[0], dy};
+        graph_vjp_op(ad, x[0], i, OP_CONV2D_BWD_DATA, 2, ind, &p);
+        p.conv.r = g->nodes[x[1]].shape[2];
+        p.conv.s = g->nodes[x[1]].shape[3];
+        graph_vjp_op(ad, x[1], i, OP_CONV2D_BWD_FILTER, 2, inf, &p);
+        return;
+    }
+    case OP_MAXPOOL2: {
+        int in[2] = {x[0], dy};
+        graph_vjp_op(ad, x[0], i, OP_MAXPOOL2_BWD, 2, in, &p);
+        return;
+    }
+    case OP_UPSAMPLE2:
+        graph_vjp_op(ad, x[0], i, OP_UPSAMPLE2_BWD, 1, &dy, &p);
+        return;
+    case OP_CONCAT: {
+        uint32_t c0 = 0;
+        for (int k = 0; k < nd.ninputs; k++) {
+            uint32_t ck = g->nodes[x[k]].shape[1];
+            p.slice.c0 = c0;
+            p.slice.n = ck;
+            p.slice.total = nd.shape[1];
+            graph_vjp_op(ad, x[k], i, OP_SLICE, 1, &dy, &p);
+            c0 += ck;
+        }
+        return;
+    }
+    case OP_SLICE:
+        p.slice = nd.p.slice;
+        graph_vjp_op(ad, x[0], i, OP_SLICE_BWD, 1, &dy, &p);
+        return;
+    case OP_HARD_SIGMOID:
+    case OP_SATLU: {
+        int in[2] = {x[0], dy};
+        p = nd.p;
+        graph_vjp_op(ad, x[0], i, nd.type == OP_SATLU ? OP_SATLU_BWD : OP_HARD_SIGMOID_BWD, 2, in, &p);
+        return;
+    }
+    case OP_MEAN:
+        DT_ASSERT(dy >= 0, "mean '%s': no output gradient", nd.name);
+        p.mean = nd.p.mean;
+        graph_vjp_op(ad, x[0], i, OP_MEAN_BWD, 1, &dy, &p);
+        return;
+    case OP_FILL:
+        return;
     case OP_MSE: {
         int in[3] = {x[0], x[1], dy};
         graph_vjp_op(ad, x[0], i, OP_MSE_BWD, dy < 0 ? 2 : 3, in, &p);

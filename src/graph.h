@@ -51,6 +51,23 @@ int graph_relu(struct graph *g, const char *name, int x);
 int graph_add(struct graph *g, const char *name, int a, int b);
 int graph_mse(struct graph *g, const char *name, int pred, int target);
 
+/* Image ops on (N,C,H,W) tensors (op.h). graph_add_bias also takes x of
+ * rank 4 with a bias of its C channels. Shapes that do not fit are a
+ * programming error (DT_ASSERT): a model checks user-given sizes first. */
+int graph_fill(struct graph *g, const char *name, int ndim, const uint32_t *shape, float value);
+int graph_conv2d(struct graph *g, const char *name, int x, int w);
+int graph_maxpool2(struct graph *g, const char *name, int x);
+int graph_upsample2(struct graph *g, const char *name, int x);
+int graph_concat(struct graph *g, const char *name, int n, const int *xs);
+int graph_slice(struct graph *g, const char *name, int x, uint32_t c0, uint32_t n);
+int graph_hard_sigmoid(struct graph *g, const char *name, int x);
+int graph_satlu(struct graph *g, const char *name, int x, float max);
+int graph_sub(struct graph *g, const char *name, int a, int b);
+int graph_neg(struct graph *g, const char *name, int x);
+int graph_mul(struct graph *g, const char *name, int a, int b);
+/* scale * mean(x), a scalar (1) */
+int graph_mean(struct graph *g, const char *name, int x, float scale);
+
 /* Append the backward ops of the scalar node `loss` (d loss / d loss = 1).
  * The gradient of a parameter "P" is the node "P.grad" (kind GRAD). */
 void graph_backward(struct graph *g, int loss);
