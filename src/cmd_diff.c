@@ -85,8 +85,14 @@ static void diff_op_line(const struct trace_file *a, int op, const char *indent)
     char layer[64], shape[64];
     diff_layer(o->name, layer, sizeof layer);
     cli_shape(shape, sizeof shape, o->ndim, o->shape);
-    printf("%sop %d %s (layer %s, %s %s, shape %s)\n", indent, op, o->name, layer,
-           trace_kind_name((enum trace_kind)o->kind), o->type, shape);
+    const char *rest;
+    int t = diff_time_step(o->name, &rest);
+    if (t >= 0)
+        printf("%sop %d %s (layer %s, time step %d, op %s, %s %s, shape %s)\n", indent, op, o->name,
+               layer, t, rest, trace_kind_name((enum trace_kind)o->kind), o->type, shape);
+    else
+        printf("%sop %d %s (layer %s, %s %s, shape %s)\n", indent, op, o->name, layer,
+               trace_kind_name((enum trace_kind)o->kind), o->type, shape);
 }
 
 static void diff_print_cross(const char *label, int64_t step)
@@ -130,7 +136,16 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
     if (!r->diverged) {
         printf("identical: every op hash of all %" PRIu64 " common steps matches\n", r->common);
     } else {
-        printf("first divergence: step %" PRIu64 "\n", r->first_step);
+        const char *rest = NULL;
+        int t = r->first_op >= 0 ? diff_time_step(a->ops[r->first_op].name, &rest) : -1;
+        if (t >= 0) {
+            char layer[64];
+            diff_layer(a->ops[r->first_op].name, layer, sizeof layer);
+            printf("first divergence: step %" PRIu64 ", layer %s, time step %d, op %s\n",
+                   r->first_step, layer, t, rest);
+        } else {
+            printf("first divergence: step %" PRIu64 "\n", r->first_step);
+        }
         if (r->first_op >= 0) {
             diff_op_line(a, r->first_op, "  first op: ");
             if (r->have_elements)
@@ -212,6 +227,9 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
             cli_json_str(stdout, o->name);
             printf(", \"layer\": ");
             cli_json_str(stdout, layer);
+            int t = diff_time_step(o->name, NULL);
+            if (t >= 0)
+                printf(", \"time_step\": %d", t);
             printf(", \"kind\": \"%s\", \"type\": \"%s\", \"shape\": [",
                    trace_kind_name((enum trace_kind)o->kind), o->type);
             for (int d = 0; d < o->ndim; d++)

@@ -25,21 +25,40 @@ static void record_usage(FILE *f)
           "  -q, --quiet               no progress line, no final summary\n"
           "\n"
           "Model and training:\n"
-          "      --model NAME          autoencoder (default)\n"
+          "      --model NAME          autoencoder (default) or prednet\n"
           "      --preset NAME         sgd-plateau (default: SGD, lr 3.0) or\n"
           "                            adam-shoulder (Adam, lr 3e-4); --optimizer, --lr\n"
           "                            and --momentum override it, in any order\n"
-          "      --layers W,W,...      widths, input first (default 784,128,32,128,784)\n"
-          "      --act FN              hidden activation: sigmoid (default), tanh, relu\n"
-          "      --optimizer NAME      sgd (default) or adam\n"
-          "      --lr X                learning rate (default 3.0 for sgd, 3e-4 for adam)\n"
+          "      --layers W,W,...      autoencoder widths, input first\n"
+          "                            (default 784,128,32,128,784)\n"
+          "      --act FN              autoencoder hidden activation: sigmoid (default),\n"
+          "                            tanh, relu\n"
+          "      --optimizer NAME      sgd (autoencoder default) or adam (prednet default)\n"
+          "      --lr X                learning rate (default: sgd 3.0; adam 3e-4 for the\n"
+          "                            autoencoder, 1e-3 for prednet)\n"
           "      --momentum X          SGD momentum (default 0; sgd only)\n"
-          "      --batch N             batch size (default 100)\n"
-          "      --steps N             training steps (default 5000)\n"
+          "      --batch N             batch size (default 100; prednet 4 sequences)\n"
+          "      --steps N             training steps (default 5000; prednet 1000)\n"
           "      --seed S              data order, and weights unless --init-seed (default 1)\n"
           "      --init-seed S         initial weights, fixed across --seed values\n"
           "      --init-scale X        multiply the Glorot-uniform bound (default 1)\n"
-          "      --data DIR            IDX images (default /usr/share/datasets/fashion-mnist)\n"
+          "      --data DIR            IDX images (default /usr/share/datasets/fashion-mnist);\n"
+          "                            for prednet the digits of the Moving-MNIST generator\n"
+          "\n"
+          "PredNet (--model prednet):\n"
+          "      --stack C,C,...       A/Ahat channels per layer, the frames' first\n"
+          "                            (default 1,16,32,64)\n"
+          "      --r-stack C,C,...     R (ConvLSTM) channels per layer (default: --stack)\n"
+          "      --size HxW            frame size (default 64x64)\n"
+          "      --nt N                frames per sequence (default 20)\n"
+          "      --layer-weights W,..  loss weight of each layer's error (default 1,0,0,0)\n"
+          "      --video PATH          user frames: a uint8 .npy (T,N,H,W), (N,T,H,W) or\n"
+          "                            (N,T,H,W,C), or a directory of .pgm frames;\n"
+          "                            default: Moving-MNIST generated from --data\n"
+          "      --npy-layout L        tnhw (default, as mnist_test_seq.npy) or nthw\n"
+          "      --protocol paper      the 2021 study's protocol: 5000 frames as 250\n"
+          "                            batches of one 20-frame sequence; the summary's mean\n"
+          "                            of the last 50 steps is its reported loss\n"
           "\n"
           "Backend:\n"
           "      --backend NAME        cpu (default) or mpfr (the high-precision reference)\n"
@@ -68,7 +87,8 @@ enum {
     OPT_TRACE_LEVEL = 256, OPT_CKPT, OPT_MODEL, OPT_PRESET, OPT_LAYERS, OPT_ACT, OPT_OPTIMIZER,
     OPT_LR, OPT_MOMENTUM, OPT_BATCH, OPT_STEPS, OPT_SEED, OPT_INIT_SEED, OPT_INIT_SCALE,
     OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
-    OPT_PRECISION, OPT_INJECT, OPT_NO_SELF_CHECK,
+    OPT_PRECISION, OPT_INJECT, OPT_NO_SELF_CHECK, OPT_STACK, OPT_RSTACK, OPT_SIZE, OPT_NT,
+    OPT_LAYER_WEIGHTS, OPT_VIDEO, OPT_NPY_LAYOUT, OPT_PROTOCOL,
 };
 
 static const struct option record_options[] = {
@@ -97,6 +117,14 @@ static const struct option record_options[] = {
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"inject", required_argument, NULL, OPT_INJECT},
     {"no-self-check", no_argument, NULL, OPT_NO_SELF_CHECK},
+    {"stack", required_argument, NULL, OPT_STACK},
+    {"r-stack", required_argument, NULL, OPT_RSTACK},
+    {"size", required_argument, NULL, OPT_SIZE},
+    {"nt", required_argument, NULL, OPT_NT},
+    {"layer-weights", required_argument, NULL, OPT_LAYER_WEIGHTS},
+    {"video", required_argument, NULL, OPT_VIDEO},
+    {"npy-layout", required_argument, NULL, OPT_NPY_LAYOUT},
+    {"protocol", required_argument, NULL, OPT_PROTOCOL},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -147,21 +175,42 @@ static int record_option(int c, const char *arg, struct train_config *tc)
         }
         return DT_OK;
     case OPT_MODEL:
-        if (strcmp(arg, "autoencoder") != 0) {
-            dt_error_set("--model '%s': this build has: autoencoder", arg);
+        if (strcmp(arg, "autoencoder") != 0 && strcmp(arg, "prednet") != 0) {
+            dt_error_set("--model '%s': expected autoencoder or prednet", arg);
             return DT_ERR;
         }
         tc->model.name = arg;
         return DT_OK;
     case OPT_PRESET: return DT_OK; /* applied before the other options */
-    case OPT_LAYERS: tc->layers = arg; return model_parse_layers(arg, &tc->model);
-    case OPT_ACT: return model_parse_act(arg, &tc->model.act);
+    case OPT_LAYERS: tc->layers = arg; tc->layers_given = 1; return model_parse_layers(arg, &tc->model);
+    case OPT_ACT: tc->layers_given = 1; return model_parse_act(arg, &tc->model.act);
+    case OPT_STACK: tc->stack = arg; return DT_OK;
+    case OPT_RSTACK: tc->r_stack = arg; return DT_OK;
+    case OPT_SIZE: tc->size = arg; return DT_OK;
+    case OPT_LAYER_WEIGHTS: tc->layer_weights = arg; return DT_OK;
+    case OPT_VIDEO: tc->video = arg; return DT_OK;
+    case OPT_NPY_LAYOUT: tc->npy_layout = arg; return DT_OK;
+    case OPT_NT: {
+        int nt;
+        if (cli_int("--nt", arg, 2, 100000, &nt) < 0)
+            return DT_ERR;
+        tc->model.nt = (uint32_t)nt;
+        return DT_OK;
+    }
+    case OPT_PROTOCOL:
+        if (strcmp(arg, "paper") != 0) {
+            dt_error_set("--protocol '%s': expected paper", arg);
+            return DT_ERR;
+        }
+        tc->protocol = arg;
+        return DT_OK;
     case OPT_OPTIMIZER:
         if (strcmp(arg, "sgd") != 0 && strcmp(arg, "adam") != 0) {
             dt_error_set("--optimizer '%s': expected sgd or adam", arg);
             return DT_ERR;
         }
         tc->optimizer = arg;
+        tc->optimizer_given = 1;
         return DT_OK;
     case OPT_LR: return cli_double("--lr", arg, &tc->lr);
     case OPT_MOMENTUM: return cli_double("--momentum", arg, &tc->momentum);
@@ -171,8 +220,9 @@ static int record_option(int c, const char *arg, struct train_config *tc)
             return DT_ERR;
         }
         tc->model.batch = (uint32_t)u;
+        tc->batch_given = 1;
         return DT_OK;
-    case OPT_STEPS: return cli_u64("--steps", arg, &tc->steps);
+    case OPT_STEPS: tc->steps_given = 1; return cli_u64("--steps", arg, &tc->steps);
     case OPT_SEED: return cli_u64("--seed", arg, &tc->seed);
     case OPT_INIT_SEED:
         tc->init_seed_set = 1;

@@ -1,9 +1,15 @@
 /* data.c: seeded batches over an IDX image set (see data.h). */
 #include "data.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
+#include "hash.h"
 #include "rng.h"
 #include "util.h"
 
@@ -15,6 +21,7 @@ int data_open(struct data *d, const char *dir, uint64_t seed)
     if (idx_read_images(path, &d->im) < 0)
         return DT_ERR;
     d->path = dt_strdup(path);
+    d->hash = d->im.hash;
     d->seed = seed;
     d->perm = dt_malloc(sizeof *d->perm * d->im.n);
     d->perm_epoch = UINT64_MAX;
@@ -24,10 +31,13 @@ int data_open(struct data *d, const char *dir, uint64_t seed)
 void data_free(struct data *d)
 {
     idx_free(&d->im);
+    video_free(&d->v);
     free(d->perm);
     free(d->path);
+    free(d->clip);
     d->perm = NULL;
     d->path = NULL;
+    d->clip = NULL;
 }
 
 uint32_t data_features(const struct data *d)
@@ -48,5 +58,111 @@ void data_batch(struct data *d, uint64_t cursor, uint32_t batch, float *out)
         const uint8_t *px = d->im.pix + (size_t)d->perm[s % d->im.n] * f;
         for (uint32_t j = 0; j < f; j++)
             out[(size_t)b * f + j] = (float)px[j] / 255.0f;
+    }
+}
+
+/* ---- video ---- */
+
+int data_open_video(struct data *d, const struct data_video_spec *vs, uint64_t seed)
+{
+    memset(d, 0, sizeof *d);
+    d->video = 1;
+    d->seed = seed;
+    d->nt = vs->nt;
+    d->h = vs->h;
+    d->w = vs->w;
+    d->c = vs->c;
+    d->perm_epoch = UINT64_MAX;
+    if (!vs->path) {
+        d->generated = 1;
+        if (vs->h != vs->w) {
+            dt_error_set("--size %ux%u: the Moving-MNIST generator makes square frames", vs->h, vs->w);
+            return DT_ERR;
+        }
+        if (vs->c != 1) {
+            dt_error_set("--stack starts with %u channels: the Moving-MNIST generator makes "
+                         "gray frames (1 channel)", vs->c);
+            return DT_ERR;
+        }
+        if (data_open(d, vs->digits_dir, seed) < 0)
+            return DT_ERR;
+        d->video = 1;
+        d->generated = 1;
+        if (d->im.rows > vs->h || d->im.cols > vs->w) {
+            dt_error_set("--size %ux%u: smaller than the %ux%u digits of %s", vs->h, vs->w,
+                         d->im.rows, d->im.cols, d->path);
+            return DT_ERR;
+        }
+        d->hash = d->im.hash;
+        d->clip = dt_malloc((size_t)vs->nt * vs->h * vs->w);
+        return DT_OK;
+    }
+    struct stat st;
+    if (stat(vs->path, &st) < 0) {
+        dt_error_set("%s: %s", vs->path, strerror(errno));
+        return DT_ERR;
+    }
+    int rc = S_ISDIR(st.st_mode) ? video_read_pgm_dir(vs->path, &d->v)
+                                 : video_read_npy(vs->path, vs->layout, &d->v);
+    if (rc < 0)
+        return DT_ERR;
+    d->path = dt_strdup(vs->path);
+    const struct video *v = &d->v;
+    if (v->h != vs->h || v->w != vs->w || v->c != vs->c) {
+        dt_error_set("%s: frames are %ux%u with %u channel%s; the model expects %ux%u (--size) "
+                     "with %u (the first --stack entry)", vs->path, v->h, v->w, v->c,
+                     v->c == 1 ? "" : "s", vs->h, vs->w, vs->c);
+        return DT_ERR;
+    }
+    if (v->t < vs->nt) {
+        dt_error_set("%s: sequences of %u frames are shorter than --nt %u", vs->path, v->t, vs->nt);
+        return DT_ERR;
+    }
+    d->nclips = (uint64_t)v->n * (v->t / vs->nt);
+    if (d->nclips > UINT32_MAX) {
+        dt_error_set("%s: more than 2^32 clips", vs->path);
+        return DT_ERR;
+    }
+    d->perm = dt_malloc(sizeof *d->perm * d->nclips);
+    d->hash = hash_bytes(v->pix, (size_t)v->n * v->t * v->h * v->w * v->c);
+    return DT_OK;
+}
+
+const char *data_video_source(const struct data *d)
+{
+    static __thread char buf[64];
+    if (d->generated)
+        return "moving-mnist";
+    snprintf(buf, sizeof buf, "%" PRIu64 " clips", d->nclips);
+    return buf;
+}
+
+void data_video_batch(struct data *d, uint64_t cursor, uint32_t batch, float *out)
+{
+    size_t hw = (size_t)d->h * d->w, frame = hw * d->c;
+    for (uint32_t b = 0; b < batch; b++) {
+        uint64_t s = cursor * batch + b;
+        float *o = out + (size_t)b * d->nt * frame;
+        if (d->generated) {
+            int rc = video_moving_mnist(&d->im, d->seed, s, d->nt, d->h, 2, d->clip);
+            DT_ASSERT(rc == 0, "moving-mnist: %s", dt_error());
+            for (size_t i = 0; i < (size_t)d->nt * hw; i++)
+                o[i] = (float)d->clip[i] / 255.0f;
+            continue;
+        }
+        uint64_t epoch = s / d->nclips;
+        if (epoch != d->perm_epoch) {
+            rng_permutation(d->perm, (uint32_t)d->nclips, d->seed, epoch + 1);
+            d->perm_epoch = epoch;
+        }
+        uint64_t k = d->perm[s % d->nclips];
+        uint32_t per = d->v.t / d->nt;
+        uint64_t seq = k / per, first = (k % per) * d->nt;
+        const uint8_t *src = d->v.pix + (seq * d->v.t + first) * frame;
+        /* (T, H, W, C) -> (T, C, H, W) */
+        for (uint32_t t = 0; t < d->nt; t++)
+            for (uint32_t ch = 0; ch < d->c; ch++)
+                for (size_t i = 0; i < hw; i++)
+                    o[(size_t)t * frame + ch * hw + i] = (float)src[(size_t)t * frame + i * d->c + ch] / 255.0f;
     }
 }

@@ -20,6 +20,26 @@ void diff_layer(const char *name, char *out, size_t n)
     out[len] = 0;
 }
 
+int diff_time_step(const char *name, const char **rest)
+{
+    /* "L<digits>.t<digits>.<rest>" */
+    const char *p = name;
+    if (*p++ != 'L' || *p < '0' || *p > '9')
+        return -1;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p++ != '.' || *p++ != 't' || *p < '0' || *p > '9')
+        return -1;
+    long t = 0;
+    while (*p >= '0' && *p <= '9' && t < 100000000)
+        t = 10 * t + (*p++ - '0');
+    if (*p++ != '.' || !*p)
+        return -1;
+    if (rest)
+        *rest = p;
+    return (int)t;
+}
+
 static int64_t diff_ordered(float x)
 {
     int32_t i;

@@ -48,14 +48,17 @@ FAULT_OP(fault_add_bias)
 
 FAULT_OP(fault_bias_grad)
 {
-    /* the mean over rows where the sum is the gradient */
-    size_t rows = g->nodes[nd->inputs[0]].shape[0], f = nd->shape[0];
+    /* the mean over rows (or over n, h, w of an image) where the sum is the gradient */
+    const struct node *dy = &g->nodes[nd->inputs[0]];
+    size_t rows = dy->shape[0], f = nd->shape[0];
+    size_t hw = dy->ndim == 4 ? (size_t)dy->shape[2] * dy->shape[3] : 1;
     memset(OUT, 0, f * sizeof(float));
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < f; j++)
-            OUT[j] += IN(0)[r * f + j];
+            for (size_t q = 0; q < hw; q++)
+                OUT[j] += IN(0)[(r * f + j) * hw + q];
     for (size_t j = 0; j < f; j++)
-        OUT[j] /= (float)rows;
+        OUT[j] /= (float)(rows * hw);
 }
 
 FAULT_OP(fault_sigmoid_bwd)
@@ -109,6 +112,133 @@ FAULT_OP(fault_adam_p)
         OUT[i] = IN(0)[i] - lr * IN(1)[i] / (sqrtf(IN(2)[i]) + eps);
 }
 
+/* ---- PredNet's ops ---- */
+
+FAULT_OP(fault_hard_sigmoid)
+{
+    /* PyTorch's hardsigmoid, x / 6 + 1/2, where Keras's 0.2 x + 0.5 was meant */
+    for (size_t i = 0; i < nd->count; i++) {
+        float t = IN(0)[i] / 6.0f + 0.5f;
+        OUT[i] = t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+    }
+}
+
+FAULT_OP(fault_hard_sigmoid_bwd)
+{
+    /* the logistic sigmoid's derivative, dy y (1 - y), for the hard one's */
+    for (size_t i = 0; i < nd->count; i++) {
+        float t = 0.2f * IN(0)[i];
+        t = t + 0.5f;
+        float y = t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+        OUT[i] = IN(1)[i] * y * (1.0f - y);
+    }
+}
+
+FAULT_OP(fault_maxpool2_bwd)
+{
+    /* the gradient to the last maximum of each window, not the first */
+    const struct node *x = &g->nodes[nd->inputs[0]];
+    size_t planes = (size_t)x->shape[0] * x->shape[1], h = x->shape[2], w = x->shape[3];
+    memset(OUT, 0, nd->count * sizeof(float));
+    for (size_t pl = 0; pl < planes; pl++)
+        for (size_t y = 0; y < h / 2; y++)
+            for (size_t xx = 0; xx < w / 2; xx++) {
+                const float *in = IN(0) + pl * h * w;
+                size_t best = (2 * y) * w + 2 * xx;
+                size_t win[4] = {best, best + 1, best + w, best + w + 1};
+                for (int k = 1; k < 4; k++)
+                    if (in[win[k]] >= in[best])
+                        best = win[k];
+                OUT[pl * h * w + best] = IN(1)[pl * (h / 2) * (w / 2) + y * (w / 2) + xx];
+            }
+}
+
+FAULT_OP(fault_upsample2_bwd)
+{
+    /* the mean of the four gradients where their sum is meant */
+    const struct node *dy = &g->nodes[nd->inputs[0]];
+    size_t planes = (size_t)nd->shape[0] * nd->shape[1], h = nd->shape[2], w = nd->shape[3];
+    size_t w2 = dy->shape[3];
+    for (size_t pl = 0; pl < planes; pl++)
+        for (size_t y = 0; y < h; y++)
+            for (size_t xx = 0; xx < w; xx++) {
+                const float *d = IN(0) + pl * 4 * h * w + (2 * y) * w2 + 2 * xx;
+                OUT[pl * h * w + y * w + xx] = (((d[0] + d[1]) + d[w2]) + d[w2 + 1]) / 4.0f;
+            }
+}
+
+FAULT_OP(fault_conv2d)
+{
+    /* the kernel flipped: a true convolution where Keras and cuDNN
+     * compute a cross-correlation (direct loops, double accumulation) */
+    const struct node *x = &g->nodes[nd->inputs[0]], *wt = &g->nodes[nd->inputs[1]];
+    size_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
+    size_t k = wt->shape[0], r = wt->shape[2], s = wt->shape[3];
+    for (size_t b = 0; b < n; b++)
+        for (size_t ko = 0; ko < k; ko++)
+            for (size_t y = 0; y < h; y++)
+                for (size_t xx = 0; xx < w; xx++) {
+                    double acc = 0;
+                    for (size_t ci = 0; ci < c; ci++)
+                        for (size_t i = 0; i < r; i++)
+                            for (size_t j = 0; j < s; j++) {
+                                long yy = (long)y + (long)i - (long)(r / 2);
+                                long xq = (long)xx + (long)j - (long)(s / 2);
+                                if (yy < 0 || yy >= (long)h || xq < 0 || xq >= (long)w)
+                                    continue;
+                                acc += (double)IN(0)[((b * c + ci) * h + (size_t)yy) * w + (size_t)xq] *
+                                       IN(1)[((ko * c + ci) * r + (r - 1 - i)) * s + (s - 1 - j)];
+                            }
+                    OUT[((b * k + ko) * h + y) * w + xx] = (float)acc;
+                }
+}
+
+FAULT_OP(fault_conv2d_bwd_filter)
+{
+    /* the filter gradient of the batch's first sequence only */
+    const struct node *x = &g->nodes[nd->inputs[0]];
+    size_t c = x->shape[1], h = x->shape[2], w = x->shape[3];
+    size_t k = nd->shape[0], r = nd->shape[2], s = nd->shape[3];
+    for (size_t ko = 0; ko < k; ko++)
+        for (size_t ci = 0; ci < c; ci++)
+            for (size_t i = 0; i < r; i++)
+                for (size_t j = 0; j < s; j++) {
+                    double acc = 0;
+                    for (size_t y = 0; y < h; y++)
+                        for (size_t xx = 0; xx < w; xx++) {
+                            long yy = (long)y + (long)i - (long)(r / 2);
+                            long xq = (long)xx + (long)j - (long)(s / 2);
+                            if (yy < 0 || yy >= (long)h || xq < 0 || xq >= (long)w)
+                                continue;
+                            acc += (double)IN(1)[(ko * h + y) * w + xx] *
+                                   IN(0)[(ci * h + (size_t)yy) * w + (size_t)xq];
+                        }
+                    OUT[((ko * c + ci) * r + i) * s + j] = (float)acc;
+                }
+}
+
+FAULT_OP(fault_concat)
+{
+    /* the inputs stacked in reverse order */
+    size_t n = nd->shape[0], plane = (size_t)nd->shape[2] * nd->shape[3], off = 0;
+    for (size_t b = 0; b < n; b++)
+        for (int k = nd->ninputs - 1; k >= 0; k--) {
+            size_t ck = g->nodes[nd->inputs[k]].shape[1] * plane;
+            memcpy(OUT + off, IN(k) + b * ck, ck * sizeof(float));
+            off += ck;
+        }
+}
+
+FAULT_OP(fault_mean)
+{
+    /* the sum divided by the batch size only, not by every element */
+    const struct node *x = &g->nodes[nd->inputs[0]];
+    double s = 0;
+    for (size_t i = 0; i < x->count; i++)
+        s += IN(0)[i];
+    OUT[0] = (float)((double)nd->p.mean.scale * (s / (double)x->shape[0]));
+}
+
 static const struct {
     enum op_type type;
     backend_op_fn fn;
@@ -125,12 +255,20 @@ static const struct {
     {OP_MSE_BWD, fault_mse_bwd, "mse_bwd: the factor 2 forgotten"},
     {OP_SGD, fault_sgd, "sgd: a step up the gradient"},
     {OP_ADAM_P, fault_adam_p, "adam_p: no bias correction"},
+    {OP_HARD_SIGMOID, fault_hard_sigmoid, "hard_sigmoid: x/6 + 1/2 (PyTorch's) for Keras's 0.2 x + 0.5"},
+    {OP_HARD_SIGMOID_BWD, fault_hard_sigmoid_bwd, "hard_sigmoid_bwd: dy y (1 - y), the logistic sigmoid's derivative"},
+    {OP_MAXPOOL2_BWD, fault_maxpool2_bwd, "maxpool2_bwd: to the last maximum of a window"},
+    {OP_UPSAMPLE2_BWD, fault_upsample2_bwd, "upsample2_bwd: the mean of the four, not the sum"},
+    {OP_CONV2D, fault_conv2d, "conv2d: the kernel flipped (convolution, not cross-correlation)"},
+    {OP_CONV2D_BWD_FILTER, fault_conv2d_bwd_filter, "conv2d_bwd_filter: the first sequence of the batch only"},
+    {OP_CONCAT, fault_concat, "concat: the inputs in reverse order"},
+    {OP_MEAN, fault_mean, "mean: divided by the batch size only"},
 };
 #define FAULT_N (sizeof fault_table / sizeof fault_table[0])
 
 const char *fault_formulas(void)
 {
-    static char text[2048];
+    static char text[4096];
     if (!text[0]) {
         size_t len = 0;
         for (size_t k = 0; k < FAULT_N; k++)

@@ -178,7 +178,7 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
     struct trace_oprec *keep = dt_calloc((size_t)s.r.g.n, sizeof *keep);
     uint64_t *hashes = dt_calloc((size_t)s.r.g.n, sizeof *hashes);
     char want[32];
-    snprintf(want, sizeof want, "%016" PRIx64, s.r.data.im.hash);
+    snprintf(want, sizeof want, "%016" PRIx64, s.r.data.hash);
     const char *have = trace_config_get(&tf->cfg, "data_hash");
     if (!have || strcmp(have, want) != 0) {
         dt_error_set("the data at %s is not the data %s was recorded with (hash %s, recorded %s)",

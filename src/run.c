@@ -44,9 +44,20 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
     r->be = backend_find(tc->backend);
     if (!r->be)
         return DT_ERR;
-    if (data_open(&r->data, tc->data_dir, tc->seed) < 0)
+    int prednet = strcmp(tc->model.name, "prednet") == 0;
+    if (prednet) {
+        const struct model_spec *m = &tc->model;
+        struct data_video_spec vs = {
+            .digits_dir = tc->data_dir, .path = tc->video,
+            .layout = strcmp(tc->npy_layout, "nthw") == 0 ? VIDEO_LAYOUT_NTHW : VIDEO_LAYOUT_TNHW,
+            .nt = m->nt, .h = m->height, .w = m->width, .c = m->stack[0],
+        };
+        if (data_open_video(&r->data, &vs, tc->seed) < 0)
+            return DT_ERR;
+    } else if (data_open(&r->data, tc->data_dir, tc->seed) < 0) {
         return DT_ERR;
-    int loss = model_build(&r->g, &tc->model, data_features(&r->data));
+    }
+    int loss = model_build(&r->g, &tc->model, prednet ? 0 : data_features(&r->data));
     if (loss < 0)
         return DT_ERR;
     graph_backward(&r->g, loss);
@@ -87,9 +98,15 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         }
         /* optimizer state starts at zero: alloc zero-fills */
     }
-    r->xnode = graph_find(&r->g, "data.x");
-    DT_ASSERT(r->xnode >= 0, "model without data.x");
-    r->batch = dt_malloc(r->g.nodes[r->xnode].count * sizeof(float));
+    size_t nbatch = 0;
+    r->inputs = dt_calloc((size_t)r->g.n, sizeof *r->inputs);
+    for (int i = 0; i < r->g.n; i++)
+        if (r->g.nodes[i].type == OP_INPUT) {
+            r->inputs[r->ninputs++] = i;
+            nbatch += r->g.nodes[i].count;
+        }
+    DT_ASSERT(r->ninputs >= 1, "model without data inputs");
+    r->batch = dt_malloc(nbatch * sizeof(float));
 
     /* Trace on a second thread when this process may run on a second core. */
     cpu_set_t cpus;
@@ -111,6 +128,7 @@ void run_close(struct run *r)
     graph_free(&r->g);
     data_free(&r->data);
     free(r->leaves);
+    free(r->inputs);
     free(r->host);
     free(r->batch);
     memset(r, 0, sizeof *r);
@@ -140,9 +158,20 @@ void run_describe(struct run *r, struct trace_config *c, uint64_t ckpt_every)
 {
     const struct train_config *tc = r->tc;
     trace_config_set(c, "tool_version", PACKAGE_VERSION);
+    int prednet = strcmp(tc->model.name, "prednet") == 0;
     trace_config_set(c, "model", tc->model.name);
-    trace_config_set(c, "layers", tc->layers);
-    trace_config_set(c, "act", model_act_name(tc->model.act));
+    if (prednet) {
+        trace_config_set(c, "stack", tc->stack);
+        trace_config_set(c, "r_stack", tc->r_stack);
+        trace_config_set(c, "size", tc->size);
+        trace_config_setf(c, "nt", "%u", tc->model.nt);
+        trace_config_set(c, "layer_weights", tc->layer_weights);
+        if (tc->protocol)
+            trace_config_set(c, "protocol", tc->protocol);
+    } else {
+        trace_config_set(c, "layers", tc->layers);
+        trace_config_set(c, "act", model_act_name(tc->model.act));
+    }
     trace_config_setf(c, "batch", "%u", tc->model.batch);
     trace_config_set(c, "preset", train_preset_name(tc));
     trace_config_set(c, "optimizer", tc->optimizer);
@@ -161,8 +190,16 @@ void run_describe(struct run *r, struct trace_config *c, uint64_t ckpt_every)
     trace_config_set(c, "backend", tc->backend);
     r->be->describe(r->ctx, c);
     trace_config_set(c, "data", r->data.path);
-    trace_config_setf(c, "data_hash", "%016" PRIx64, r->data.im.hash);
-    trace_config_setf(c, "data_images", "%ux%ux%u", r->data.im.n, r->data.im.rows, r->data.im.cols);
+    if (prednet) {
+        trace_config_set(c, "video", tc->video ? "file" : "moving-mnist");
+        if (tc->video)
+            trace_config_set(c, "npy_layout", tc->npy_layout);
+        trace_config_set(c, "video_source", data_video_source(&r->data));
+        trace_config_setf(c, "data_hash", "%016" PRIx64, r->data.hash);
+    } else {
+        trace_config_setf(c, "data_hash", "%016" PRIx64, r->data.hash);
+        trace_config_setf(c, "data_images", "%ux%ux%u", r->data.im.n, r->data.im.rows, r->data.im.cols);
+    }
     trace_config_set(c, "trace_level", trace_level_name(tc->level));
     trace_config_setf(c, "checkpoint_every", "%" PRIu64, ckpt_every);
     trace_config_set(c, "stop_on_nonfinite", tc->stop_on_nonfinite ? "yes" : "no");
@@ -239,8 +276,22 @@ int run_ckpt_load(struct run *r, const struct trace_ckpt *c)
 void run_step_begin(struct run *r, uint64_t step)
 {
     tracer_begin(r->tr, step);
-    data_batch(&r->data, step, r->tc->model.batch, r->batch);
-    exec_set(&r->e, r->xnode, r->batch);
+    if (!r->data.video) {
+        data_batch(&r->data, step, r->tc->model.batch, r->batch);
+        exec_set(&r->e, r->inputs[0], r->batch);
+        return;
+    }
+    /* (batch, nt, C, H, W) -> frame t of every sequence, input t */
+    const struct model_spec *m = &r->tc->model;
+    data_video_batch(&r->data, step, m->batch, r->batch);
+    size_t frame = (size_t)m->stack[0] * m->height * m->width;
+    DT_ASSERT(r->ninputs == (int)m->nt, "prednet: %d inputs for %u frames", r->ninputs, m->nt);
+    for (uint32_t t = 0; t < m->nt; t++) {
+        for (uint32_t b = 0; b < m->batch; b++)
+            memcpy(r->host + b * frame, r->batch + ((size_t)b * m->nt + t) * frame,
+                   frame * sizeof(float));
+        exec_set(&r->e, r->inputs[t], r->host);
+    }
 }
 
 void run_step_exec(struct run *r, uint64_t step)
@@ -335,10 +386,21 @@ int run_config_from_trace(struct train_config *tc, const struct trace_config *cf
     if (!(v = run_key(cfg, "model")))
         return DT_ERR;
     tc->model.name = v;
-    if (!(tc->layers = run_key(cfg, "layers")) || model_parse_layers(tc->layers, &tc->model) < 0)
-        return DT_ERR;
-    if (!(v = run_key(cfg, "act")) || model_parse_act(v, &tc->model.act) < 0)
-        return DT_ERR;
+    int prednet = strcmp(v, "prednet") == 0;
+    if (prednet) {
+        if (!(tc->stack = run_key(cfg, "stack")) || !(tc->r_stack = run_key(cfg, "r_stack")) ||
+            !(tc->size = run_key(cfg, "size")) || !(tc->layer_weights = run_key(cfg, "layer_weights")) ||
+            run_key_u64(cfg, "nt", &u) < 0)
+            return DT_ERR;
+        tc->model.nt = (uint32_t)u;
+        tc->protocol = trace_config_get(cfg, "protocol");
+        tc->optimizer_given = tc->batch_given = tc->steps_given = 1;
+    } else {
+        if (!(tc->layers = run_key(cfg, "layers")) || model_parse_layers(tc->layers, &tc->model) < 0)
+            return DT_ERR;
+        if (!(v = run_key(cfg, "act")) || model_parse_act(v, &tc->model.act) < 0)
+            return DT_ERR;
+    }
     if (run_key_u64(cfg, "batch", &u) < 0)
         return DT_ERR;
     tc->model.batch = (uint32_t)u;
@@ -388,7 +450,13 @@ int run_config_from_trace(struct train_config *tc, const struct trace_config *cf
     if (!(v = run_key(cfg, "data")))
         return DT_ERR;
     snprintf(tc->data_dir_buf, sizeof tc->data_dir_buf, "%s", v);
-    tc->data_dir = dirname(tc->data_dir_buf);
+    if (prednet && (v = trace_config_get(cfg, "video")) && strcmp(v, "file") == 0) {
+        /* user frames: the recorded path itself */
+        tc->video = tc->data_dir_buf;
+        tc->npy_layout = trace_config_get(cfg, "npy_layout");
+    } else {
+        tc->data_dir = dirname(tc->data_dir_buf);
+    }
     if (train_finish_config(tc) < 0)
         return DT_ERR;
     return DT_OK;

@@ -24,9 +24,10 @@ struct run {
     struct tracer *tr;
     int *leaves;               /* nodes with a next value: parameters and state */
     int nleaves;
-    int xnode;                 /* the data input */
+    int *inputs;               /* the data inputs: data.x, or data.tNN for each frame */
+    int ninputs;
     float *host;               /* staging for the largest node */
-    float *batch;
+    float *batch;              /* one step's data, all inputs one after the other */
 };
 
 /* Set everything up (initial parameters from the init seed); 0, or -1 with

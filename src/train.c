@@ -58,6 +58,7 @@ int train_apply_preset(struct train_config *tc, const char *name)
     for (size_t i = 0; i < sizeof train_presets / sizeof train_presets[0]; i++)
         if (strcmp(name, train_presets[i].name) == 0) {
             tc->optimizer = train_presets[i].optimizer;
+            tc->optimizer_given = 1;
             tc->lr = train_presets[i].lr;
             return DT_OK;
         }
@@ -65,8 +66,88 @@ int train_apply_preset(struct train_config *tc, const char *name)
     return DT_ERR;
 }
 
+/* prednet's options into tc->model, with its defaults */
+static int train_finish_prednet(struct train_config *tc)
+{
+    struct model_spec *m = &tc->model;
+    if (tc->protocol) {
+        /* the 2021 study: 5000 frames as 250 batches of one 20-frame sequence */
+        if ((tc->steps_given && tc->steps != 250) || (tc->batch_given && m->batch != 1) ||
+            (m->nt && m->nt != 20)) {
+            dt_error_set("--protocol paper fixes --steps 250, --batch 1 and --nt 20");
+            return DT_ERR;
+        }
+        tc->steps = 250;
+        m->batch = 1;
+        m->nt = 20;
+    }
+    if (!tc->optimizer_given)
+        tc->optimizer = "adam";
+    if (isnan(tc->lr) && strcmp(tc->optimizer, "adam") == 0)
+        tc->lr = 1e-3;
+    if (!tc->batch_given && !tc->protocol)
+        m->batch = 4;
+    if (!tc->steps_given && !tc->protocol)
+        tc->steps = 1000;
+    if (m->nt == 0)
+        m->nt = 20;
+    if (!tc->stack)
+        tc->stack = "1,16,32,64";
+    if (model_parse_u32_list("--stack", tc->stack, m->stack, &m->nstack) < 0)
+        return DT_ERR;
+    int n;
+    if (!tc->r_stack)
+        tc->r_stack = tc->stack;
+    if (model_parse_u32_list("--r-stack", tc->r_stack, m->rstack, &n) < 0)
+        return DT_ERR;
+    if (n != m->nstack) {
+        dt_error_set("--r-stack '%s' has %d entries, --stack '%s' %d", tc->r_stack, n, tc->stack,
+                     m->nstack);
+        return DT_ERR;
+    }
+    if (!tc->layer_weights) {
+        static char lw[2 * MODEL_MAX_LAYERS + 1];
+        size_t len = 0;
+        for (int l = 0; l < m->nstack; l++)
+            len += (size_t)snprintf(lw + len, sizeof lw - len, "%s%d", l ? "," : "", l == 0);
+        tc->layer_weights = lw;
+    }
+    if (model_parse_weights("--layer-weights", tc->layer_weights, m->layer_weights, &n) < 0)
+        return DT_ERR;
+    if (n != m->nstack) {
+        dt_error_set("--layer-weights '%s' has %d entries for %d layers", tc->layer_weights, n,
+                     m->nstack);
+        return DT_ERR;
+    }
+    if (!tc->size)
+        tc->size = "64x64";
+    if (model_parse_size(tc->size, &m->height, &m->width) < 0)
+        return DT_ERR;
+    m->pixel_max = 1.0f;
+    if (!tc->npy_layout)
+        tc->npy_layout = "tnhw";
+    if (strcmp(tc->npy_layout, "tnhw") != 0 && strcmp(tc->npy_layout, "nthw") != 0) {
+        dt_error_set("--npy-layout '%s': expected tnhw or nthw", tc->npy_layout);
+        return DT_ERR;
+    }
+    return prednet_check(m);
+}
+
 int train_finish_config(struct train_config *tc)
 {
+    int prednet = strcmp(tc->model.name, "prednet") == 0;
+    if (!prednet && (tc->stack || tc->r_stack || tc->size || tc->layer_weights || tc->video ||
+                     tc->protocol || tc->model.nt || tc->npy_layout)) {
+        dt_error_set("--stack, --r-stack, --size, --nt, --layer-weights, --video, --npy-layout "
+                     "and --protocol apply to --model prednet only");
+        return DT_ERR;
+    }
+    if (prednet && tc->layers_given) {
+        dt_error_set("--layers and --act apply to --model autoencoder only");
+        return DT_ERR;
+    }
+    if (prednet && train_finish_prednet(tc) < 0)
+        return DT_ERR;
     int adam = strcmp(tc->optimizer, "adam") == 0;
     if (isnan(tc->lr))
         tc->lr = adam ? 3e-4 : 3.0;

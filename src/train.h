@@ -10,6 +10,12 @@
 struct train_config {
     struct model_spec model;
     const char *layers;         /* as given, for the trace header */
+    /* prednet, as given (parsed into model) */
+    const char *stack, *r_stack, *size, *layer_weights;
+    const char *video;          /* user frames (.npy or a directory of .pgm), or NULL */
+    const char *npy_layout;     /* "tnhw" or "nthw" */
+    const char *protocol;       /* "paper" or NULL */
+    int optimizer_given, batch_given, steps_given, layers_given;
     const char *optimizer;      /* "sgd" | "adam" */
     double lr, momentum, b1, b2, eps;
     uint64_t steps;
@@ -55,8 +61,9 @@ struct train_result {
 void train_config_defaults(struct train_config *tc);
 /* Apply a named preset ("sgd-plateau", "adam-shoulder"); -1 if unknown. */
 int train_apply_preset(struct train_config *tc, const char *name);
-/* After all options: the optimizer's default learning rate where none was
- * given; -1 (dt_error set) for combinations that make no sense. */
+/* After all options: the model's defaults where none was given (prednet:
+ * Adam, lr 1e-3, batch 4, 1000 steps; --protocol paper), the lists parsed
+ * into tc->model; -1 (dt_error set) for combinations that make no sense. */
 int train_finish_config(struct train_config *tc);
 /* The preset the optimizer settings amount to, or "none". */
 const char *train_preset_name(const struct train_config *tc);
