@@ -19,7 +19,9 @@
  * Overflow: whenever some intermediate of the cpu algorithm could reach
  * FLT_MAX, the bound is +Inf; so it is when an input is NaN or Inf (replay
  * compares those bitwise or by class), except for the exact ops (relu,
- * relu_bwd, fill: bound 0).
+ * relu_bwd, fill, and the ops that select or move elements: maxpool2 and
+ * its bwd, upsample2, concat, slice and its bwd, satlu and its bwd, neg:
+ * bound 0).
  * Evaluation: the magnitudes in a formula (|X|, sum |a b|, ...) are computed
  * in double from the float inputs, with relative errors below 2^-45 (a few
  * roundings), except sums of K terms, which are first inflated by
@@ -27,13 +29,16 @@
  * in them, and the result is multiplied by 1 + 2^-30 (BND_UP), which covers
  * the rest.
  * Tightness, largest (mean) observed error / bound over random inputs in
- * [-1, 1] (tests/test_oracle.c, TEST_ORACLE_VERBOSE=1): add, add_bias 1
- * (ties), sgd 0.99 (0.28), momentum 0.97 (0.29), mse 0.96 (0.55), sigmoid_bwd
- * 0.87 (0.18), adam_p 0.85 (0.13), mse_bwd 0.86 (0.21), adam_m 0.78 (0.19),
- * tanh_bwd 0.74 (0.14), adam_v 0.72 (0.15), tanh 0.62 (0.17), sigmoid 0.45
- * (0.14); the sums are worst-case bounds, loose as such bounds are on
- * random data: matmul 0.2 (0.02) for K <= 300 but 7e-4 (2e-4) at K = 784,
- * bias_grad 0.09 (0.01). */
+ * [-1, 1] (tests/test_oracle_ops.c, TEST_ORACLE_VERBOSE=1): add, add_bias,
+ * sub 1 (ties), mul 1 (0.5), mean_bwd 1 (0.58), mean 0.98 (0.52), sgd 0.99
+ * (0.28), momentum 0.97 (0.29), hard_sigmoid 0.96 (0.30, x in [-3.5, 3.5]),
+ * mse 0.96 (0.55), hard_sigmoid_bwd 0.95 (0.5), sigmoid_bwd 0.87 (0.18),
+ * adam_p 0.85 (0.13), mse_bwd 0.86 (0.21), adam_m 0.78 (0.19), tanh_bwd 0.74
+ * (0.14), adam_v 0.72 (0.15), upsample2_bwd 0.65 (0.10), tanh 0.62 (0.17),
+ * sigmoid 0.45 (0.14); the sums are worst-case bounds, loose as such bounds
+ * are on random data: matmul 0.2 (0.02) for K <= 300 but 7e-4 (2e-4) at
+ * K = 784, convolutions near 0.9 for a few terms (1x1 images) but 0.06 on
+ * average, bias_grad 0.09 (0.01). */
 #include "oracle.h"
 
 #include <float.h>
@@ -315,6 +320,271 @@ static double bnd_adam_p(const struct bnd_adam *A, float lr, float eps, float p,
     return e;
 }
 
+/* ---- image ops -----------------------------------------------------------------
+ * Dimension letters (op.h): N batch, C input channels, K output channels, H, W
+ * image rows and columns, R, S kernel rows and columns. */
+
+/* Half an ulp of float32 at x >= |value| (one correctly rounded operation,
+ * subnormals included: 2^-150 there); +Inf where RN32 could overflow. */
+static double bnd_half_ulp(double x)
+{
+    if (!isfinite(x) || x >= 0x1p128 * (1 - 0x1p-25))
+        return INFINITY;
+    return 0.5 * oracle_ulp32(x);
+}
+
+static int bnd_all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+/* A sum of m products of floats (a convolution's in-image terms), s = their
+ * sum of magnitudes in double: as matmul, any order, with or without FMA,
+ *   |fl - exact| <= gamma_m s + m 2^-149.
+ * A kernel that also multiplies the padding's zeros adds exact zeros (x + 0
+ * and fma(0, w, x) are exact): m counts the in-image terms only. */
+static double bnd_sum_prods(double s, size_t m)
+{
+    if (m == 0)
+        return 0;
+    double gk = bnd_gamma((double)m, BND_u);
+    s = bnd_inflate(s, (double)m);
+    return bnd_ovf(s * (1 + gk)) || isnan(s) ? INFINITY : gk * s + (double)m * 0x1p-149;
+}
+
+/* The shift of kernel row r of R (or column s of S) from the centre. */
+#define BND_D(r, R) ((long)(r) - (long)((R) / 2))
+
+/* Offset of row a + da, column b + db of an H x W plane, or -1 outside it. */
+static long bnd_at(size_t a, long da, size_t b, long db, size_t h, size_t w)
+{
+    long r = (long)a + da, c = (long)b + db;
+    return r < 0 || r >= (long)h || c < 0 || c >= (long)w ? -1 : r * (long)w + c;
+}
+
+/* conv2d (N,K,H,W): the terms of element (n,k,h,w) are x[n,c,h+r-R/2,w+s-S/2]
+ * w[k,c,r,s] over in-image (c, r, s). +Inf when a term's x or any of w[k] is
+ * not finite (a kernel that multiplies the padding would turn a non-finite
+ * weight there into NaN). */
+static void bnd_conv2d(const struct graph *g, const struct node *nd, double *bound,
+                       const float *x, /* (N,C,H,W) */ const float *w /* (K,C,R,S) */)
+{
+    const uint32_t *xs = g->nodes[nd->inputs[0]].shape, *ws = g->nodes[nd->inputs[1]].shape;
+    size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], R = ws[2], S = ws[3];
+    size_t crs = C * R * S, hw = H * W;
+    double *xb = dt_malloc((crs + 1) * sizeof *xb);
+    size_t *off = dt_malloc((crs + 1) * sizeof *off);
+    char *wok = dt_malloc(K + 1);
+    for (size_t k = 0; k < K; k++)
+        wok[k] = (char)bnd_all_finite(w + k * crs, crs);
+    for (size_t n = 0; n < N; n++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t v = 0; v < W; v++) {
+                size_t m = 0;
+                int bad = 0;
+                for (size_t c = 0; c < C; c++)
+                    for (size_t r = 0; r < R; r++)
+                        for (size_t s = 0; s < S; s++) {
+                            long p = bnd_at(h, BND_D(r, R), v, BND_D(s, S), H, W);
+                            if (p < 0)
+                                continue;
+                            float xv = x[(n * C + c) * hw + (size_t)p];
+                            bad |= !isfinite(xv);
+                            xb[m] = fabs((double)xv);
+                            off[m++] = (c * R + r) * S + s;
+                        }
+                for (size_t k = 0; k < K; k++) {
+                    double a = 0;
+                    for (size_t j = 0; j < m; j++)
+                        a += xb[j] * fabs((double)w[k * crs + off[j]]);
+                    bound[(n * K + k) * hw + h * W + v] =
+                        bad || !wok[k] ? INFINITY : bnd_sum_prods(a, m);
+                }
+            }
+    free(xb);
+    free(off);
+    free(wok);
+}
+
+/* conv2d_bwd_data (N,C,H,W): terms dy[n,k,h-r+R/2,w-s+S/2] w[k,c,r,s] over
+ * in-image (k, r, s); +Inf when a term's dy or any of w[:,c] is not finite. */
+static void bnd_conv2d_bwd_data(const struct graph *g, const struct node *nd, double *bound,
+                                const float *dy, /* (N,K,H,W) */ const float *w /* (K,C,R,S) */)
+{
+    const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
+    size_t N = nd->shape[0], C = nd->shape[1], H = nd->shape[2], W = nd->shape[3];
+    size_t K = ws[0], R = ws[2], S = ws[3], krs = K * R * S, hw = H * W, rs = R * S;
+    double *db = dt_malloc((krs + 1) * sizeof *db);
+    size_t *off = dt_malloc((krs + 1) * sizeof *off);
+    char *wok = dt_malloc(C + 1);
+    for (size_t c = 0; c < C; c++) {
+        wok[c] = 1;
+        for (size_t k = 0; k < K; k++)
+            wok[c] &= (char)bnd_all_finite(w + (k * C + c) * rs, rs);
+    }
+    for (size_t n = 0; n < N; n++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t v = 0; v < W; v++) {
+                size_t m = 0;
+                int bad = 0;
+                for (size_t k = 0; k < K; k++)
+                    for (size_t r = 0; r < R; r++)
+                        for (size_t s = 0; s < S; s++) {
+                            long p = bnd_at(h, -BND_D(r, R), v, -BND_D(s, S), H, W);
+                            if (p < 0)
+                                continue;
+                            float d = dy[(n * K + k) * hw + (size_t)p];
+                            bad |= !isfinite(d);
+                            db[m] = fabs((double)d);
+                            off[m++] = k * C * rs + r * S + s; /* + c R S */
+                        }
+                for (size_t c = 0; c < C; c++) {
+                    double a = 0;
+                    for (size_t j = 0; j < m; j++)
+                        a += db[j] * fabs((double)w[off[j] + c * rs]);
+                    bound[(n * C + c) * hw + h * W + v] =
+                        bad || !wok[c] ? INFINITY : bnd_sum_prods(a, m);
+                }
+            }
+    free(db);
+    free(off);
+    free(wok);
+}
+
+/* conv2d_bwd_filter (K,C,R,S): terms dy[n,k,h,w] x[n,c,h+r-R/2,w+s-S/2] over
+ * in-image (n, h, w); +Inf when any of dy[:,k] or x[:,c] is not finite. */
+static void bnd_conv2d_bwd_filter(const struct graph *g, const struct node *nd, double *bound,
+                                  const float *x, /* (N,C,H,W) */ const float *dy /* (N,K,H,W) */)
+{
+    const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
+    size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
+    size_t K = nd->shape[0], R = nd->shape[2], S = nd->shape[3], hw = H * W;
+    char *dok = dt_malloc(K + 1), *xok = dt_malloc(C + 1);
+    for (size_t k = 0; k < K; k++) {
+        dok[k] = 1;
+        for (size_t n = 0; n < N; n++)
+            dok[k] &= (char)bnd_all_finite(dy + (n * K + k) * hw, hw);
+    }
+    for (size_t c = 0; c < C; c++) {
+        xok[c] = 1;
+        for (size_t n = 0; n < N; n++)
+            xok[c] &= (char)bnd_all_finite(x + (n * C + c) * hw, hw);
+    }
+    for (size_t k = 0; k < K; k++)
+        for (size_t c = 0; c < C; c++)
+            for (size_t r = 0; r < R; r++)
+                for (size_t s = 0; s < S; s++) {
+                    double a = 0;
+                    size_t m = 0;
+                    for (size_t n = 0; n < N; n++)
+                        for (size_t h = 0; h < H; h++)
+                            for (size_t v = 0; v < W; v++) {
+                                long p = bnd_at(h, BND_D(r, R), v, BND_D(s, S), H, W);
+                                if (p < 0)
+                                    continue;
+                                a += fabs((double)dy[(n * K + k) * hw + h * W + v]) *
+                                     fabs((double)x[(n * C + c) * hw + (size_t)p]);
+                                m++;
+                            }
+                    bound[((k * C + c) * R + r) * S + s] =
+                        dok[k] && xok[c] ? bnd_sum_prods(a, m) : INFINITY;
+                }
+    free(dok);
+    free(xok);
+}
+
+/* A float32 sum of m terms in any order (m - 1 rounded additions, exact in
+ * the subnormal range), a = sum of their magnitudes in double:
+ *   |fl - exact| <= gamma_{m-1} a.
+ * upsample2_bwd (m = 4, op.h's order or any other) and bias_grad over an
+ * (N,C,H,W) dy (m = N H W). */
+static double bnd_sum(double a, size_t m)
+{
+    double gm = bnd_gamma(m > 0 ? (double)(m - 1) : 0, BND_u);
+    a = bnd_inflate(a, (double)m);
+    return bnd_ovf(a * (1 + gm)) || isnan(a) ? INFINITY : gm * a;
+}
+
+/* The float32 constant of hard_sigmoid (op.h). */
+#define BND_HS_C 0.2f
+
+/* hard_sigmoid: cpu t1 = fl(c x) = c x (1 + d1) + h1, t = fl(t1 + 0.5) =
+ * (t1 + 0.5)(1 + d2); with T = c x + 0.5:
+ *   |t - T| <= E = (u |c x| + 2^-150)(1 + u) + u |T|   (one FMA: u |T|).
+ * clip(., 0, 1) is 1-Lipschitz, so |clip t - clip T| <= E whichever of t
+ * and T is clipped. Tighter where T is: T < 0 makes the exact value 0 and
+ * t <= T + E, so the error is <= max(0, T + E); T > 1: max(0, E - (T - 1)).
+ * T in double errs by <= 2^-53 |T|: 2^-52 |T| is added to E, and E is
+ * raised by 2^-40 for its own roundings before the comparisons. */
+static double bnd_hard_sigmoid(float x)
+{
+    if (!isfinite(x))
+        return INFINITY;
+    double cx = (double)BND_HS_C * x, t = cx + 0.5;
+    double e = (BND_u * fabs(cx) + BND_ETA) * (1 + BND_u) + (BND_u + 0x1p-52) * fabs(t);
+    e *= 1 + 0x1p-40;
+    if (t < 0)
+        return fmax(0, t + e);
+    if (t > 1)
+        return fmax(0, e - (t - 1));
+    return e;
+}
+
+/* hard_sigmoid_bwd: the mask is decided on the cpu's own t (op.h; computed
+ * here as in oracle_ops.c), so an unmasked cpu value is fl(c dy), one
+ * rounding of the exact value: half an ulp; masked, +0 exactly: 0. */
+static double bnd_hard_sigmoid_bwd(float x, float dy)
+{
+    if (!isfinite(x) || !isfinite(dy))
+        return INFINITY;
+    float t = (float)((double)(float)((double)BND_HS_C * x) + 0.5);
+    return t >= 0 && t <= 1 ? bnd_half_ulp(fabs((double)BND_HS_C * dy)) : 0;
+}
+
+/* mean: cpu s = sum of x in double, in index order (n - 1 rounded additions:
+ * |s - S| <= gamma_{n-1}(U) A, A = sum |x|), q = s / n, r = scale q (one
+ * rounding each), then one rounding to float32:
+ *   |r - X| <= E64 = (1 + U)^2 |scale| gamma_{n-1}(U) A / n + gamma_2(U) |X|,
+ *   |result - X| <= E64 + ulp32(|X| + E64) / 2,   X = scale S / n,
+ * |X| from S exactly (the superaccumulator), since the cpu's s may have
+ * lost all of S. */
+static double bnd_mean(const float *x, /* (n) */ size_t n, float scale)
+{
+    if (!isfinite(scale))
+        return INFINITY;
+    double a = 0;
+    struct oracle_acc *acc = oracle_acc_new();
+    for (size_t i = 0; i < n; i++) {
+        oracle_acc_add(acc, x[i]);
+        a += fabs((double)x[i]);
+    }
+    double s = oracle_acc_round_f64(acc);
+    oracle_acc_free(acc);
+    if (!isfinite(a) || !isfinite(s))
+        return INFINITY;
+    double gn = bnd_gamma(n > 0 ? (double)(n - 1) : 0, BND_U), g2 = bnd_gamma(2, BND_U);
+    a = bnd_inflate(a, (double)n);
+    double sc = fabs((double)scale) / (double)n * (1 + 0x1p-50);
+    double xm = sc * fabs(s) * (1 + 0x1p-50);
+    double e64 = (1 + BND_U) * (1 + BND_U) * sc * gn * a + g2 * xm;
+    return e64 + bnd_half_ulp((xm + e64) * (1 + 0x1p-50));
+}
+
+/* mean_bwd: cpu (float)((double)scale * g / n): scale g is exact in double,
+ * the quotient one rounding (two when grouped scale (g / n)), then one to
+ * float32: |result - X| <= gamma_2(U) |X| + ulp32(|X| (1 + gamma_2(U))) / 2,
+ * X = scale g / n. */
+static double bnd_mean_bwd(float scale, float gv, double n)
+{
+    if (!isfinite(scale) || !isfinite(gv))
+        return INFINITY;
+    double g2 = bnd_gamma(2, BND_U), x = fabs((double)scale * gv) / n * (1 + 0x1p-50);
+    return g2 * x + bnd_half_ulp(x * (1 + g2));
+}
+
 /* ---- the entry point ---------------------------------------------------------------- */
 
 int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
@@ -330,10 +600,10 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
     case OP_MATMUL:
         bnd_matmul(g, nd, bound, in);
         return DT_OK;
-    case OP_ADD_BIAS: {
-        size_t f = nd->shape[1];
+    case OP_ADD_BIAS: { /* x (N,F) or (N,C,H,W), b (F) or (C) */
+        size_t f = nd->shape[1], inner = nd->ndim == 4 ? (size_t)nd->shape[2] * nd->shape[3] : 1;
         for (size_t i = 0; i < cnt; i++)
-            bound[i] = bnd_add(in[0][i], in[1][i % f]);
+            bound[i] = bnd_add(in[0][i], in[1][i / inner % f]);
         break;
     }
     case OP_ADD:
@@ -341,6 +611,18 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
             bound[i] = bnd_add(in[0][i], in[1][i]);
         break;
     case OP_BIAS_GRAD: {
+        const struct node *x = &g->nodes[nd->inputs[0]];
+        if (x->ndim == 4) { /* dy (N,C,H,W): a sum of N H W terms per channel */
+            size_t N = x->shape[0], C = x->shape[1], hw = (size_t)x->shape[2] * x->shape[3];
+            for (size_t c = 0; c < C; c++) {
+                double a = 0;
+                for (size_t n = 0; n < N; n++)
+                    for (size_t j = 0; j < hw; j++)
+                        a += fabs((double)in[0][(n * C + c) * hw + j]);
+                bound[c] = bnd_sum(a, N * hw);
+            }
+            break;
+        }
         /* out[j] = ((0 + x_0) + x_1) + ...: N - 1 rounded additions, exact in
          * the subnormal range: |r - X| <= gamma_{N-1} sum_r |x_rj|. */
         size_t rows = g->nodes[nd->inputs[0]].shape[0], f = nd->shape[0];
@@ -373,8 +655,64 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
     case OP_RELU:
     case OP_RELU_BWD:
     case OP_FILL:
+    case OP_MAXPOOL2:
+    case OP_MAXPOOL2_BWD:
+    case OP_UPSAMPLE2:
+    case OP_CONCAT:
+    case OP_SLICE:
+    case OP_SLICE_BWD:
+    case OP_SATLU:
+    case OP_SATLU_BWD:
+    case OP_NEG:
         memset(bound, 0, cnt * sizeof *bound); /* exact: the cpu copies or writes 0 */
         return DT_OK;
+    case OP_CONV2D:
+        bnd_conv2d(g, nd, bound, in[0], in[1]);
+        break;
+    case OP_CONV2D_BWD_DATA:
+        bnd_conv2d_bwd_data(g, nd, bound, in[0], in[1]);
+        break;
+    case OP_CONV2D_BWD_FILTER:
+        bnd_conv2d_bwd_filter(g, nd, bound, in[0], in[1]);
+        break;
+    case OP_UPSAMPLE2_BWD: { /* dy (N,C,2H,2W): four terms per element */
+        size_t planes = (size_t)nd->shape[0] * nd->shape[1], H = nd->shape[2], W = nd->shape[3];
+        for (size_t pl = 0; pl < planes; pl++)
+            for (size_t h = 0; h < H; h++)
+                for (size_t v = 0; v < W; v++) {
+                    const float *q = in[0] + pl * 4 * H * W + 2 * h * 2 * W + 2 * v;
+                    double a = fabs((double)q[0]) + fabs((double)q[1]) + fabs((double)q[2 * W]) +
+                               fabs((double)q[2 * W + 1]);
+                    bound[pl * H * W + h * W + v] = bnd_sum(a, 4);
+                }
+        break;
+    }
+    case OP_HARD_SIGMOID:
+        for (size_t i = 0; i < cnt; i++)
+            bound[i] = bnd_hard_sigmoid(in[0][i]);
+        break;
+    case OP_HARD_SIGMOID_BWD:
+        for (size_t i = 0; i < cnt; i++)
+            bound[i] = bnd_hard_sigmoid_bwd(in[0][i], in[1][i]);
+        break;
+    case OP_SUB: /* one correctly rounded operation, as add */
+        for (size_t i = 0; i < cnt; i++)
+            bound[i] = bnd_add(in[0][i], -in[1][i]);
+        break;
+    case OP_MUL: /* one correctly rounded product (exact in double): half an ulp */
+        for (size_t i = 0; i < cnt; i++)
+            bound[i] = !isfinite(in[0][i]) || !isfinite(in[1][i])
+                           ? INFINITY : bnd_half_ulp(fabs((double)in[0][i] * in[1][i]));
+        break;
+    case OP_MEAN:
+        bound[0] = bnd_mean(in[0], g->nodes[nd->inputs[0]].count, nd->p.mean.scale);
+        break;
+    case OP_MEAN_BWD: {
+        double b = bnd_mean_bwd(nd->p.mean.scale, in[0][0], (double)cnt);
+        for (size_t i = 0; i < cnt; i++)
+            bound[i] = b;
+        break;
+    }
     case OP_MSE: {
         /* cpu: d = double(p) - double(t) (1 + a), d d (1 + b), summed in order
          * from 0 (n - 1 rounded additions), / n (1 + c), then (float): every

@@ -63,8 +63,10 @@ int oracle_op(const struct graph *g, const struct node *nd, float *out, const fl
  * order, with or without FMA), from the inputs alone. Documented per op in
  * divtrace-replay(1). Returns 0 or -1 like oracle_op.
  * bound[i] is +Inf (no claim) when an input of the element is NaN or Inf or
- * an intermediate of the cpu algorithm could overflow; relu, relu_bwd and
- * fill are exact (bound 0, NaN included). */
+ * an intermediate of the cpu algorithm could overflow; relu, relu_bwd,
+ * fill and the ops that only move, select or negate values (maxpool2 and its
+ * backward, upsample2, concat, slice and its backward, satlu and its
+ * backward, neg) are exact (bound 0, NaN included). */
 int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
                  const float *const *in, const struct backend_step *st);
 

@@ -17,7 +17,12 @@
  * exact operations (which is what the MPFR path does): an exact zero takes
  * the sign IEEE gives (x - x = +0, -0 + -0 = -0, products xor the signs);
  * NaN results are the canonical quiet NaN 0x7fc00000; relu(NaN) = +0 and
- * relu_bwd(NaN, dy) = +0, as max(x, 0) and the cpu kernel give. */
+ * relu_bwd(NaN, dy) = +0, as max(x, 0) and the cpu kernel give. The ops that
+ * select or move elements (maxpool2 and its bwd, upsample2, concat, slice and
+ * its bwd, neg, satlu and its bwd) copy them bit for bit, zeros' signs
+ * included, NaN made canonical like every NaN here; their masks and ties
+ * follow op.h (the first NaN or first maximum of a pool window, NaN x giving
+ * +0 in satlu_bwd and hard_sigmoid_bwd). */
 #include "oracle.h"
 
 #include <math.h>
@@ -298,6 +303,14 @@ static float ops_mp_rational(const struct ops_par *pr, const float *v)
         if (pr->type == OP_ADAM_V)
             OPS_EXACT(mpfr_mul_d(r1, r1, v[1], MPFR_RNDN));
         OPS_EXACT(mpfr_add(r0, r0, r1, MPFR_RNDN));
+        break;
+    case OP_SUB: /* a - b */
+        mpfr_set_flt(r0, v[0], MPFR_RNDN);
+        OPS_EXACT(mpfr_sub_d(r0, r0, v[1], MPFR_RNDN));
+        break;
+    case OP_MUL: /* a b */
+        mpfr_set_flt(r0, v[0], MPFR_RNDN);
+        OPS_EXACT(mpfr_mul_d(r0, r0, v[1], MPFR_RNDN));
         break;
     case OP_MSE_BWD: /* (2 (p - t) / n) g, as (2 (p - t) g) / n: same value and sign */
         mpfr_set_flt(r0, v[0], MPFR_RNDN);
@@ -776,6 +789,377 @@ static void ops_matmul(const struct graph *g, const struct node *nd, float *out,
     free(bc);
 }
 
+/* ---- image ops -------------------------------------------------------------------
+ * Dimension letters (op.h): N batch, C input channels, K output channels, H, W
+ * image rows and columns, R, S kernel rows and columns. The sums (convolutions,
+ * upsample2_bwd, bias_grad and mean over images) gather each element's terms
+ * into contiguous vectors and take oracle_dot / oracle_sum (certified fast
+ * path, else the superaccumulator); DIVTRACE_ORACLE_EXACT=1 sums them in MPFR
+ * instead, which checks the superaccumulator too. */
+
+/* The exact sum of x[i] y[i] (y NULL: of x[i]), i < n, in s (precision
+ * OPS_EXACT_PREC): the formula step by step from the first term, so zeros
+ * take IEEE's sign and NaN / Inf terms give IEEE's NaN or Inf; +0 for n = 0.
+ * Products of floats lie in [2^-298, 2^256): 554 + 64 bits hold any sum. */
+static void ops_mp_sum(mpfr_t s, const float *x, const float *y, size_t n)
+{
+    mpfr_t t;
+    mpfr_init2(t, OPS_EXACT_PREC);
+    mpfr_set_prec(s, OPS_EXACT_PREC);
+    mpfr_set_zero(s, 1);
+    for (size_t i = 0; i < n; i++) {
+        mpfr_set_flt(t, x[i], MPFR_RNDN);
+        if (y)
+            OPS_EXACT(mpfr_mul_d(t, t, y[i], MPFR_RNDN));
+        if (i == 0)
+            mpfr_set(s, t, MPFR_RNDN);
+        else
+            OPS_EXACT(mpfr_add(s, s, t, MPFR_RNDN));
+    }
+    mpfr_clear(t);
+}
+
+/* RN32(sum of x[i] y[i]) (y NULL: of x[i]), zero signs and NaN as above. */
+static float ops_sum_round(const float *x, const float *y, size_t n, int slow)
+{
+    if (!slow)
+        return ops_canon(y ? oracle_dot(x, 1, y, 1, n) : oracle_sum(x, 1, n));
+    mpfr_t s;
+    mpfr_init2(s, OPS_EXACT_PREC);
+    ops_mp_sum(s, x, y, n);
+    float out = ops_mp_rn32(s);
+    mpfr_clear(s);
+    return out;
+}
+
+/* The shift of kernel row r of R (or column s of S) from the centre. */
+#define OPS_D(r, R) ((long)(r) - (long)((R) / 2))
+
+/* Offset of row a + da, column b + db of an H x W plane, or -1 outside it. */
+static long ops_at(size_t a, long da, size_t b, long db, size_t h, size_t w)
+{
+    long r = (long)a + da, c = (long)b + db;
+    return r < 0 || r >= (long)h || c < 0 || c >= (long)w ? -1 : r * (long)w + c;
+}
+
+/* conv2d: out (N,K,H,W) = sum over in-image (c, r, s) of x[n,c,h+r-R/2,w+s-S/2]
+ * w[k,c,r,s]. Per output pixel the patch of x and the filter offsets of its
+ * terms, then one dot product per output channel. */
+static void ops_conv2d(const struct graph *g, const struct node *nd, float *out, /* (N,K,H,W) */
+                       const float *x, /* (N,C,H,W) */ const float *w, /* (K,C,R,S) */ int slow)
+{
+    const uint32_t *xs = g->nodes[nd->inputs[0]].shape, *ws = g->nodes[nd->inputs[1]].shape;
+    size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], R = ws[2], S = ws[3];
+    size_t crs = C * R * S, hw = H * W;
+    float *xb = dt_malloc((crs + 1) * sizeof *xb), *wb = dt_malloc((crs + 1) * sizeof *wb);
+    size_t *off = dt_malloc((crs + 1) * sizeof *off);
+    for (size_t n = 0; n < N; n++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t v = 0; v < W; v++) {
+                size_t m = 0;
+                for (size_t c = 0; c < C; c++)
+                    for (size_t r = 0; r < R; r++)
+                        for (size_t s = 0; s < S; s++) {
+                            long p = ops_at(h, OPS_D(r, R), v, OPS_D(s, S), H, W);
+                            if (p < 0)
+                                continue;
+                            xb[m] = x[(n * C + c) * hw + (size_t)p];
+                            off[m++] = (c * R + r) * S + s;
+                        }
+                for (size_t k = 0; k < K; k++) {
+                    for (size_t j = 0; j < m; j++)
+                        wb[j] = w[k * crs + off[j]];
+                    out[(n * K + k) * hw + h * W + v] = ops_sum_round(xb, wb, m, slow);
+                }
+            }
+    free(xb);
+    free(wb);
+    free(off);
+}
+
+/* conv2d_bwd_data: out (N,C,H,W) = sum over in-image (k, r, s) of
+ * dy[n,k,h-r+R/2,w-s+S/2] w[k,c,r,s]. */
+static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
+                                float *out, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
+                                const float *w, /* (K,C,R,S) */ int slow)
+{
+    const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
+    size_t N = nd->shape[0], C = nd->shape[1], H = nd->shape[2], W = nd->shape[3];
+    size_t K = ws[0], R = ws[2], S = ws[3], krs = K * R * S, hw = H * W;
+    float *db = dt_malloc((krs + 1) * sizeof *db), *wb = dt_malloc((krs + 1) * sizeof *wb);
+    size_t *off = dt_malloc((krs + 1) * sizeof *off);
+    for (size_t n = 0; n < N; n++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t v = 0; v < W; v++) {
+                size_t m = 0;
+                for (size_t k = 0; k < K; k++)
+                    for (size_t r = 0; r < R; r++)
+                        for (size_t s = 0; s < S; s++) {
+                            long p = ops_at(h, -OPS_D(r, R), v, -OPS_D(s, S), H, W);
+                            if (p < 0)
+                                continue;
+                            db[m] = dy[(n * K + k) * hw + (size_t)p];
+                            off[m++] = k * C * R * S + r * S + s; /* + c R S */
+                        }
+                for (size_t c = 0; c < C; c++) {
+                    for (size_t j = 0; j < m; j++)
+                        wb[j] = w[off[j] + c * R * S];
+                    out[(n * C + c) * hw + h * W + v] = ops_sum_round(db, wb, m, slow);
+                }
+            }
+    free(db);
+    free(wb);
+    free(off);
+}
+
+/* conv2d_bwd_filter: out (K,C,R,S) = sum over in-image (n, h, w) of
+ * dy[n,k,h,w] x[n,c,h+r-R/2,w+s-S/2]. */
+static void ops_conv2d_bwd_filter(const struct graph *g, const struct node *nd,
+                                  float *out, /* (K,C,R,S) */ const float *x, /* (N,C,H,W) */
+                                  const float *dy, /* (N,K,H,W) */ int slow)
+{
+    const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
+    size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
+    size_t K = nd->shape[0], R = nd->p.conv.r, S = nd->p.conv.s, hw = H * W;
+    DT_ASSERT(R == nd->shape[2] && S == nd->shape[3],
+              "conv2d_bwd_filter %s: kernel %zux%zu, shape %ux%u", nd->name, R, S, nd->shape[2],
+              nd->shape[3]);
+    float *db = dt_malloc((N * hw + 1) * sizeof *db), *xb = dt_malloc((N * hw + 1) * sizeof *xb);
+    for (size_t k = 0; k < K; k++)
+        for (size_t c = 0; c < C; c++)
+            for (size_t r = 0; r < R; r++)
+                for (size_t s = 0; s < S; s++) {
+                    size_t m = 0;
+                    for (size_t n = 0; n < N; n++)
+                        for (size_t h = 0; h < H; h++)
+                            for (size_t v = 0; v < W; v++) {
+                                long p = ops_at(h, OPS_D(r, R), v, OPS_D(s, S), H, W);
+                                if (p < 0)
+                                    continue;
+                                db[m] = dy[(n * K + k) * hw + h * W + v];
+                                xb[m++] = x[(n * C + c) * hw + (size_t)p];
+                            }
+                    out[((k * C + c) * R + r) * S + s] = ops_sum_round(db, xb, m, slow);
+                }
+    free(db);
+    free(xb);
+}
+
+/* The window element maxpool2 picks (op.h): the first NaN in row-major window
+ * order, else the first equal to the maximum (-0 and +0 tie: the first wins,
+ * as a strict > never replaces an equal one). i0: the window's top left. */
+static size_t ops_pool_pick(const float *x, size_t i0, size_t w)
+{
+    const size_t at[4] = {i0, i0 + 1, i0 + w, i0 + w + 1};
+    for (int j = 0; j < 4; j++)
+        if (isnan(x[at[j]]))
+            return at[j];
+    size_t best = at[0];
+    for (int j = 1; j < 4; j++)
+        if (x[at[j]] > x[best])
+            best = at[j];
+    return best;
+}
+
+/* maxpool2 (bwd 0) and maxpool2_bwd (bwd 1): x (N,C,H,W), dy (N,C,H/2,W/2). */
+static void ops_maxpool2(const struct graph *g, const struct node *nd, float *out,
+                         const float *const *in, int bwd)
+{
+    const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
+    size_t planes = (size_t)xs[0] * xs[1], H = xs[2], W = xs[3], ho = H / 2, wo = W / 2;
+    if (bwd)
+        memset(out, 0, planes * H * W * sizeof *out); /* +0 */
+    for (size_t pl = 0; pl < planes; pl++)
+        for (size_t h = 0; h < ho; h++)
+            for (size_t v = 0; v < wo; v++) {
+                size_t j = ops_pool_pick(in[0], pl * H * W + 2 * h * W + 2 * v, W);
+                size_t o = pl * ho * wo + h * wo + v;
+                if (bwd)
+                    out[j] = ops_canon(in[1][o]);
+                else
+                    out[o] = ops_canon(in[0][j]); /* bit for bit, NaN canonical */
+            }
+}
+
+/* upsample2_bwd: out (N,C,H,W) = the exact sum of dy's 2x2 block (N,C,2H,2W). */
+static void ops_upsample2_bwd(const struct node *nd, float *out, const float *dy, int slow)
+{
+    size_t planes = (size_t)nd->shape[0] * nd->shape[1], H = nd->shape[2], W = nd->shape[3];
+    for (size_t pl = 0; pl < planes; pl++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t v = 0; v < W; v++) {
+                const float *q = dy + pl * 4 * H * W + 2 * h * 2 * W + 2 * v;
+                float t[4] = {q[0], q[1], q[2 * W], q[2 * W + 1]};
+                out[pl * H * W + h * W + v] = ops_sum_round(t, NULL, 4, slow);
+            }
+}
+
+/* The float32 constant 0.2f of hard_sigmoid (op.h), 13421773 2^-26. */
+#define OPS_HS_C 0.2f
+
+/* hard_sigmoid: RN32(clip(c x + 0.5, 0, 1)). T = c x + 0.5 = s + e exactly
+ * (c x exact in double, TwoSum); RN64 is monotonic, so s < 0 iff T < 0, and
+ * s >= 1 means T >= 1 - 2^-54, which rounds to 1 as the clip does. T = 0
+ * exactly is +0 (-0.5 + 0.5). NaN stays NaN; x = -Inf gives +0, +Inf 1. */
+static float ops_hard_sigmoid(float x, int slow)
+{
+    if (isnan(x))
+        return ops_nan();
+    if (slow) {
+        mpfr_t t;
+        mpfr_init2(t, OPS_EXACT_PREC);
+        mpfr_set_flt(t, OPS_HS_C, MPFR_RNDN);
+        OPS_EXACT(mpfr_mul_d(t, t, x, MPFR_RNDN));
+        OPS_EXACT(mpfr_add_d(t, t, 0.5, MPFR_RNDN));
+        float out = mpfr_sgn(t) < 0 ? 0.0f : mpfr_cmp_ui(t, 1) > 0 ? 1.0f : ops_mp_rn32(t);
+        mpfr_clear(t);
+        return out;
+    }
+    if (isinf(x))
+        return x > 0 ? 1.0f : 0.0f;
+    double e, s = ops_two_sum((double)OPS_HS_C * x, 0.5, &e);
+    if (s <= 0)
+        return 0.0f;
+    if (s >= 1)
+        return 1.0f;
+    return ops_rn32_hl(s, e);
+}
+
+/* The t of hard_sigmoid as the cpu computes it, fl(fl(c x) + 0.5) in float32
+ * (part of hard_sigmoid_bwd's definition). c x is exact in double, so its
+ * conversion is the one rounding; t1 + 0.5 is rounded to double first, which
+ * for a sum of two floats gives the same float (Figueroa 1995: double
+ * rounding is innocuous for + when 53 >= 2 24 + 1). The MPFR path rounds
+ * both steps exactly instead. */
+static float ops_hs_t(float x, int slow)
+{
+    if (!slow) {
+        float t1 = (float)((double)OPS_HS_C * x);
+        return (float)((double)t1 + 0.5);
+    }
+    mpfr_t t;
+    mpfr_init2(t, OPS_EXACT_PREC);
+    mpfr_set_flt(t, OPS_HS_C, MPFR_RNDN);
+    OPS_EXACT(mpfr_mul_d(t, t, x, MPFR_RNDN));
+    float t1 = ops_mp_rn32(t);
+    mpfr_set_flt(t, t1, MPFR_RNDN);
+    OPS_EXACT(mpfr_add_d(t, t, 0.5, MPFR_RNDN));
+    float r = ops_mp_rn32(t);
+    mpfr_clear(t);
+    return r;
+}
+
+/* hard_sigmoid_bwd: 0 <= t <= 1 ? RN32(c dy) : +0 (NaN t fails the test);
+ * c dy is exact in double, so converting it is the one rounding. */
+static float ops_hard_sigmoid_bwd(float x, float dy, int slow)
+{
+    float t = ops_hs_t(x, slow);
+    if (!(t >= 0 && t <= 1))
+        return 0.0f;
+    if (!slow)
+        return ops_canon((float)((double)OPS_HS_C * dy));
+    mpfr_t p;
+    mpfr_init2(p, 64);
+    mpfr_set_flt(p, OPS_HS_C, MPFR_RNDN);
+    OPS_EXACT(mpfr_mul_d(p, p, dy, MPFR_RNDN));
+    float out = ops_mp_rn32(p);
+    mpfr_clear(p);
+    return out;
+}
+
+/* mean: RN32(scale S / n), S the exact sum of x. Special or zero S or scale:
+ * every step exact or special, IEEE's answer in double is the value (zeros:
+ * S = -0 only when every x is -0, the sign then xor scale's). Otherwise q =
+ * (scale RN64(S)) / n errs by <= 3U |q| (+ second order): err = 2^-50 |q|
+ * covers ops_cert32's factor 2; else Ziv on scale S exactly. */
+static float ops_mean(const float *x, /* (n) */ size_t n, float scale, int slow)
+{
+    mpfr_t num;
+    mpfr_init2(num, OPS_EXACT_PREC);
+    float out;
+    if (slow) {
+        ops_mp_sum(num, x, NULL, n);
+        OPS_EXACT(mpfr_mul_d(num, num, scale, MPFR_RNDN));
+        out = ops_mp_div_round(num, (double)n);
+        mpfr_clear(num);
+        return ops_canon(out);
+    }
+    struct oracle_acc *a = oracle_acc_new();
+    for (size_t i = 0; i < n; i++)
+        oracle_acc_add(a, x[i]);
+    double s = oracle_acc_round_f64(a), q = ((double)scale * s) / (double)n;
+    if (!isfinite(s) || s == 0 || !isfinite(scale) || scale == 0) {
+        out = ops_canon((float)q);
+    } else if (!ops_cert32(q, 0x1p-50 * fabs(q), &out)) {
+        oracle_acc_get_mpfr(a, num);
+        mpfr_prec_t p = mpfr_get_prec(num) + 24;
+        mpfr_prec_round(num, p, MPFR_RNDN); /* exact: more bits */
+        OPS_EXACT(mpfr_mul_d(num, num, scale, MPFR_RNDN));
+        out = ops_mp_div_round(num, (double)n);
+    }
+    oracle_acc_free(a);
+    mpfr_clear(num);
+    return out;
+}
+
+/* mean_bwd: RN32(scale g / n): P = scale g exact in double; P / n errs by
+ * <= U |q|, so err = 2^-51 |q| is twice that; else Ziv on P. */
+static float ops_mean_bwd(float scale, float gv, double n, int slow)
+{
+    double p = (double)scale * gv, q = p / n;
+    float out;
+    if (!isfinite(p) || p == 0)
+        return ops_canon((float)q);
+    if (!slow && ops_cert32(q, 0x1p-51 * fabs(q), &out))
+        return out;
+    mpfr_t num;
+    mpfr_init2(num, 64);
+    mpfr_set_flt(num, scale, MPFR_RNDN);
+    OPS_EXACT(mpfr_mul_d(num, num, gv, MPFR_RNDN));
+    out = ops_mp_div_round(num, n);
+    mpfr_clear(num);
+    return out;
+}
+
+/* Copies of whole (H,W) planes: concat, slice, slice_bwd. The element is
+ * copied bit for bit, NaN canonical. */
+static void ops_copy(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = ops_canon(src[i]);
+}
+
+/* concat, slice and slice_bwd: (H,W) planes of one tensor's channels to
+ * another's, at a channel offset. */
+static void ops_channels(const struct graph *g, const struct node *nd, float *out,
+                         const float *const *in)
+{
+    size_t N = nd->shape[0], hw = (size_t)nd->shape[2] * nd->shape[3], Co = nd->shape[1];
+    if (nd->type == OP_CONCAT) {
+        size_t c0 = 0;
+        for (int k = 0; k < nd->ninputs; k++) {
+            size_t ck = g->nodes[nd->inputs[k]].shape[1];
+            for (size_t n = 0; n < N; n++)
+                ops_copy(out + (n * Co + c0) * hw, in[k] + n * ck * hw, ck * hw);
+            c0 += ck;
+        }
+        return;
+    }
+    size_t c0 = nd->p.slice.c0, cn = nd->p.slice.n, ci = g->nodes[nd->inputs[0]].shape[1];
+    if (nd->type == OP_SLICE) {
+        DT_ASSERT(cn == Co && c0 + cn <= ci, "slice %s: channels %zu..%zu of %zu into %zu",
+                  nd->name, c0, c0 + cn, ci, Co);
+        for (size_t n = 0; n < N; n++)
+            ops_copy(out + n * Co * hw, in[0] + (n * ci + c0) * hw, cn * hw);
+        return;
+    }
+    DT_ASSERT(cn == ci && c0 + cn <= Co, "slice_bwd %s: channels %zu..%zu of %zu from %zu",
+              nd->name, c0, c0 + cn, Co, ci);
+    memset(out, 0, N * Co * hw * sizeof *out); /* +0 */
+    for (size_t n = 0; n < N; n++)
+        ops_copy(out + (n * Co + c0) * hw, in[0] + n * ci * hw, cn * hw);
+}
+
 /* ---- the entry point ----------------------------------------------------------- */
 
 int oracle_op(const struct graph *g, const struct node *nd, float *out, const float *const *in,
@@ -793,10 +1177,10 @@ int oracle_op(const struct graph *g, const struct node *nd, float *out, const fl
     case OP_MATMUL:
         ops_matmul(g, nd, out, in);
         return DT_OK;
-    case OP_ADD_BIAS: {
-        size_t f = nd->shape[1];
+    case OP_ADD_BIAS: { /* x (N,F) or (N,C,H,W), b (F) or (C) */
+        size_t f = nd->shape[1], inner = nd->ndim == 4 ? (size_t)nd->shape[2] * nd->shape[3] : 1;
         for (size_t i = 0; i < cnt; i++) {
-            float v[2] = {in[0][i], in[1][i % f]};
+            float v[2] = {in[0][i], in[1][i / inner % f]};
             pr.type = OP_ADD;
             out[i] = slow ? ops_canon(ops_mp_rational(&pr, v)) : ops_add(v[0], v[1]);
         }
@@ -809,7 +1193,19 @@ int oracle_op(const struct graph *g, const struct node *nd, float *out, const fl
         }
         return DT_OK;
     case OP_BIAS_GRAD: {
-        size_t rows = g->nodes[nd->inputs[0]].shape[0], f = nd->shape[0];
+        const struct node *x = &g->nodes[nd->inputs[0]];
+        if (x->ndim == 4) { /* dy (N,C,H,W): channel c's N H W elements, gathered */
+            size_t N = x->shape[0], C = x->shape[1], hw = (size_t)x->shape[2] * x->shape[3];
+            float *b = dt_malloc((N * hw + 1) * sizeof *b);
+            for (size_t c = 0; c < C; c++) {
+                for (size_t n = 0; n < N; n++)
+                    memcpy(b + n * hw, in[0] + (n * C + c) * hw, hw * sizeof *b);
+                out[c] = ops_sum_round(b, NULL, N * hw, slow);
+            }
+            free(b);
+            return DT_OK;
+        }
+        size_t rows = x->shape[0], f = nd->shape[0];
         for (size_t j = 0; j < f; j++)
             out[j] = ops_canon(oracle_sum(in[0] + j, f, rows));
         return DT_OK;
@@ -890,6 +1286,81 @@ int oracle_op(const struct graph *g, const struct node *nd, float *out, const fl
         for (size_t i = 0; i < cnt; i++)
             out[i] = ops_canon(nd->p.fill.value);
         return DT_OK;
+    case OP_CONV2D:
+        ops_conv2d(g, nd, out, in[0], in[1], slow);
+        return DT_OK;
+    case OP_CONV2D_BWD_DATA:
+        ops_conv2d_bwd_data(g, nd, out, in[0], in[1], slow);
+        return DT_OK;
+    case OP_CONV2D_BWD_FILTER:
+        ops_conv2d_bwd_filter(g, nd, out, in[0], in[1], slow);
+        return DT_OK;
+    case OP_MAXPOOL2:
+    case OP_MAXPOOL2_BWD:
+        ops_maxpool2(g, nd, out, in, nd->type == OP_MAXPOOL2_BWD);
+        return DT_OK;
+    case OP_UPSAMPLE2: { /* out (N,C,2H,2W) */
+        size_t ho = nd->shape[2], wo = nd->shape[3], planes = (size_t)nd->shape[0] * nd->shape[1];
+        for (size_t pl = 0; pl < planes; pl++)
+            for (size_t h = 0; h < ho; h++)
+                for (size_t v = 0; v < wo; v++)
+                    out[(pl * ho + h) * wo + v] =
+                        ops_canon(in[0][(pl * (ho / 2) + h / 2) * (wo / 2) + v / 2]);
+        return DT_OK;
+    }
+    case OP_UPSAMPLE2_BWD:
+        ops_upsample2_bwd(nd, out, in[0], slow);
+        return DT_OK;
+    case OP_CONCAT:
+    case OP_SLICE:
+    case OP_SLICE_BWD:
+        ops_channels(g, nd, out, in);
+        return DT_OK;
+    case OP_HARD_SIGMOID:
+        for (size_t i = 0; i < cnt; i++)
+            out[i] = ops_hard_sigmoid(in[0][i], slow);
+        return DT_OK;
+    case OP_HARD_SIGMOID_BWD:
+        for (size_t i = 0; i < cnt; i++)
+            out[i] = ops_hard_sigmoid_bwd(in[0][i], in[1][i], slow);
+        return DT_OK;
+    case OP_SATLU: {
+        float m = nd->p.satlu.max;
+        for (size_t i = 0; i < cnt; i++)
+            out[i] = ops_canon(in[0][i] > m ? m : in[0][i]);
+        return DT_OK;
+    }
+    case OP_SATLU_BWD: {
+        float m = nd->p.satlu.max;
+        for (size_t i = 0; i < cnt; i++)
+            out[i] = in[0][i] <= m ? ops_canon(in[1][i]) : 0.0f;
+        return DT_OK;
+    }
+    case OP_SUB:
+        for (size_t i = 0; i < cnt; i++) {
+            float v[2] = {in[0][i], in[1][i]};
+            out[i] = slow ? ops_canon(ops_mp_rational(&pr, v)) : ops_add(v[0], -v[1]);
+        }
+        return DT_OK;
+    case OP_NEG:
+        for (size_t i = 0; i < cnt; i++)
+            out[i] = ops_canon(-in[0][i]);
+        return DT_OK;
+    case OP_MUL: /* a b exact in double: one rounding */
+        for (size_t i = 0; i < cnt; i++) {
+            float v[2] = {in[0][i], in[1][i]};
+            out[i] = ops_canon(slow ? ops_mp_rational(&pr, v) : (float)((double)v[0] * v[1]));
+        }
+        return DT_OK;
+    case OP_MEAN:
+        out[0] = ops_mean(in[0], g->nodes[nd->inputs[0]].count, nd->p.mean.scale, slow);
+        return DT_OK;
+    case OP_MEAN_BWD: {
+        float v = ops_mean_bwd(nd->p.mean.scale, in[0][0], (double)cnt, slow);
+        for (size_t i = 0; i < cnt; i++)
+            out[i] = v;
+        return DT_OK;
+    }
     case OP_COUNT:
         break;
     }

@@ -159,10 +159,15 @@ void tg_free(struct tg *t)
 /* An input leaf of shape (d0) or (d0, d1), values left to the caller. */
 int tg_leaf(struct tg *t, uint32_t d0, uint32_t d1)
 {
+    uint32_t shape[2] = {d0, d1};
+    return tg_leafn(t, d1 ? 2 : 1, shape);
+}
+
+int tg_leafn(struct tg *t, int ndim, const uint32_t *shape)
+{
     char name[16];
     snprintf(name, sizeof name, "in%d", t->nleaf);
-    uint32_t shape[2] = {d0, d1};
-    int i = graph_input(&t->g, name, d1 ? 2 : 1, shape);
+    int i = graph_input(&t->g, name, ndim, shape);
     t->leaf[t->nleaf] = i;
     t->val[t->nleaf] = calloc(t->g.nodes[i].count + 1, sizeof(float));
     assert_non_null(t->val[t->nleaf]);
@@ -175,7 +180,13 @@ int tg_leaf(struct tg *t, uint32_t d0, uint32_t d1)
 void tg_op(struct tg *t, enum op_type ty, const union op_params *p, uint32_t d0, uint32_t d1)
 {
     uint32_t shape[2] = {d0, d1};
-    int i = graph_input(&t->g, "op", d1 ? 2 : 1, shape);
+    tg_opn(t, ty, p, d1 ? 2 : 1, shape);
+}
+
+void tg_opn(struct tg *t, enum op_type ty, const union op_params *p, int ndim,
+            const uint32_t *shape)
+{
+    int i = graph_input(&t->g, "op", ndim, shape);
     struct node *nd = &t->g.nodes[i];
     nd->type = ty;
     nd->kind = TRACE_KIND_FORWARD;
@@ -197,6 +208,130 @@ void tg_fill(struct tg *t, int k, enum dist d)
 }
 
 static float pick(const float *v, size_t n) { return v[r64() % n]; }
+
+static uint32_t rdim(uint32_t lo, uint32_t hi) { return lo + (uint32_t)(r64() % (hi - lo + 1)); }
+
+/* An image leaf (a, b, c, e) filled from d. */
+int tg_image(struct tg *t, uint32_t a, uint32_t b, uint32_t c, uint32_t e, enum dist d)
+{
+    uint32_t shape[4] = {a, b, c, e};
+    int i = tg_leafn(t, 4, shape);
+    tg_fill(t, t->nleaf - 1, d);
+    return i;
+}
+
+/* The image ops of tg_make, and add_bias / bias_grad of rank 4 (half the
+ * time): small random shapes, kernels 1, 3 or 5 (wider than some images),
+ * n bounding the element count roughly. 1 when made. */
+static int tg_make_image(struct tg *t, enum op_type ty, enum dist d, uint32_t n)
+{
+    union op_params p;
+    memset(&p, 0, sizeof p);
+    uint32_t N = rdim(1, 2), C = rdim(1, 4), K = rdim(1, 4), H = rdim(1, 6), W = rdim(1, 6);
+    uint32_t R = 1 + 2 * rdim(0, 2), S = 1 + 2 * rdim(0, 2);
+    if (n < 40) /* small: 1x1 images and 1x1 kernels come up */
+        H = rdim(1, 3), W = rdim(1, 3), C = rdim(1, 2);
+    enum dist d2 = d == D_ALL ? D_WIDE : d; /* products of two D_ALL floats overflow */
+    switch (ty) {
+    case OP_ADD_BIAS:
+    case OP_BIAS_GRAD:
+        if (r64() % 2)
+            return 0;
+        if (ty == OP_BIAS_GRAD) {
+            tg_image(t, N, C, H + n / 40, W, d);
+            uint32_t c = C;
+            tg_opn(t, ty, &p, 1, &c);
+        } else {
+            int x = tg_image(t, N, C, H, W, d);
+            int b = tg_leaf(t, C, 0);
+            tg_fill(t, 1, d);
+            t->op = graph_add_bias(&t->g, "op", x, b);
+        }
+        return 1;
+    case OP_CONV2D: {
+        int x = tg_image(t, N, C, H, W, d), w = tg_image(t, K, C, R, S, d2);
+        t->op = graph_conv2d(&t->g, "op", x, w);
+        return 1;
+    }
+    case OP_CONV2D_BWD_DATA: {
+        tg_image(t, N, K, H, W, d);
+        tg_image(t, K, C, R, S, d2);
+        uint32_t shape[4] = {N, C, H, W};
+        tg_opn(t, ty, &p, 4, shape);
+        return 1;
+    }
+    case OP_CONV2D_BWD_FILTER: {
+        tg_image(t, N, C, H, W, d);
+        tg_image(t, N, K, H, W, d2);
+        p.conv.r = R;
+        p.conv.s = S;
+        uint32_t shape[4] = {K, C, R, S};
+        tg_opn(t, ty, &p, 4, shape);
+        return 1;
+    }
+    case OP_MAXPOOL2:
+    case OP_MAXPOOL2_BWD: {
+        int x = tg_image(t, N, C, 2 * H, 2 * W, d);
+        if (d == D_FEW || r64() % 4 == 0) /* ties, -0 and +0 */
+            for (size_t i = 0; i < tg_count(t, 0); i++)
+                t->val[0][i] = (float[]){0.0f, -0.0f, 1.0f, -1.0f, 2.0f}[r64() % 5];
+        if (ty == OP_MAXPOOL2) {
+            t->op = graph_maxpool2(&t->g, "op", x);
+        } else {
+            tg_image(t, N, C, H, W, d);
+            uint32_t shape[4] = {N, C, 2 * H, 2 * W};
+            tg_opn(t, ty, &p, 4, shape);
+        }
+        return 1;
+    }
+    case OP_UPSAMPLE2:
+        t->op = graph_upsample2(&t->g, "op", tg_image(t, N, C, H, W, d));
+        return 1;
+    case OP_UPSAMPLE2_BWD: {
+        tg_image(t, N, C, 2 * H, 2 * W, d);
+        uint32_t shape[4] = {N, C, H, W};
+        tg_opn(t, ty, &p, 4, shape);
+        return 1;
+    }
+    case OP_CONCAT: {
+        int xs[OP_MAX_INPUTS], m = (int)rdim(1, OP_MAX_INPUTS);
+        for (int k = 0; k < m; k++)
+            xs[k] = tg_image(t, N, rdim(1, 3), H, W, d);
+        t->op = graph_concat(&t->g, "op", m, xs);
+        return 1;
+    }
+    case OP_SLICE:
+    case OP_SLICE_BWD: {
+        uint32_t total = rdim(1, 6), c0 = (uint32_t)(r64() % total), cn = rdim(1, total - c0);
+        if (ty == OP_SLICE) {
+            t->op = graph_slice(&t->g, "op", tg_image(t, N, total, H, W, d), c0, cn);
+        } else {
+            tg_image(t, N, cn, H, W, d);
+            p.slice.c0 = c0;
+            p.slice.n = cn;
+            p.slice.total = total;
+            uint32_t shape[4] = {N, total, H, W};
+            tg_opn(t, ty, &p, 4, shape);
+        }
+        return 1;
+    }
+    case OP_MEAN:
+    case OP_MEAN_BWD: {
+        static const float scales[] = {1.0f, 0.5f, -2.0f, 1.0f / 3, 10.0f, 0x1p-100f};
+        p.mean.scale = r64() % 4 ? pick(scales, 6) : rfloat(d);
+        uint32_t one = 1;
+        tg_leaf(t, ty == OP_MEAN ? n : 1, 0);
+        tg_fill(t, 0, d);
+        if (ty == OP_MEAN)
+            tg_opn(t, ty, &p, 1, &one);
+        else
+            tg_op(t, ty, &p, n, 0);
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
 
 /* A random instance of op ty: shapes, parameters and inputs from d. */
 void tg_make(struct tg *t, enum op_type ty, enum dist d, uint32_t n)
@@ -259,9 +394,12 @@ void tg_make(struct tg *t, enum op_type ty, enum dist d, uint32_t n)
         tg_op(t, ty, &p, n, 0);
         return;
     default:
+        if (tg_make_image(t, ty, d, n))
+            return;
         break;
     }
-    int nin = ty == OP_SIGMOID || ty == OP_TANH || ty == OP_RELU ? 1 : ty == OP_ADAM_P ? 3 : 2;
+    int nin = ty == OP_SIGMOID || ty == OP_TANH || ty == OP_RELU || ty == OP_NEG ||
+              ty == OP_HARD_SIGMOID || ty == OP_SATLU ? 1 : ty == OP_ADAM_P ? 3 : 2;
     for (int k = 0; k < nin; k++) {
         tg_leaf(t, n, 0);
         tg_fill(t, k, d);
@@ -287,6 +425,12 @@ void tg_make(struct tg *t, enum op_type ty, enum dist d, uint32_t n)
     default:
         break;
     }
+    if (ty == OP_HARD_SIGMOID || ty == OP_HARD_SIGMOID_BWD) /* both sides of the clip */
+        for (size_t i = 0; i < n; i++)
+            t->val[0][i] *= d == D_UNIT || d == D_POS || d == D_MANT ? 3.5f : 1.0f;
+    if (ty == OP_SATLU || ty == OP_SATLU_BWD) /* some x at the bound */
+        p.satlu.max = r64() % 2 ? t->val[0][r64() % n]
+                                : (float[]){0.0f, 1.0f, 6.0f, -0.5f}[r64() % 4];
     if (ty == OP_SGD)
         p.sgd.lr = pick(lrs, 6);
     if (ty == OP_MOMENTUM)

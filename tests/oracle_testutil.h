@@ -65,11 +65,17 @@ void tg_init(struct tg *t);
 void tg_free(struct tg *t);
 /* An input leaf of shape (d0) or (d0, d1), values left to the caller. */
 int tg_leaf(struct tg *t, uint32_t d0, uint32_t d1);
+/* An input leaf of any rank (an image (N,C,H,W), a filter (K,C,R,S)). */
+int tg_leafn(struct tg *t, int ndim, const uint32_t *shape);
 /* The op node over every leaf. */
 void tg_op(struct tg *t, enum op_type ty, const union op_params *p, uint32_t d0, uint32_t d1);
+void tg_opn(struct tg *t, enum op_type ty, const union op_params *p, int ndim,
+            const uint32_t *shape);
 const struct node *tg_node(const struct tg *t);
 size_t tg_count(const struct tg *t, int k);
 void tg_fill(struct tg *t, int k, enum dist d);
+/* A leaf of shape (a, b, c, e) filled from d. */
+int tg_image(struct tg *t, uint32_t a, uint32_t b, uint32_t c, uint32_t e, enum dist d);
 /* A random instance of op ty: shapes, parameters and inputs from d. */
 void tg_make(struct tg *t, enum op_type ty, enum dist d, uint32_t n);
 
