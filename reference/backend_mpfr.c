@@ -3,12 +3,15 @@
  * ADAM_P gives its exact value rounded once to P bits (to nearest, ties to
  * even): rational ops through exact products and exact sums, sigmoid through
  * a Ziv loop, tanh through mpfr_tanh; ADAM_P rounds each elementary operation
- * of op.h's formula to P bits. An exactly zero result has the sign op.h's
- * formula gives in IEEE arithmetic, sums accumulated from +0 as on the cpu
- * backend. Downloads and traces round to float32 (mpb_round_f32).
- * The matrix product (exact dot products) is in mpfr_dot.c; what the two
- * files share, in mpfr_impl.h.
- * Dimension letters: R rows, F features. */
+ * of op.h's formula to P bits. Selections and masks (maxpool2, satlu,
+ * hard_sigmoid's clip) are decided on the exact values; op.h's float32
+ * constant 0.2f is the exact binary number it denotes. An exactly zero
+ * result has the sign op.h's formula gives in IEEE arithmetic, sums
+ * accumulated from +0 as on the cpu backend. Downloads and traces round to
+ * float32 (mpb_round_f32).
+ * The matrix product and the convolutions (exact dot products) are in
+ * mpfr_dot.c; what the two files share, in mpfr_impl.h.
+ * Dimension letters: R rows, F features; N, C, H, W of an image (op.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +110,7 @@ static void mpb_free(void *ctx)
     free(c->pe);
     free(c->pneg);
     free(c->pd);
+    free(c->psrc);
     free(c->plo);
     free(c->phi);
     free(c->acc);
@@ -258,30 +262,37 @@ static void mpb_sum_div(struct mpb_ctx *c, mpfr_ptr out, mpfr_ptr *terms, unsign
     static void fn(void *ctx, const struct graph *g, const struct node *nd, backend_buf *outb,   \
                    const backend_buf *const *in, const struct backend_step *st)
 
+/* x (R,F) + b (F), or x (N,C,H,W) + b (C): rows R or N of F or C channels
+ * of `inner` elements each (1 or H W). */
 MPB_OP(mpb_add_bias)
 {
     (void)ctx, (void)g, (void)st;
-    /* out (R,F) = x (R,F) + b (F) */
     struct mpb_vec *out = outb;
-    size_t rows = nd->shape[0], f = nd->shape[1];
+    size_t rows = nd->shape[0], f = nd->shape[1], inner = nd->count / (rows * f);
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < f; j++)
-            mpfr_add(X(out, r * f + j), X(IN(0), r * f + j), X(IN(1), j), MPFR_RNDN);
+            for (size_t q = 0; q < inner; q++) {
+                size_t i = (r * f + j) * inner + q;
+                mpfr_add(X(out, i), X(IN(0), i), X(IN(1), j), MPFR_RNDN);
+            }
 }
 
+/* out (F) = the sum over rows of dy (R,F), or out (C) = the sum over n, h, w
+ * of dy (N,C,H,W): exact, rounded once; +0 if zero */
 MPB_OP(mpb_bias_grad)
 {
     (void)st;
-    /* out (F) = sum over rows of dy (R,F), exact, rounded once; +0 if zero */
     struct mpb_ctx *c = ctx;
     struct mpb_vec *out = outb;
-    size_t rows = IN_SHAPE(0, 0), f = nd->shape[0];
-    mpb_terms_reserve(c, rows + 1);
+    size_t rows = IN_SHAPE(0, 0), f = nd->shape[0], inner = IN_COUNT(0) / (rows * f);
+    size_t nt = rows * inner;
+    mpb_terms_reserve(c, nt + 1);
     for (size_t j = 0; j < f; j++) {
         for (size_t r = 0; r < rows; r++)
-            c->ptrs[r] = (mpfr_ptr)X(IN(0), r * f + j);
-        c->ptrs[rows] = c->zero;
-        mpfr_sum(X(out, j), c->ptrs, rows + 1, MPFR_RNDN);
+            for (size_t q = 0; q < inner; q++)
+                c->ptrs[r * inner + q] = (mpfr_ptr)X(IN(0), (r * f + j) * inner + q);
+        c->ptrs[nt] = c->zero;
+        mpfr_sum(X(out, j), c->ptrs, nt + 1, MPFR_RNDN);
     }
 }
 
@@ -575,6 +586,290 @@ MPB_OP(mpb_fill)
         mpfr_set_flt(X(out, i), nd->p.fill.value, MPFR_RNDN);
 }
 
+/* ---- arithmetic and PredNet's activations ----------------------------------- */
+
+MPB_OP(mpb_sub)
+{
+    (void)ctx, (void)g, (void)st;
+    struct mpb_vec *out = outb;
+    for (size_t i = 0; i < nd->count; i++)
+        mpfr_sub(X(out, i), X(IN(0), i), X(IN(1), i), MPFR_RNDN);
+}
+
+/* exact; flips the sign of zeros and NaN too */
+MPB_OP(mpb_neg)
+{
+    (void)ctx, (void)g, (void)st;
+    struct mpb_vec *out = outb;
+    for (size_t i = 0; i < nd->count; i++)
+        mpfr_neg(X(out, i), X(IN(0), i), MPFR_RNDN);
+}
+
+MPB_OP(mpb_mul)
+{
+    (void)ctx, (void)g, (void)st;
+    struct mpb_vec *out = outb;
+    for (size_t i = 0; i < nd->count; i++)
+        mpfr_mul(X(out, i), X(IN(0), i), X(IN(1), i), MPFR_RNDN);
+}
+
+/* scale * (sum of x) / count: the terms scale x[i], exact in `wide`, summed
+ * and divided in one rounding (mpb_sum_div). An exactly zero sum is +0
+ * (summed from +0), so the result takes scale's sign. With an Inf or NaN
+ * in x, or a scale of 0, Inf or NaN, op.h's steps in order give IEEE's
+ * result (their roundings cannot change a zero, an Inf or a NaN). */
+MPB_OP(mpb_mean)
+{
+    (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    size_t n = IN_COUNT(0);
+    mpfr_set_flt(c->par1, nd->p.mean.scale, MPFR_RNDN);
+    int finite = mpfr_regular_p(c->par1);
+    for (size_t i = 0; i < n && finite; i++)
+        finite = mpfr_number_p(X(IN(0), i));
+    mpb_terms_reserve(c, n + 1);
+    for (size_t i = 0; i < n; i++) {
+        if (finite) {
+            mpfr_mul(X(c->terms, i), c->par1, X(IN(0), i), MPFR_RNDN);
+            c->ptrs[i] = X(c->terms, i);
+        } else {
+            c->ptrs[i] = (mpfr_ptr)X(IN(0), i);
+        }
+    }
+    c->ptrs[n] = c->zero;
+    if (finite) {
+        mpb_sum_div(c, X(out, 0), c->ptrs, n + 1, n);
+        if (mpfr_zero_p(X(out, 0)))
+            mpfr_setsign(X(out, 0), X(out, 0), mpfr_signbit(c->par1), MPFR_RNDN);
+        return;
+    }
+    mpfr_sum(c->t1, c->ptrs, n + 1, MPFR_RNDN);
+    mpfr_div_ui(c->t1, c->t1, (unsigned long)n, MPFR_RNDN);
+    mpfr_mul(X(out, 0), c->par1, c->t1, MPFR_RNDN);
+}
+
+/* scale g / count everywhere: scale g exact in `wide`, the division the one
+ * rounding (IEEE's zeros, Infs and NaN come out of the same two steps). */
+MPB_OP(mpb_mean_bwd)
+{
+    (void)g, (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    mpfr_set_flt(c->par1, nd->p.mean.scale, MPFR_RNDN);
+    mpfr_mul(c->wide, c->par1, X(IN(0), 0), MPFR_RNDN);
+    mpfr_div_ui(c->t1, c->wide, (unsigned long)nd->count, MPFR_RNDN);
+    for (size_t i = 0; i < nd->count; i++)
+        mpfr_set(X(out, i), c->t1, MPFR_RNDN);
+}
+
+/* The exact t = c x + 1/2, c = 0.2f as an exact binary number, clipped to
+ * [0, 1] and rounded once: c x is exact in `wide`, t < 0 and t > 1 are
+ * decided on it exactly (clipping and rounding commute, 0 and 1 being P-bit
+ * numbers), and a t in between is rounded by one addition. NaN stays NaN;
+ * t < 0 gives +0. */
+MPB_OP(mpb_hard_sigmoid)
+{
+    (void)g, (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    mpfr_set_flt(c->par1, 0.2f, MPFR_RNDN);
+    mpfr_set_ui_2exp(c->par2, 1, -1, MPFR_RNDN);
+    for (size_t i = 0; i < nd->count; i++) {
+        mpfr_srcptr x = X(IN(0), i);
+        mpfr_ptr o = X(out, i);
+        if (mpfr_nan_p(x)) {
+            mpfr_set(o, x, MPFR_RNDN);
+            continue;
+        }
+        mpfr_mul(c->wide, c->par1, x, MPFR_RNDN);
+        if (mpfr_cmp_si_2exp(c->wide, -1, -1) < 0)
+            mpfr_set_zero(o, 1);
+        else if (mpfr_cmp_ui_2exp(c->wide, 1, -1) > 0)
+            mpfr_set_ui(o, 1, MPFR_RNDN);
+        else
+            mpfr_add(o, c->wide, c->par2, MPFR_RNDN);
+    }
+}
+
+/* 0 <= t <= 1 ? c dy : +0 (c dy rounded once), decided on the exact
+ * t = c x + 1/2, i.e. -1/2 <= c x <= 1/2 with c x exact in `wide`. op.h
+ * states the mask on the cpu's float32 t; the mpfr backend is the
+ * mathematical reference and takes the exact t. The two differ where
+ * float32 rounds t onto a bound: x = 2.5 (exact t = 1 + 7.5e-9) and
+ * x = -2.5 (t = -7.5e-9) pass the gradient on cpu, not here. No binary x
+ * puts the exact t on a bound (x = +-2^25 / 13421773), so < and <= agree. */
+MPB_OP(mpb_hard_sigmoid_bwd)
+{
+    (void)g, (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    mpfr_set_flt(c->par1, 0.2f, MPFR_RNDN);
+    for (size_t i = 0; i < nd->count; i++) {
+        mpfr_ptr o = X(out, i);
+        mpfr_mul(c->wide, c->par1, X(IN(0), i), MPFR_RNDN);
+        if (!mpfr_nan_p(c->wide) && mpfr_cmp_si_2exp(c->wide, -1, -1) >= 0 &&
+            mpfr_cmp_ui_2exp(c->wide, 1, -1) <= 0)
+            mpfr_mul(o, c->par1, X(IN(1), i), MPFR_RNDN);
+        else
+            mpfr_set_zero(o, 1);
+    }
+}
+
+/* x > m ? m : x (NaN x stays NaN) */
+MPB_OP(mpb_satlu)
+{
+    (void)g, (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    mpfr_set_flt(c->par1, nd->p.satlu.max, MPFR_RNDN);
+    for (size_t i = 0; i < nd->count; i++) {
+        mpfr_srcptr x = X(IN(0), i);
+        mpfr_set(X(out, i), mpfr_greater_p(x, c->par1) ? c->par1 : x, MPFR_RNDN);
+    }
+}
+
+/* x <= m ? dy : +0 (NaN x gives +0) */
+MPB_OP(mpb_satlu_bwd)
+{
+    (void)g, (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    mpfr_set_flt(c->par1, nd->p.satlu.max, MPFR_RNDN);
+    for (size_t i = 0; i < nd->count; i++) {
+        if (mpfr_lessequal_p(X(IN(0), i), c->par1))
+            mpfr_set(X(out, i), X(IN(1), i), MPFR_RNDN);
+        else
+            mpfr_set_zero(X(out, i), 1);
+    }
+}
+
+/* ---- image layout ops ---------------------------------------------------------
+ * Copies are exact (mpfr_set copies a zero's and a NaN's sign too). */
+
+/* j*, op.h's pick in the 2x2 window of x whose top-left element is i, in
+ * rows of w: the first NaN, else the first maximum (-0 and +0 compare
+ * equal, so the first of them wins). */
+static size_t mpb_pool_pick(const struct mpb_vec *x, size_t i, size_t w)
+{
+    const size_t at[4] = {i, i + 1, i + w, i + w + 1};
+    size_t best = at[0];
+    for (int q = 0; q < 4; q++)
+        if (mpfr_nan_p(X(x, at[q])))
+            return at[q];
+    for (int q = 1; q < 4; q++)
+        if (mpfr_greater_p(X(x, at[q]), X(x, best)))
+            best = at[q];
+    return best;
+}
+
+/* out (N,C,H/2,W/2) from x (N,C,H,W) */
+MPB_OP(mpb_maxpool2)
+{
+    (void)ctx, (void)st;
+    struct mpb_vec *out = outb;
+    size_t planes = nd->shape[0] * nd->shape[1], h = IN_SHAPE(0, 2), w = IN_SHAPE(0, 3);
+    for (size_t p = 0, o = 0; p < planes; p++)
+        for (size_t y = 0; y < h; y += 2)
+            for (size_t z = 0; z < w; z += 2, o++)
+                mpfr_set(X(out, o), X(IN(0), mpb_pool_pick(IN(0), (p * h + y) * w + z, w)),
+                         MPFR_RNDN);
+}
+
+/* out (N,C,H,W) from x (N,C,H,W), dy (N,C,H/2,W/2) */
+MPB_OP(mpb_maxpool2_bwd)
+{
+    (void)ctx, (void)st;
+    struct mpb_vec *out = outb;
+    size_t planes = nd->shape[0] * nd->shape[1], h = nd->shape[2], w = nd->shape[3];
+    for (size_t i = 0; i < nd->count; i++)
+        mpfr_set_zero(X(out, i), 1);
+    for (size_t p = 0, o = 0; p < planes; p++)
+        for (size_t y = 0; y < h; y += 2)
+            for (size_t z = 0; z < w; z += 2, o++)
+                mpfr_set(X(out, mpb_pool_pick(IN(0), (p * h + y) * w + z, w)), X(IN(1), o),
+                         MPFR_RNDN);
+}
+
+/* out (N,C,2H,2W) from x (N,C,H,W) */
+MPB_OP(mpb_upsample2)
+{
+    (void)ctx, (void)st;
+    struct mpb_vec *out = outb;
+    size_t planes = nd->shape[0] * nd->shape[1], h = IN_SHAPE(0, 2), w = IN_SHAPE(0, 3);
+    for (size_t p = 0, o = 0; p < planes; p++)
+        for (size_t y = 0; y < 2 * h; y++)
+            for (size_t z = 0; z < 2 * w; z++, o++)
+                mpfr_set(X(out, o), X(IN(0), (p * h + y / 2) * w + z / 2), MPFR_RNDN);
+}
+
+/* out (N,C,H,W) from dy (N,C,2H,2W): the exact sum of each 2x2 window
+ * rounded once; mpfr_sum gives a zero sum IEEE's sign of ((a + b) + c) + d
+ * (-0 only when all four are -0). */
+MPB_OP(mpb_upsample2_bwd)
+{
+    (void)g, (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    size_t planes = nd->shape[0] * nd->shape[1], h = nd->shape[2], w = nd->shape[3];
+    mpb_terms_reserve(c, 4);
+    for (size_t p = 0, o = 0; p < planes; p++)
+        for (size_t y = 0; y < h; y++)
+            for (size_t z = 0; z < w; z++, o++) {
+                size_t i = (p * 2 * h + 2 * y) * 2 * w + 2 * z;
+                c->ptrs[0] = (mpfr_ptr)X(IN(0), i);
+                c->ptrs[1] = (mpfr_ptr)X(IN(0), i + 1);
+                c->ptrs[2] = (mpfr_ptr)X(IN(0), i + 2 * w);
+                c->ptrs[3] = (mpfr_ptr)X(IN(0), i + 2 * w + 1);
+                mpfr_sum(X(out, o), c->ptrs, 4, MPFR_RNDN);
+            }
+}
+
+/* out (N, C0+C1+..., H, W) from the inputs (N,Ck,H,W) */
+MPB_OP(mpb_concat)
+{
+    (void)ctx, (void)st;
+    struct mpb_vec *out = outb;
+    size_t nb = nd->shape[0], hw = nd->shape[2] * nd->shape[3], o = 0;
+    for (size_t n = 0; n < nb; n++)
+        for (int k = 0; k < nd->ninputs; k++) {
+            size_t len = IN_SHAPE(k, 1) * hw;
+            for (size_t q = 0; q < len; q++)
+                mpfr_set(X(out, o++), X(IN(k), n * len + q), MPFR_RNDN);
+        }
+}
+
+/* out (N,n,H,W) = channels c0 .. c0+n-1 of x (N,total,H,W) */
+MPB_OP(mpb_slice)
+{
+    (void)ctx, (void)st;
+    struct mpb_vec *out = outb;
+    size_t nb = nd->shape[0], len = nd->p.slice.n * nd->shape[2] * nd->shape[3];
+    size_t hw = nd->shape[2] * nd->shape[3], total = IN_SHAPE(0, 1);
+    for (size_t n = 0; n < nb; n++)
+        for (size_t q = 0; q < len; q++)
+            mpfr_set(X(out, n * len + q), X(IN(0), (n * total + nd->p.slice.c0) * hw + q),
+                     MPFR_RNDN);
+}
+
+/* out (N,total,H,W) = dy (N,n,H,W) in channels c0 .. c0+n-1, +0 elsewhere */
+MPB_OP(mpb_slice_bwd)
+{
+    (void)ctx, (void)g, (void)st;
+    struct mpb_vec *out = outb;
+    size_t nb = nd->shape[0], total = nd->shape[1], hw = nd->shape[2] * nd->shape[3];
+    size_t c0 = nd->p.slice.c0, nc = nd->p.slice.n;
+    for (size_t n = 0; n < nb; n++)
+        for (size_t ch = 0; ch < total; ch++)
+            for (size_t q = 0; q < hw; q++) {
+                mpfr_ptr o = X(out, (n * total + ch) * hw + q);
+                if (ch >= c0 && ch < c0 + nc)
+                    mpfr_set(o, X(IN(0), (n * nc + ch - c0) * hw + q), MPFR_RNDN);
+                else
+                    mpfr_set_zero(o, 1);
+            }
+}
+
 const struct backend_ops backend_mpfr = {
     .api_version = BACKEND_API_VERSION,
     .name = "mpfr",
@@ -606,5 +901,24 @@ const struct backend_ops backend_mpfr = {
         [OP_ADAM_V] = mpb_adam_v,
         [OP_ADAM_P] = mpb_adam_p,
         [OP_FILL] = mpb_fill,
+        [OP_CONV2D] = mpb_conv2d,
+        [OP_CONV2D_BWD_DATA] = mpb_conv2d_bwd_data,
+        [OP_CONV2D_BWD_FILTER] = mpb_conv2d_bwd_filter,
+        [OP_MAXPOOL2] = mpb_maxpool2,
+        [OP_MAXPOOL2_BWD] = mpb_maxpool2_bwd,
+        [OP_UPSAMPLE2] = mpb_upsample2,
+        [OP_UPSAMPLE2_BWD] = mpb_upsample2_bwd,
+        [OP_CONCAT] = mpb_concat,
+        [OP_SLICE] = mpb_slice,
+        [OP_SLICE_BWD] = mpb_slice_bwd,
+        [OP_HARD_SIGMOID] = mpb_hard_sigmoid,
+        [OP_HARD_SIGMOID_BWD] = mpb_hard_sigmoid_bwd,
+        [OP_SATLU] = mpb_satlu,
+        [OP_SATLU_BWD] = mpb_satlu_bwd,
+        [OP_SUB] = mpb_sub,
+        [OP_NEG] = mpb_neg,
+        [OP_MUL] = mpb_mul,
+        [OP_MEAN] = mpb_mean,
+        [OP_MEAN_BWD] = mpb_mean_bwd,
     },
 };

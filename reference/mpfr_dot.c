@@ -1,7 +1,9 @@
-/* mpfr_dot.c: the mpfr backend's matrix product (mpfr_impl.h): every element
- * the exact dot product of P-bit operands rounded once to P bits, through a
- * fixed-point accumulator with inline limb products up to 256 bits.
- * Dimension letters: M, K, N of a matrix product. */
+/* mpfr_dot.c: the mpfr backend's exact dot products (mpfr_impl.h): the matrix
+ * product and the three convolutions, every element the exact sum of
+ * products of P-bit operands rounded once to P bits, through a fixed-point
+ * accumulator with inline limb products up to 256 bits.
+ * Dimension letters: M, K, N of a matrix product; N, C, H, W of an image,
+ * K, C, R, S of a filter (op.h). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,45 +20,74 @@
 #define MPB_FAST_N 0
 #endif
 
-/* ---- matrix product --------------------------------------------------------
- * Each element is the exact dot product rounded once. The operands are packed
- * as K contiguous (exponent, sign, significand) entries per row of op(A) and
- * per column of op(B); the products, exact in 2n limbs, are added at their
- * exponents into two fixed-point accumulators (positive and negative terms)
- * spanning the pair's exponent range, and the difference is rounded by MPFR.
- * Inf or NaN operands, and exponent spreads beyond MPB_ACC_SPREAD limbs, take
- * exact MPFR products and mpfr_sum instead. An exactly zero result is +0, as
- * a sum accumulated from +0 gives. */
+/* ---- packed operands -------------------------------------------------------
+ * Each element is the exact dot product of two packed rows of equal length,
+ * rounded once. A row holds (exponent, sign, significand) entries, one per
+ * term; an absent term (a convolution tap outside the image) packs like a
+ * zero, so that it adds nothing, and keeps a NULL source, so that the slow
+ * path leaves it out too (an Inf weight meets no padding). The products,
+ * exact in 2n limbs, are added at their exponents into two fixed-point
+ * accumulators (positive and negative terms) spanning the pair's exponent
+ * range, and the difference is rounded by MPFR. Rows holding an Inf or a
+ * NaN, and exponent spreads beyond MPB_ACC_SPREAD limbs, take exact MPFR
+ * products of the present pairs and mpfr_sum instead. An exactly zero
+ * result is +0, as a sum accumulated from +0 gives. */
 
-/* Pack rows r = 0..rows-1 of a (rows, K) view of v, element (r, l) at
- * r * sr + l * sk, into entries at + r K + l and exponent ranges prow + r.
- * 0, or -1 if v holds an Inf or a NaN there. */
-static int mpb_pack(struct mpb_ctx *c, size_t at, size_t prow, const struct mpb_vec *v,
-                    size_t rows, size_t k, size_t sr, size_t sk)
+/* Room for `entries` packed entries in `rows` rows. */
+static void mpb_pack_reserve(struct mpb_ctx *c, size_t entries, size_t rows)
 {
-    size_t n = c->nlimbs;
+    if (c->pcap < entries) {
+        free(c->pe);
+        free(c->pneg);
+        free(c->pd);
+        free(c->psrc);
+        c->pcap = entries;
+        c->pe = dt_malloc(entries * sizeof *c->pe);
+        c->pneg = dt_malloc(entries);
+        c->pd = dt_malloc(entries * c->nlimbs * sizeof *c->pd);
+        c->psrc = dt_malloc(entries * sizeof *c->psrc);
+    }
+    if (c->prcap < rows) {
+        free(c->plo);
+        free(c->phi);
+        c->prcap = rows;
+        c->plo = dt_malloc(rows * sizeof *c->plo);
+        c->phi = dt_malloc(rows * sizeof *c->phi);
+    }
+}
+
+/* Pack x (NULL: an absent term) as entry o of a row whose exponent range so
+ * far is [*lo, *hi]. */
+static inline void mpb_pack1(struct mpb_ctx *c, size_t o, mpfr_srcptr x, long *lo, long *hi)
+{
+    c->psrc[o] = x;
+    c->pe[o] = LONG_MIN;
+    if (!x || mpfr_zero_p(x) || *hi == LONG_MAX)
+        return;
+    if (!mpfr_regular_p(x)) {
+        *hi = LONG_MAX;
+        return;
+    }
+    long e = (long)mpfr_get_exp(x);
+    c->pe[o] = e;
+    c->pneg[o] = (unsigned char)(mpfr_signbit(x) != 0);
+    memcpy(c->pd + o * c->nlimbs, mpfr_custom_get_significand(x), c->nlimbs * sizeof(mp_limb_t));
+    *lo = e < *lo ? e : *lo;
+    *hi = e > *hi ? e : *hi;
+}
+
+/* Pack rows prow .. prow+rows-1 (length k, entries from row * k) from a
+ * (rows, K) view of v, element (r, l) at r * sr + l * sk. */
+static void mpb_pack(struct mpb_ctx *c, size_t prow, const struct mpb_vec *v, size_t rows,
+                     size_t k, size_t sr, size_t sk)
+{
     for (size_t r = 0; r < rows; r++) {
         long lo = LONG_MAX, hi = LONG_MIN;
-        for (size_t l = 0; l < k; l++) {
-            mpfr_srcptr x = X(v, r * sr + l * sk);
-            size_t o = at + r * k + l;
-            if (mpfr_zero_p(x)) {
-                c->pe[o] = LONG_MIN;
-                continue;
-            }
-            if (!mpfr_regular_p(x))
-                return -1;
-            long e = (long)mpfr_get_exp(x);
-            c->pe[o] = e;
-            c->pneg[o] = (unsigned char)(mpfr_signbit(x) != 0);
-            memcpy(c->pd + o * n, mpfr_custom_get_significand(x), n * sizeof(mp_limb_t));
-            lo = e < lo ? e : lo;
-            hi = e > hi ? e : hi;
-        }
+        for (size_t l = 0; l < k; l++)
+            mpb_pack1(c, (prow + r) * k + l, X(v, r * sr + l * sk), &lo, &hi);
         c->plo[prow + r] = lo;
         c->phi[prow + r] = hi;
     }
-    return 0;
 }
 
 #if MPB_FAST_N
@@ -231,19 +262,37 @@ static int mpb_dot_exact(struct mpb_ctx *c, mpfr_ptr out, size_t a, size_t b, si
     return 0;
 }
 
-/* The same dot product from the unpacked operands: exact MPFR products and
- * mpfr_sum (with a +0 term, so that an all-zero sum is +0). */
-static void mpb_dot_sum(struct mpb_ctx *c, mpfr_ptr out, const struct mpb_vec *a, size_t ia,
-                        size_t sa, const struct mpb_vec *b, size_t ib, size_t sb, size_t k)
+/* The same dot product from the sources of the packed entries: exact MPFR
+ * products of the present pairs and mpfr_sum (with a +0 term, so that an
+ * all-zero sum is +0). */
+static void mpb_dot_sum(struct mpb_ctx *c, mpfr_ptr out, size_t a, size_t b, size_t k)
 {
     mpb_terms_reserve(c, k + 1);
+    size_t nt = 0;
     for (size_t l = 0; l < k; l++) {
-        mpfr_mul(X(c->terms, l), X(a, ia + l * sa), X(b, ib + l * sb), MPFR_RNDN);
-        c->ptrs[l] = X(c->terms, l);
+        mpfr_srcptr x = c->psrc[a + l], y = c->psrc[b + l];
+        if (!x || !y)
+            continue;
+        mpfr_mul(X(c->terms, nt), x, y, MPFR_RNDN);
+        c->ptrs[nt] = X(c->terms, nt);
+        nt++;
     }
-    c->ptrs[k] = c->zero;
-    mpfr_sum(out, c->ptrs, k + 1, MPFR_RNDN);
+    c->ptrs[nt++] = c->zero;
+    mpfr_sum(out, c->ptrs, nt, MPFR_RNDN);
 }
+
+/* out = the exact dot product of packed rows ra and rb (length k), rounded
+ * once. */
+static void mpb_dot_rows(struct mpb_ctx *c, mpfr_ptr out, size_t ra, size_t rb, size_t k)
+{
+    if (c->phi[ra] != LONG_MAX && c->phi[rb] != LONG_MAX &&
+        mpb_dot_exact(c, out, ra * k, rb * k, k, c->plo[ra], c->phi[ra], c->plo[rb],
+                      c->phi[rb]) == 0)
+        return;
+    mpb_dot_sum(c, out, ra * k, rb * k, k);
+}
+
+/* ---- matrix product -------------------------------------------------------- */
 
 void mpb_matmul(void *ctx, const struct graph *g, const struct node *nd, backend_buf *outb,
                 const backend_buf *const *in, const struct backend_step *st)
@@ -257,31 +306,129 @@ void mpb_matmul(void *ctx, const struct graph *g, const struct node *nd, backend
     /* element (i, l) of op(A) at i * ar + l * ak; (l, j) of op(B) at j * br + l * bk */
     size_t ar = ta ? 1 : k, ak = ta ? m : 1;
     size_t br = tb ? k : 1, bk = tb ? 1 : n;
-    size_t need = (m + n) * k;
-    if (c->pcap < need) {
-        free(c->pe);
-        free(c->pneg);
-        free(c->pd);
-        c->pcap = need;
-        c->pe = dt_malloc(need * sizeof *c->pe);
-        c->pneg = dt_malloc(need);
-        c->pd = dt_malloc(need * c->nlimbs * sizeof *c->pd);
-    }
-    if (c->prcap < m + n) {
-        free(c->plo);
-        free(c->phi);
-        c->prcap = m + n;
-        c->plo = dt_malloc((m + n) * sizeof *c->plo);
-        c->phi = dt_malloc((m + n) * sizeof *c->phi);
-    }
-    int finite = mpb_pack(c, 0, 0, IN(0), m, k, ar, ak) == 0 &&
-                 mpb_pack(c, m * k, m, IN(1), n, k, br, bk) == 0;
+    /* rows 0..m-1: op(A)'s rows; m..m+n-1: op(B)'s columns */
+    mpb_pack_reserve(c, (m + n) * k, m + n);
+    mpb_pack(c, 0, IN(0), m, k, ar, ak);
+    mpb_pack(c, m, IN(1), n, k, br, bk);
     for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < n; j++) {
-            mpfr_ptr o = X(out, i * n + j);
-            if (finite && mpb_dot_exact(c, o, i * k, (m + j) * k, k, c->plo[i], c->phi[i],
-                                        c->plo[m + j], c->phi[m + j]) == 0)
-                continue;
-            mpb_dot_sum(c, o, IN(0), i * ar, ak, IN(1), j * br, bk, k);
+        for (size_t j = 0; j < n; j++)
+            mpb_dot_rows(c, X(out, i * n + j), i, m + j, k);
+}
+
+/* ---- convolutions -----------------------------------------------------------
+ * Forward and data gradient are one computation: out (N,O,H,W) from an image
+ * img (N,I,H,W) and the filter, element (n,o,h,w) the sum over i, r, s of
+ * img[n, i, h + d (r - R/2), w + d (s - S/2)] times the filter entry (o,i,r,s)
+ * at o fo + i fi + r S + s, taps outside the image left out. Forward: img = x,
+ * O = K, I = C, d = +1; data gradient: img = dy, O = C, I = K, d = -1. The
+ * filter's O rows are packed once, then the W rows of taps of one output
+ * row (n, h) at a time, so that the packed memory stays (O + W) I R S. */
+static void mpb_conv_taps(struct mpb_ctx *c, struct mpb_vec *out, const struct mpb_vec *img,
+                          const struct mpb_vec *filt, size_t nb, size_t no, size_t ni, size_t h,
+                          size_t w, size_t r, size_t s, size_t fo, size_t fi, long d)
+{
+    size_t len = ni * r * s;
+    mpb_pack_reserve(c, (no + w) * len, no + w);
+    for (size_t o = 0; o < no; o++) {
+        long lo = LONG_MAX, hi = LONG_MIN;
+        for (size_t i = 0; i < ni; i++)
+            for (size_t q = 0; q < r * s; q++)
+                mpb_pack1(c, o * len + i * r * s + q, X(filt, o * fo + i * fi + q), &lo, &hi);
+        c->plo[o] = lo;
+        c->phi[o] = hi;
+    }
+    long hr = (long)(r / 2), hs = (long)(s / 2);
+    for (size_t n = 0; n < nb; n++)
+        for (size_t y = 0; y < h; y++) {
+            for (size_t x = 0; x < w; x++) {
+                size_t row = no + x, e = row * len;
+                long lo = LONG_MAX, hi = LONG_MIN;
+                for (size_t i = 0; i < ni; i++) {
+                    const __mpfr_struct *plane = X(img, (n * ni + i) * h * w);
+                    for (size_t a = 0; a < r; a++) {
+                        long yy = (long)y + d * ((long)a - hr);
+                        for (size_t b = 0; b < s; b++, e++) {
+                            long xx = (long)x + d * ((long)b - hs);
+                            int inside = yy >= 0 && yy < (long)h && xx >= 0 && xx < (long)w;
+                            mpb_pack1(c, e, inside ? &plane[yy * (long)w + xx] : NULL, &lo, &hi);
+                        }
+                    }
+                }
+                c->plo[row] = lo;
+                c->phi[row] = hi;
+            }
+            for (size_t o = 0; o < no; o++)
+                for (size_t x = 0; x < w; x++)
+                    mpb_dot_rows(c, X(out, ((n * no + o) * h + y) * w + x), no + x, o, len);
         }
+}
+
+/* out (N,K,H,W) from x (N,C,H,W) and w (K,C,R,S) */
+void mpb_conv2d(void *ctx, const struct graph *g, const struct node *nd, backend_buf *outb,
+                const backend_buf *const *in, const struct backend_step *st)
+{
+    (void)st;
+    size_t k = IN_SHAPE(1, 0), ch = IN_SHAPE(1, 1), r = IN_SHAPE(1, 2), s = IN_SHAPE(1, 3);
+    mpb_conv_taps(ctx, outb, IN(0), IN(1), nd->shape[0], k, ch, nd->shape[2], nd->shape[3], r,
+                  s, ch * r * s, r * s, 1);
+}
+
+/* out (N,C,H,W) from dy (N,K,H,W) and w (K,C,R,S) */
+void mpb_conv2d_bwd_data(void *ctx, const struct graph *g, const struct node *nd,
+                         backend_buf *outb, const backend_buf *const *in,
+                         const struct backend_step *st)
+{
+    (void)st;
+    size_t k = IN_SHAPE(1, 0), ch = IN_SHAPE(1, 1), r = IN_SHAPE(1, 2), s = IN_SHAPE(1, 3);
+    mpb_conv_taps(ctx, outb, IN(0), IN(1), nd->shape[0], ch, k, nd->shape[2], nd->shape[3], r,
+                  s, r * s, ch * r * s, -1);
+}
+
+/* out (K,C,R,S) from x (N,C,H,W) and dy (N,K,H,W): rows of length N H W,
+ * dy's K rows packed once, then x's R S shifted copies for one channel c
+ * at a time. */
+void mpb_conv2d_bwd_filter(void *ctx, const struct graph *g, const struct node *nd,
+                           backend_buf *outb, const backend_buf *const *in,
+                           const struct backend_step *st)
+{
+    (void)st;
+    struct mpb_ctx *c = ctx;
+    struct mpb_vec *out = outb;
+    const struct mpb_vec *x = IN(0), *dy = IN(1);
+    size_t nb = IN_SHAPE(0, 0), ch = IN_SHAPE(0, 1), h = IN_SHAPE(0, 2), w = IN_SHAPE(0, 3);
+    size_t k = IN_SHAPE(1, 1), r = nd->p.conv.r, s = nd->p.conv.s;
+    size_t len = nb * h * w, hw = h * w;
+    long hr = (long)(r / 2), hs = (long)(s / 2);
+    mpb_pack_reserve(c, (k + r * s) * len, k + r * s);
+    for (size_t o = 0; o < k; o++) {
+        long lo = LONG_MAX, hi = LONG_MIN;
+        for (size_t n = 0; n < nb; n++)
+            for (size_t q = 0; q < hw; q++)
+                mpb_pack1(c, o * len + n * hw + q, X(dy, (n * k + o) * hw + q), &lo, &hi);
+        c->plo[o] = lo;
+        c->phi[o] = hi;
+    }
+    for (size_t i = 0; i < ch; i++) {
+        for (size_t a = 0; a < r; a++)
+            for (size_t b = 0; b < s; b++) {
+                size_t row = k + a * s + b, e = row * len;
+                long lo = LONG_MAX, hi = LONG_MIN;
+                for (size_t n = 0; n < nb; n++) {
+                    const __mpfr_struct *plane = X(x, (n * ch + i) * hw);
+                    for (size_t y = 0; y < h; y++) {
+                        long yy = (long)y + (long)a - hr;
+                        for (size_t z = 0; z < w; z++, e++) {
+                            long zz = (long)z + (long)b - hs;
+                            int inside = yy >= 0 && yy < (long)h && zz >= 0 && zz < (long)w;
+                            mpb_pack1(c, e, inside ? &plane[yy * (long)w + zz] : NULL, &lo, &hi);
+                        }
+                    }
+                }
+                c->plo[row] = lo;
+                c->phi[row] = hi;
+            }
+        for (size_t o = 0; o < k; o++)
+            for (size_t q = 0; q < r * s; q++)
+                mpb_dot_rows(c, X(out, (o * ch + i) * r * s + q), k + q, o, len);
+    }
 }

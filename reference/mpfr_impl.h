@@ -1,6 +1,7 @@
 /* mpfr_impl.h: what the mpfr backend's two files share: the storage of a
  * buffer, the backend's context, and the functions that cross between the
- * op kernels (backend_mpfr.c) and the exact matrix product (mpfr_dot.c). */
+ * op kernels (backend_mpfr.c) and the exact dot products of the matrix
+ * product and the convolutions (mpfr_dot.c). */
 #ifndef DT_MPFR_IMPL_H
 #define DT_MPFR_IMPL_H
 
@@ -53,12 +54,14 @@ struct mpb_ctx {
     struct mpb_vec *terms;     /* summands, wide precision */
     mpfr_ptr *ptrs;            /* their addresses, for mpfr_sum */
     size_t ptrs_cap;
-    /* matrix products: packed operands and accumulators */
-    long *pe;                  /* exponents (LONG_MIN for a zero) */
+    /* dot products: packed operands and accumulators */
+    long *pe;                  /* exponents (LONG_MIN for a zero or an absent term) */
     unsigned char *pneg;
     mp_limb_t *pd;
+    mpfr_srcptr *psrc;         /* the numbers packed (NULL: absent), for the slow path */
     size_t pcap;
-    long *plo, *phi;           /* per packed row: exponent range of its non-zeros */
+    long *plo, *phi;           /* per packed row: exponent range of its non-zeros
+                                * (phi LONG_MAX: the row holds an Inf or a NaN) */
     size_t prcap;
     size_t accmax;             /* limbs of one accumulator */
     mp_limb_t *acc;            /* two accumulators, then a product's 2 n + 1 limbs */
@@ -72,5 +75,17 @@ void mpb_terms_reserve(struct mpb_ctx *c, size_t count);
  * product rounded once (mpfr_dot.c). */
 void mpb_matmul(void *ctx, const struct graph *g, const struct node *nd, backend_buf *outb,
                 const backend_buf *const *in, const struct backend_step *st);
+
+/* OP_CONV2D, OP_CONV2D_BWD_DATA, OP_CONV2D_BWD_FILTER: each element the exact
+ * sum of op.h's products (taps outside the image left out) rounded once
+ * (mpfr_dot.c). */
+void mpb_conv2d(void *ctx, const struct graph *g, const struct node *nd, backend_buf *outb,
+                const backend_buf *const *in, const struct backend_step *st);
+void mpb_conv2d_bwd_data(void *ctx, const struct graph *g, const struct node *nd,
+                         backend_buf *outb, const backend_buf *const *in,
+                         const struct backend_step *st);
+void mpb_conv2d_bwd_filter(void *ctx, const struct graph *g, const struct node *nd,
+                           backend_buf *outb, const backend_buf *const *in,
+                           const struct backend_step *st);
 
 #endif

@@ -48,18 +48,22 @@ struct tm_case {
 };
 
 /* An op of type t with output shape (d0) or (d0, d1); tm_case_input adds
- * input k of shape (d0) or (d0, d1) and returns its values to fill. */
+ * input k of shape (d0) or (d0, d1) and returns its values to fill. The _nd
+ * forms take any shape (an image (N,C,H,W), a filter (K,C,R,S)). */
 void tm_case_init(struct tm_case *c, enum op_type t, uint32_t d0, uint32_t d1);
 float *tm_case_input(struct tm_case *c, uint32_t d0, uint32_t d1);
+void tm_case_init_nd(struct tm_case *c, enum op_type t, int ndim, const uint32_t *shape);
+float *tm_case_input_nd(struct tm_case *c, int ndim, const uint32_t *shape);
 void tm_case_free(struct tm_case *c);
 
 /* The op.h formula at TM_REF bits into out[0..count) (initialised by the
  * caller); mag[i]: the magnitude the cpu backend's rounding errors scale with. */
 void tm_ref(const struct tm_case *c, mpfr_t *out, double *mag);
 
-/* Run the case on the mpfr backend (ctx, at prec bits) and on the cpu
- * backend and fail the test on any mismatch (see mpfr_testutil.c); with
- * exact_ref no element is exempt. Returns the number of exempted elements. */
+/* Run the case on the mpfr backend (ctx, at prec bits), on the exact oracle
+ * and on the cpu backend and fail the test on any mismatch (see
+ * mpfr_testutil.c); with exact_ref no element is exempt. Returns the number
+ * of exempted elements. */
 size_t tm_check(struct tm_case *c, void *ctx, long prec, int exact_ref);
 
 #endif

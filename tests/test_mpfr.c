@@ -1,9 +1,11 @@
 /* test_mpfr.c: the mpfr backend (reference/backend_mpfr.c, mpfr_dot.c):
  * float32 round trips and rounding; every op at 200 bits against an
- * independent 1000-bit evaluation of its op.h formula rounded once to float32
- * (and against the cpu backend as a sanity check); describe, trace and the
- * precision option. Training runs are in test_mpfr_train.c.
- * Dimension letters: M, K, N of a matrix product; R rows, F features. */
+ * independent 1000-bit evaluation of its op.h formula (its 200-bit values
+ * and their float32 rounding), against the exact oracle, and against the
+ * cpu backend as a sanity check; describe, trace and the precision option.
+ * Training runs are in test_mpfr_train.c.
+ * Dimension letters: M, K, N of a matrix product; R rows, F features;
+ * N, C, H, W of an image, K, C, R, S of a filter. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -599,6 +601,362 @@ static void test_optimizers(void **state)
     backend_mpfr.free(ctx);
 }
 
+/* ---- PredNet's ops ------------------------------------------------------------------
+ * The convolutions' sums are exact at 1000 bits, so every element must match;
+ * the shapes include kernels wider than the image and 1x1 images, the value
+ * kinds of tm_fill, the limb counts of several precisions, and Inf and NaN
+ * next to taps outside the image (left out: no 0 Inf). */
+
+static void tm_conv_case(void *ctx, long prec, enum op_type t, const uint32_t *xs, uint32_t k,
+                         uint32_t r, uint32_t s, int kind, uint64_t seed, int specials)
+{
+    uint32_t ws[4] = {k, xs[1], r, s}, ys[4] = {xs[0], k, xs[2], xs[3]};
+    struct tm_case c;
+    float *a, *b;
+    if (t == OP_CONV2D) {
+        tm_case_init_nd(&c, t, 4, ys);
+        a = tm_case_input_nd(&c, 4, xs);
+        b = tm_case_input_nd(&c, 4, ws);
+    } else if (t == OP_CONV2D_BWD_DATA) {
+        tm_case_init_nd(&c, t, 4, xs);
+        a = tm_case_input_nd(&c, 4, ys);
+        b = tm_case_input_nd(&c, 4, ws);
+    } else {
+        tm_case_init_nd(&c, t, 4, ws);
+        c.op.p.conv.r = r;
+        c.op.p.conv.s = s;
+        a = tm_case_input_nd(&c, 4, xs);
+        b = tm_case_input_nd(&c, 4, ys);
+    }
+    uint64_t rng = seed;
+    size_t na = c.g.nodes[c.op.inputs[0]].count, nb = c.g.nodes[c.op.inputs[1]].count;
+    tm_fill(a, na, kind, &rng);
+    tm_fill(b, nb, kind, &rng);
+    c.tol = kind == 0 && !specials ? 4 : 0;
+    if (specials) { /* an Inf, a -Inf and a NaN in each operand, at its corners */
+        const float sp[3] = {INFINITY, -INFINITY, NAN};
+        a[0] = sp[seed % 3];
+        a[na - 1] = sp[(seed + 1) % 3];
+        b[nb - 1] = sp[(seed + 2) % 3];
+        b[nb / 2] = 0.0f;
+    }
+    tm_check(&c, ctx, prec, 1);
+    tm_case_free(&c);
+}
+
+static void test_conv2d(void **state)
+{
+    (void)state;
+    static const enum op_type ops[3] = {OP_CONV2D, OP_CONV2D_BWD_DATA, OP_CONV2D_BWD_FILTER};
+    static const uint32_t shapes[][7] = {
+        /* N, C, H, W, K, R, S */
+        {2, 3, 5, 6, 4, 3, 3}, {1, 2, 4, 4, 3, 1, 5}, {1, 1, 2, 3, 2, 5, 3},
+        {3, 2, 1, 1, 2, 3, 3}, {1, 4, 8, 8, 2, 3, 3}, {2, 1, 3, 7, 1, 1, 1},
+    };
+    void *ctx = tm_init(TM_PREC);
+    uint64_t seed = 200;
+    for (int o = 0; o < 3; o++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+            for (int kind = 0; kind < 3; kind++) {
+                const uint32_t *d = shapes[sh];
+                tm_conv_case(ctx, TM_PREC, ops[o], d, d[4], d[5], d[6], kind, seed++, 0);
+            }
+    for (int o = 0; o < 3; o++)
+        for (int sp = 0; sp < 3; sp++)
+            tm_conv_case(ctx, TM_PREC, ops[o], shapes[sp], shapes[sp][4], shapes[sp][5],
+                         shapes[sp][6], 0, seed++, 1);
+    /* x all -0, positive weights with an Inf top-left tap: where that tap is
+     * outside the image the sum of -0 products is +0 (from +0), elsewhere
+     * -0 Inf = NaN */
+    struct tm_case c;
+    uint32_t xs[4] = {1, 2, 3, 4}, ws[4] = {2, 2, 3, 3}, ys[4] = {1, 2, 3, 4};
+    tm_case_init_nd(&c, OP_CONV2D, 4, ys);
+    float *x = tm_case_input_nd(&c, 4, xs), *w = tm_case_input_nd(&c, 4, ws);
+    for (size_t i = 0; i < 24; i++)
+        x[i] = -0.0f;
+    for (size_t i = 0; i < 36; i++)
+        w[i] = i % 9 == 0 ? INFINITY : 0.5f + (float)i;
+    c.tol = 0;
+    tm_check(&c, ctx, TM_PREC, 1);
+    tm_case_free(&c);
+    backend_mpfr.free(ctx);
+    long precs[] = {24, 64, 65, 128, 256, 300, 1000};
+    for (size_t p = 0; p < sizeof precs / sizeof precs[0]; p++) {
+        ctx = tm_init(precs[p]);
+        for (int o = 0; o < 3; o++)
+            tm_conv_case(ctx, precs[p], ops[o], shapes[0], 4, 3, 3, (int)(p % 3), seed++, 0);
+        backend_mpfr.free(ctx);
+    }
+}
+
+/* maxpool2 and its backward on windows that test op.h's pick: ties (the
+ * first wins), +0 and -0 (equal: the first wins, its sign kept), NaN (the
+ * first NaN wins over anything), Inf, then random windows. */
+static void test_maxpool2(void **state)
+{
+    (void)state;
+    static const float win[][4] = {
+        {0.0f, -0.0f, 0.0f, -0.0f}, {-0.0f, 0.0f, -0.0f, 0.0f}, {1, 1, 1, 1}, {1, 2, 2, 1},
+        {-1, -3, -1, -2}, {NAN, 1, 2, 3}, {1, NAN, 5, -NAN}, {-INFINITY, -INFINITY, -1e30f, NAN},
+        {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, {5, INFINITY, INFINITY, 5},
+        {0x1p-149f, -0.0f, 0.0f, 0x1p-149f}, {-0.0f, -0x1p-149f, -1, -0.0f},
+    };
+    const size_t nw = sizeof win / sizeof win[0];
+    uint32_t xs[4] = {2, 3, 6, 8}, ys[4] = {2, 3, 3, 4};
+    uint64_t rng = 300;
+    void *ctx = tm_init(TM_PREC);
+    for (int bwd = 0; bwd < 2; bwd++) {
+        struct tm_case c;
+        tm_case_init_nd(&c, bwd ? OP_MAXPOOL2_BWD : OP_MAXPOOL2, 4, bwd ? xs : ys);
+        float *x = tm_case_input_nd(&c, 4, xs);
+        size_t wi = 0;
+        for (size_t p = 0; p < 6; p++)
+            for (size_t y = 0; y < 6; y += 2)
+                for (size_t z = 0; z < 8; z += 2, wi++) {
+                    float v[4];
+                    for (int q = 0; q < 4; q++)
+                        v[q] = wi < nw ? win[wi][q] : tm_rand(&rng, -1, 1);
+                    if (wi >= nw && wi % 3 == 0)
+                        v[(wi / 3) % 4] = v[(wi / 3 + 1) % 4]; /* a random tie */
+                    size_t i = (p * 6 + y) * 8 + z;
+                    x[i] = v[0];
+                    x[i + 1] = v[1];
+                    x[i + 8] = v[2];
+                    x[i + 9] = v[3];
+                }
+        if (bwd) {
+            float *dy = tm_case_input_nd(&c, 4, ys);
+            for (size_t i = 0; i < 72; i++)
+                dy[i] = i % 7 == 0 ? -0.0f : tm_rand(&rng, -2, 2);
+        }
+        c.tol = 0;
+        tm_check(&c, ctx, TM_PREC, 1);
+        tm_case_free(&c);
+    }
+    backend_mpfr.free(ctx);
+}
+
+/* upsample2 and its backward: the four sums with IEEE's zero signs (-0 only
+ * when all four are -0), cancellations, Inf and NaN, wide exponents. */
+static void test_upsample2(void **state)
+{
+    (void)state;
+    void *ctx = tm_init(TM_PREC);
+    uint32_t xs[4] = {2, 3, 4, 5}, ys[4] = {2, 3, 8, 10};
+    uint64_t rng = 400;
+    struct tm_case c;
+    tm_case_init_nd(&c, OP_UPSAMPLE2, 4, ys);
+    float *x = tm_case_input_nd(&c, 4, xs);
+    for (size_t i = 0; i < 120; i++)
+        x[i] = i < TM_NEDGE ? tm_edge[i] : tm_rand_wide(&rng, -30, 30);
+    c.tol = 0;
+    tm_check(&c, ctx, TM_PREC, 1);
+    tm_case_free(&c);
+    static const float win[][4] = {
+        {-0.0f, -0.0f, -0.0f, -0.0f}, {0.0f, -0.0f, -0.0f, -0.0f}, {-0.0f, -0.0f, -0.0f, 0.0f},
+        {1, -1, -0.0f, -0.0f}, {1e30f, 1, -1e30f, 0x1p-149f}, {INFINITY, 1, -INFINITY, 2},
+        {INFINITY, 1, NAN, 2}, {FLT_MAX, FLT_MAX, 1, -FLT_MAX}, {0x1p-149f, 0x1p-149f, 3, -3},
+    };
+    const size_t nw = sizeof win / sizeof win[0];
+    for (int kind = 0; kind < 2; kind++) {
+        tm_case_init_nd(&c, OP_UPSAMPLE2_BWD, 4, xs);
+        float *dy = tm_case_input_nd(&c, 4, ys);
+        for (size_t o = 0; o < 120; o++) {
+            size_t p = o / 20, y = o / 5 % 4, z = o % 5, i = (p * 8 + 2 * y) * 10 + 2 * z;
+            float v[4];
+            for (int q = 0; q < 4; q++)
+                v[q] = kind == 0 && o < nw ? win[o][q]
+                     : kind == 0           ? tm_rand(&rng, -1, 1)
+                                           : tm_rand_wide(&rng, -100, 100);
+            dy[i] = v[0];
+            dy[i + 1] = v[1];
+            dy[i + 10] = v[2];
+            dy[i + 11] = v[3];
+        }
+        c.tol = kind == 0 ? 4 : 0;
+        tm_check(&c, ctx, TM_PREC, 1);
+        tm_case_free(&c);
+    }
+    backend_mpfr.free(ctx);
+}
+
+/* concat of 1 to 4 inputs, slice at the start, middle and end, slice_bwd */
+static void test_channels(void **state)
+{
+    (void)state;
+    void *ctx = tm_init(TM_PREC);
+    uint64_t rng = 500;
+    static const uint32_t cs[4] = {2, 1, 3, 2};
+    for (int nin = 1; nin <= 4; nin++) {
+        uint32_t tot = 0;
+        for (int k = 0; k < nin; k++)
+            tot += cs[k];
+        uint32_t os[4] = {3, tot, 2, 3};
+        struct tm_case c;
+        tm_case_init_nd(&c, OP_CONCAT, 4, os);
+        for (int k = 0; k < nin; k++) {
+            uint32_t is[4] = {3, cs[k], 2, 3};
+            float *x = tm_case_input_nd(&c, 4, is);
+            for (size_t i = 0; i < 3u * cs[k] * 6; i++)
+                x[i] = (i + (size_t)k) % 9 == 0 ? tm_edge[(i + (size_t)k) % TM_NEDGE]
+                                                : tm_rand(&rng, -1, 1);
+        }
+        c.tol = 0;
+        tm_check(&c, ctx, TM_PREC, 1);
+        tm_case_free(&c);
+    }
+    static const uint32_t sl[3][2] = {{0, 2}, {2, 3}, {4, 1}}; /* c0, n of 5 channels */
+    for (int bwd = 0; bwd < 2; bwd++)
+        for (int j = 0; j < 3; j++) {
+            uint32_t whole[4] = {2, 5, 3, 2}, part[4] = {2, sl[j][1], 3, 2};
+            struct tm_case c;
+            tm_case_init_nd(&c, bwd ? OP_SLICE_BWD : OP_SLICE, 4, bwd ? whole : part);
+            c.op.p.slice.c0 = sl[j][0];
+            c.op.p.slice.n = sl[j][1];
+            c.op.p.slice.total = 5;
+            float *x = tm_case_input_nd(&c, 4, bwd ? part : whole);
+            size_t nx = c.g.nodes[c.op.inputs[0]].count;
+            for (size_t i = 0; i < nx; i++)
+                x[i] = i < TM_NEDGE ? tm_edge[i] : tm_rand(&rng, -1, 1);
+            c.tol = 0;
+            tm_check(&c, ctx, TM_PREC, 1);
+            tm_case_free(&c);
+        }
+    backend_mpfr.free(ctx);
+}
+
+/* x values at hard_sigmoid's clip bounds (x = +-2.5, where the exact t is
+ * 1 + 7.5e-9 and -7.5e-9 but float32 rounds t onto the bound), their float
+ * neighbours, satlu's bound m and its neighbours, and zeros. */
+static void tm_fill_bounds(float *x, size_t n, float m, uint64_t *rng)
+{
+    const float v[] = {2.5f, -2.5f, nextafterf(2.5f, 0), nextafterf(2.5f, 3), nextafterf(-2.5f, 0),
+                       nextafterf(-2.5f, -3), 2.4999995f, -2.4999995f, 2.5000002f, -2.5000005f,
+                       m, nextafterf(m, -INFINITY), nextafterf(m, INFINITY), -m, 0.0f, -0.0f};
+    const size_t nv = sizeof v / sizeof v[0];
+    for (size_t i = 0; i < n; i++)
+        x[i] = i < nv ? v[i] : i < nv + TM_NEDGE ? tm_edge[i - nv] : tm_rand(rng, -4, 4);
+}
+
+static void tm_bound_case(void *ctx, enum op_type t, float m, double tol, uint64_t seed)
+{
+    struct tm_case c;
+    tm_case_init(&c, t, 24, 25);
+    c.op.p.satlu.max = m;
+    c.tol = tol;
+    uint64_t rng = seed;
+    tm_fill_bounds(tm_case_input(&c, 24, 25), c.op.count, m, &rng);
+    if (t == OP_HARD_SIGMOID_BWD || t == OP_SATLU_BWD) {
+        float *dy = tm_case_input(&c, 24, 25);
+        for (size_t i = 0; i < c.op.count; i++)
+            dy[i] = i % 11 == 5 ? tm_edge[i % TM_NEDGE] : tm_rand_wide(&rng, -20, 3);
+    }
+    tm_check(&c, ctx, TM_PREC, 1);
+    tm_case_free(&c);
+}
+
+static void test_prednet_activations(void **state)
+{
+    (void)state;
+    void *ctx = tm_init(TM_PREC);
+    tm_bound_case(ctx, OP_HARD_SIGMOID, 1.0f, 4, 601);
+    tm_bound_case(ctx, OP_HARD_SIGMOID_BWD, 1.0f, 2, 602);
+    tm_unary(ctx, OP_HARD_SIGMOID, -3, 3, 4, 603);
+    tm_unary(ctx, OP_HARD_SIGMOID, -1e-6, 1e-6, 4, 604);
+    tm_binary(ctx, OP_HARD_SIGMOID_BWD, -3, 3, -2, 2, 2, 605, NULL, 0);
+    const float ms[] = {1.0f, 0.0f, -0.0f, 0.75f, -2.0f, INFINITY};
+    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+        tm_bound_case(ctx, OP_SATLU, ms[j], 1, 610 + j);
+        tm_bound_case(ctx, OP_SATLU_BWD, ms[j], 1, 620 + j);
+    }
+    union op_params p;
+    memset(&p, 0, sizeof p);
+    p.satlu.max = 1.0f;
+    tm_unary(ctx, OP_SATLU, -2, 2, 1, 630);
+    tm_binary(ctx, OP_SATLU_BWD, -2, 2, -2, 2, 1, 631, &p, 0);
+    backend_mpfr.free(ctx);
+}
+
+/* sub, neg, mul (the edge values crossed), add_bias and bias_grad on
+ * images, mean and mean_bwd */
+static void test_prednet_arith(void **state)
+{
+    (void)state;
+    void *ctx = tm_init(TM_PREC);
+    tm_binary(ctx, OP_SUB, -1, 1, -1, 1, 2, 701, NULL, 0);
+    tm_binary(ctx, OP_SUB, -1, 1, -1e-6, 1e-6, 2, 702, NULL, 0);
+    tm_unary(ctx, OP_NEG, -1, 1, 1, 703);
+    tm_binary(ctx, OP_MUL, -1, 1, -1, 1, 2, 704, NULL, 0);
+    tm_binary(ctx, OP_MUL, -1e-20, 1e-20, -1e-20, 1e-20, 0, 705, NULL, 0);
+    uint64_t rng = 710;
+    uint32_t xs[4] = {3, 4, 5, 6}, bs[1] = {4};
+    struct tm_case c;
+    tm_case_init_nd(&c, OP_ADD_BIAS, 4, xs);
+    float *x = tm_case_input_nd(&c, 4, xs), *b = tm_case_input_nd(&c, 1, bs);
+    for (size_t i = 0; i < c.op.count; i++)
+        x[i] = i < TM_NEDGE * 4 ? tm_edge[i / 4] : tm_rand_wide(&rng, -30, 5);
+    for (size_t j = 0; j < 4; j++)
+        b[j] = j == 3 ? -0.0f : tm_rand_wide(&rng, -30, 5);
+    c.tol = 2;
+    tm_check(&c, ctx, TM_PREC, 1);
+    tm_case_free(&c);
+    /* channel 0 all -0, channel 1 a cancelling pair, channel 2 an Inf,
+     * channel 3 Inf and -Inf, channel 4 wide random */
+    uint32_t ds[4] = {3, 5, 4, 3};
+    tm_case_init(&c, OP_BIAS_GRAD, 5, 0);
+    float *dy = tm_case_input_nd(&c, 4, ds);
+    for (size_t i = 0; i < c.g.nodes[c.op.inputs[0]].count; i++) {
+        size_t ch = i / 12 % 5;
+        dy[i] = ch == 0 ? -0.0f : ch == 1 ? 0.0f : tm_rand_wide(&rng, ch == 4 ? -90 : -10, 3);
+    }
+    dy[12 + 1] = 3.0f;
+    dy[60 + 12 + 7] = -3.0f;
+    dy[24 + 5] = INFINITY;
+    dy[36 + 2] = INFINITY;
+    dy[60 + 36 + 11] = -INFINITY;
+    c.tol = 0;
+    tm_check(&c, ctx, TM_PREC, 1);
+    tm_case_free(&c);
+    /* mean: counts 1 to 70 and 4096, scales of either sign, zero, -0;
+     * exact zero sums, Inf, NaN */
+    const float scales[] = {1.0f, -0.5f, 0.3f, 0.0f, -0.0f, 3e-5f, INFINITY};
+    for (int r = 0; r < 120; r++) {
+        uint32_t n = r < 112 ? 1 + (uint32_t)(tu_rand_u64(&rng) % 70) : r < 116 ? 4096 : 4095;
+        tm_case_init(&c, OP_MEAN, 1, 0);
+        c.op.p.mean.scale = scales[r % 7];
+        x = tm_case_input(&c, n, 0);
+        for (uint32_t i = 0; i < n; i++)
+            x[i] = r % 3 ? tm_rand(&rng, -1, 1) : tm_rand_wide(&rng, -80, 10);
+        if (r % 10 == 1) /* an exact zero sum: x and -x */
+            for (uint32_t i = 0; i + 1 < n; i += 2)
+                x[i + 1] = -x[i];
+        if (r % 10 == 1 && n % 2)
+            x[n - 1] = r % 20 == 1 ? 0.0f : -0.0f;
+        if (r % 10 == 3)
+            for (uint32_t i = 0; i < n; i++)
+                x[i] = -0.0f;
+        if (r == 5)
+            x[0] = INFINITY;
+        if (r == 15)
+            x[n - 1] = NAN;
+        if (r == 25)
+            x[0] = FLT_MAX, x[n - 1] = FLT_MAX;
+        c.tol = fabsf(c.op.p.mean.scale) <= 1 ? 4 : 0;
+        tm_check(&c, ctx, TM_PREC, 0);
+        tm_case_free(&c);
+    }
+    const float gs[] = {1.0f, -0.0f, 0.37f, -3e-5f, INFINITY, NAN};
+    for (int r = 0; r < 24; r++) {
+        tm_case_init(&c, OP_MEAN_BWD, r % 2 ? 63 : 64, 65);
+        c.op.p.mean.scale = scales[r % 7];
+        tm_case_input(&c, 1, 0)[0] = gs[r % 6];
+        c.tol = 4;
+        tm_check(&c, ctx, TM_PREC, 0);
+        tm_case_free(&c);
+    }
+    backend_mpfr.free(ctx);
+}
+
 /* ---- trace, describe, options ----------------------------------------------------- */
 
 static void test_trace_describe(void **state)
@@ -692,6 +1050,12 @@ int main(void)
         cmocka_unit_test(test_mse),
         cmocka_unit_test(test_mse_bwd),
         cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_maxpool2),
+        cmocka_unit_test(test_upsample2),
+        cmocka_unit_test(test_channels),
+        cmocka_unit_test(test_prednet_activations),
+        cmocka_unit_test(test_prednet_arith),
         cmocka_unit_test(test_trace_describe),
         cmocka_unit_test(test_precision_range),
     };
