@@ -1,21 +1,25 @@
-/* backend_cpu.c: the cpu backend: float32, OpenBLAS for matrix products,
- * plain sequential loops elsewhere (so every reduction we own has one fixed
- * order, whatever the thread count). Dimension letters: N rows (batch),
- * F features, M/K/N of a matrix product. */
+/* backend_cpu.c: the cpu backend: float32, OpenBLAS for matrix products
+ * and convolutions (cpu_conv.c), plain sequential loops elsewhere (so every
+ * reduction we own has one fixed order, whatever the thread count).
+ * Dimension letters: N rows (batch), F features, M/K/N of a matrix product;
+ * image tensors (N, C, H, W), filters (K, C, R, S). */
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "cpu_blas.h"
+#include "cpu_conv.h"
 #include "stats.h"
 #include "util.h"
 
 struct cpu_ctx {
     int threads;
     char kernel[64];  /* requested kernel, or "" */
+    struct cpu_conv_scratch conv;  /* im2col buffer shared by the conv kernels */
 };
 
 static int cpu_init(void **ctx, const struct backend_options *opt)
@@ -35,7 +39,13 @@ static int cpu_init(void **ctx, const struct backend_options *opt)
     return DT_OK;
 }
 
-static void cpu_free(void *ctx) { free(ctx); }
+static void cpu_free(void *ctx)
+{
+    struct cpu_ctx *c = ctx;
+    if (c)
+        cpu_conv_scratch_free(&c->conv);
+    free(c);
+}
 static backend_buf *cpu_alloc(void *ctx, size_t n) { return dt_calloc(n, sizeof(float)); }
 static void cpu_release(void *ctx, backend_buf *p) { free(p); }
 
@@ -65,15 +75,15 @@ static void cpu_describe(void *ctx, struct trace_config *cfg)
 
 /* A kernel on float32 buffers, and the table entry that unwraps them. */
 #define CPU_OP(fn)                                                                              \
-    static void fn##_f(const struct graph *g, const struct node *nd, float *out,                \
-                       const float *const *in, const struct backend_step *st);                  \
+    static void fn##_f(struct cpu_ctx *ctx, const struct graph *g, const struct node *nd,      \
+                       float *out, const float *const *in, const struct backend_step *st);      \
     static void fn(void *ctx, const struct graph *g, const struct node *nd, backend_buf *out,    \
                    const backend_buf *const *in, const struct backend_step *st)                 \
     {                                                                                           \
-        fn##_f(g, nd, out, (const float *const *)in, st);                                       \
+        fn##_f(ctx, g, nd, out, (const float *const *)in, st);                                  \
     }                                                                                           \
-    static void fn##_f(const struct graph *g, const struct node *nd, float *out,                \
-                       const float *const *in, const struct backend_step *st)
+    static void fn##_f(struct cpu_ctx *ctx, const struct graph *g, const struct node *nd,      \
+                       float *out, const float *const *in, const struct backend_step *st)
 #define IN_SHAPE(k, d) (g->nodes[nd->inputs[k]].shape[d])
 
 CPU_OP(cpu_matmul)
@@ -89,21 +99,46 @@ CPU_OP(cpu_matmul)
 
 CPU_OP(cpu_add_bias)
 {
-    /* out (N,F) = x (N,F) + b (F) */
-    size_t rows = nd->shape[0], f = nd->shape[1];
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < f; j++)
-            out[r * f + j] = in[0][r * f + j] + in[1][j];
+    /* out (N,F) = x (N,F) + b (F); out (N,C,H,W) = x (N,C,H,W) + b (C) */
+    if (nd->ndim == 2) {
+        size_t rows = nd->shape[0], f = nd->shape[1];
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < f; j++)
+                out[r * f + j] = in[0][r * f + j] + in[1][j];
+        return;
+    }
+    size_t n = nd->shape[0], c = nd->shape[1], hw = (size_t)nd->shape[2] * nd->shape[3];
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < c; k++) {
+            size_t o = (i * c + k) * hw;
+            float b = in[1][k];
+            for (size_t j = 0; j < hw; j++)
+                out[o + j] = in[0][o + j] + b;
+        }
 }
 
 CPU_OP(cpu_bias_grad)
 {
-    /* out (F) = sum over rows r = 0, 1, ... of dy (N,F), in float, in that order */
-    size_t rows = IN_SHAPE(0, 0), f = nd->shape[0];
-    memset(out, 0, f * sizeof *out);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < f; j++)
-            out[j] += in[0][r * f + j];
+    /* out (F) = sum over rows r = 0, 1, ... of dy (N,F), in float, in that order;
+     * out (C) = sum over n, then h, then w (that nesting) of dy (N,C,H,W), likewise */
+    if (g->nodes[nd->inputs[0]].ndim == 2) {
+        size_t rows = IN_SHAPE(0, 0), f = nd->shape[0];
+        memset(out, 0, f * sizeof *out);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < f; j++)
+                out[j] += in[0][r * f + j];
+        return;
+    }
+    size_t n = IN_SHAPE(0, 0), c = IN_SHAPE(0, 1), hw = (size_t)IN_SHAPE(0, 2) * IN_SHAPE(0, 3);
+    memset(out, 0, c * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < c; k++) {
+            const float *d = in[0] + (i * c + k) * hw;
+            float s = out[k];
+            for (size_t j = 0; j < hw; j++)
+                s += d[j];
+            out[k] = s;
+        }
 }
 
 CPU_OP(cpu_sigmoid)
@@ -217,6 +252,225 @@ CPU_OP(cpu_fill)
         out[i] = nd->p.fill.value;
 }
 
+/* ---- image ops (PredNet) -------------------------------------------------- */
+
+static struct cpu_conv_shape cpu_conv_shape_of(uint32_t n, uint32_t c, uint32_t h, uint32_t w,
+                                               uint32_t k, uint32_t r, uint32_t s)
+{
+    return (struct cpu_conv_shape){(int)n, (int)c, (int)h, (int)w, (int)k, (int)r, (int)s};
+}
+
+CPU_OP(cpu_conv2d)
+{
+    /* in: x (N,C,H,W), w (K,C,R,S) */
+    struct cpu_conv_shape sh = cpu_conv_shape_of(IN_SHAPE(0, 0), IN_SHAPE(0, 1), IN_SHAPE(0, 2),
+                                                 IN_SHAPE(0, 3), IN_SHAPE(1, 0), IN_SHAPE(1, 2),
+                                                 IN_SHAPE(1, 3));
+    cpu_conv_forward(&ctx->conv, out, in[0], in[1], &sh);
+}
+
+CPU_OP(cpu_conv2d_bwd_data)
+{
+    /* in: dy (N,K,H,W), w (K,C,R,S); out (N,C,H,W) */
+    struct cpu_conv_shape sh = cpu_conv_shape_of(IN_SHAPE(0, 0), IN_SHAPE(1, 1), IN_SHAPE(0, 2),
+                                                 IN_SHAPE(0, 3), IN_SHAPE(0, 1), IN_SHAPE(1, 2),
+                                                 IN_SHAPE(1, 3));
+    cpu_conv_bwd_data(&ctx->conv, out, in[0], in[1], &sh);
+}
+
+CPU_OP(cpu_conv2d_bwd_filter)
+{
+    /* in: x (N,C,H,W), dy (N,K,H,W); out (K,C,R,S) */
+    struct cpu_conv_shape sh = cpu_conv_shape_of(IN_SHAPE(0, 0), IN_SHAPE(0, 1), IN_SHAPE(0, 2),
+                                                 IN_SHAPE(0, 3), IN_SHAPE(1, 1), nd->p.conv.r,
+                                                 nd->p.conv.s);
+    cpu_conv_bwd_filter(&ctx->conv, out, in[0], in[1], &sh);
+}
+
+/* MAXPOOL2's j* of the window at x (row stride w): 0..3 in row-major window
+ * order; the first NaN, else the first element equal to the maximum. */
+static int cpu_maxpool2_pick(const float *x, size_t w)
+{
+    const float v[4] = {x[0], x[1], x[w], x[w + 1]};
+    int best = 0;
+    for (int j = 1; j < 4 && !isnan(v[best]); j++)
+        if (isnan(v[j]) || v[j] > v[best])
+            best = j;
+    return best;
+}
+
+static size_t cpu_maxpool2_offset(int j, size_t w) { return (size_t)(j >> 1) * w + (size_t)(j & 1); }
+
+CPU_OP(cpu_maxpool2)
+{
+    /* in: x (N,C,H,W); out (N,C,H/2,W/2), the chosen element copied bit for bit */
+    size_t planes = (size_t)nd->shape[0] * nd->shape[1], w = IN_SHAPE(0, 3);
+    size_t oh = nd->shape[2], ow = nd->shape[3];
+    for (size_t p = 0; p < planes; p++)
+        for (size_t i = 0; i < oh; i++)
+            for (size_t j = 0; j < ow; j++) {
+                const float *win = in[0] + (p * 2 * oh + 2 * i) * w + 2 * j;
+                size_t o = cpu_maxpool2_offset(cpu_maxpool2_pick(win, w), w);
+                memcpy(&out[(p * oh + i) * ow + j], &win[o], sizeof *out);
+            }
+}
+
+CPU_OP(cpu_maxpool2_bwd)
+{
+    /* in: x (N,C,H,W), dy (N,C,H/2,W/2); out (N,C,H,W): dy at each j*, +0 elsewhere */
+    size_t planes = (size_t)nd->shape[0] * nd->shape[1], w = nd->shape[3];
+    size_t oh = IN_SHAPE(1, 2), ow = IN_SHAPE(1, 3);
+    memset(out, 0, nd->count * sizeof *out);
+    for (size_t p = 0; p < planes; p++)
+        for (size_t i = 0; i < oh; i++)
+            for (size_t j = 0; j < ow; j++) {
+                size_t base = (p * 2 * oh + 2 * i) * w + 2 * j;
+                size_t o = cpu_maxpool2_offset(cpu_maxpool2_pick(in[0] + base, w), w);
+                memcpy(&out[base + o], &in[1][(p * oh + i) * ow + j], sizeof *out);
+            }
+}
+
+CPU_OP(cpu_upsample2)
+{
+    /* in: x (N,C,H,W); out (N,C,2H,2W) */
+    size_t planes = (size_t)nd->shape[0] * nd->shape[1], h = IN_SHAPE(0, 2), w = IN_SHAPE(0, 3);
+    for (size_t p = 0; p < planes; p++)
+        for (size_t i = 0; i < 2 * h; i++) {
+            const float *src = in[0] + (p * h + i / 2) * w;
+            float *dst = out + (p * 2 * h + i) * 2 * w;
+            for (size_t j = 0; j < 2 * w; j++)
+                dst[j] = src[j / 2];
+        }
+}
+
+CPU_OP(cpu_upsample2_bwd)
+{
+    /* in: dy (N,C,2H,2W); out (N,C,H,W) = ((a + b) + c) + d over each 2x2 block,
+     * a b on the upper row, c d on the lower */
+    size_t planes = (size_t)nd->shape[0] * nd->shape[1], h = nd->shape[2], w = nd->shape[3];
+    for (size_t p = 0; p < planes; p++)
+        for (size_t i = 0; i < h; i++) {
+            const float *up = in[0] + (p * 2 * h + 2 * i) * 2 * w, *lo = up + 2 * w;
+            float *dst = out + (p * h + i) * w;
+            for (size_t j = 0; j < w; j++)
+                dst[j] = ((up[2 * j] + up[2 * j + 1]) + lo[2 * j]) + lo[2 * j + 1];
+        }
+}
+
+CPU_OP(cpu_concat)
+{
+    /* in: x_k (N,C_k,H,W), k = 0 .. ninputs-1; out (N, sum C_k, H, W) */
+    size_t n = nd->shape[0], hw = (size_t)nd->shape[2] * nd->shape[3];
+    float *dst = out;
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < nd->ninputs; k++) {
+            size_t len = (size_t)IN_SHAPE(k, 1) * hw;
+            memcpy(dst, in[k] + i * len, len * sizeof *dst);
+            dst += len;
+        }
+}
+
+CPU_OP(cpu_slice)
+{
+    /* in: x (N,total,H,W); out (N,n,H,W) = channels c0 .. c0+n-1 */
+    size_t n = nd->shape[0], hw = (size_t)nd->shape[2] * nd->shape[3];
+    size_t total = IN_SHAPE(0, 1), c0 = nd->p.slice.c0, cn = nd->p.slice.n;
+    for (size_t i = 0; i < n; i++)
+        memcpy(out + i * cn * hw, in[0] + (i * total + c0) * hw, cn * hw * sizeof *out);
+}
+
+CPU_OP(cpu_slice_bwd)
+{
+    /* in: dy (N,n,H,W); out (N,total,H,W): dy in channels c0 .. c0+n-1, +0 elsewhere */
+    size_t n = nd->shape[0], hw = (size_t)nd->shape[2] * nd->shape[3];
+    size_t total = nd->shape[1], c0 = nd->p.slice.c0, cn = nd->p.slice.n;
+    memset(out, 0, nd->count * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        memcpy(out + (i * total + c0) * hw, in[0] + i * cn * hw, cn * hw * sizeof *out);
+}
+
+/* t = 0.2f x + 0.5f as two float32 roundings (-std=c11 keeps GCC from
+ * contracting them into an fma). */
+static float cpu_hard_sigmoid_t(float x)
+{
+    float t = 0.2f * x;
+    t = t + 0.5f;
+    return t;
+}
+
+CPU_OP(cpu_hard_sigmoid)
+{
+    for (size_t i = 0; i < nd->count; i++) {
+        float t = cpu_hard_sigmoid_t(in[0][i]);
+        out[i] = t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+    }
+}
+
+CPU_OP(cpu_hard_sigmoid_bwd)
+{
+    /* in: x, dy */
+    for (size_t i = 0; i < nd->count; i++) {
+        float t = cpu_hard_sigmoid_t(in[0][i]);
+        out[i] = 0.0f <= t && t <= 1.0f ? 0.2f * in[1][i] : 0.0f;
+    }
+}
+
+CPU_OP(cpu_satlu)
+{
+    float m = nd->p.satlu.max;
+    for (size_t i = 0; i < nd->count; i++)
+        out[i] = in[0][i] > m ? m : in[0][i];
+}
+
+CPU_OP(cpu_satlu_bwd)
+{
+    /* in: x, dy */
+    float m = nd->p.satlu.max;
+    for (size_t i = 0; i < nd->count; i++)
+        out[i] = in[0][i] <= m ? in[1][i] : 0.0f;
+}
+
+CPU_OP(cpu_sub)
+{
+    for (size_t i = 0; i < nd->count; i++)
+        out[i] = in[0][i] - in[1][i];
+}
+
+CPU_OP(cpu_neg)
+{
+    /* the sign bit flipped, as a bit operation (NaN payloads kept) */
+    for (size_t i = 0; i < nd->count; i++) {
+        uint32_t u;
+        memcpy(&u, &in[0][i], sizeof u);
+        u ^= UINT32_C(0x80000000);
+        memcpy(&out[i], &u, sizeof u);
+    }
+}
+
+CPU_OP(cpu_mul)
+{
+    for (size_t i = 0; i < nd->count; i++)
+        out[i] = in[0][i] * in[1][i];
+}
+
+CPU_OP(cpu_mean)
+{
+    /* summed in double in index order, rounded to float once */
+    size_t n = g->nodes[nd->inputs[0]].count;
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)in[0][i];
+    out[0] = (float)((double)nd->p.mean.scale * (s / (double)n));
+}
+
+CPU_OP(cpu_mean_bwd)
+{
+    /* in: g (1); out (shape of the mean's x) */
+    float v = (float)((double)nd->p.mean.scale * (double)in[0][0] / (double)nd->count);
+    for (size_t i = 0; i < nd->count; i++)
+        out[i] = v;
+}
+
 const struct backend_ops backend_cpu = {
     .api_version = BACKEND_API_VERSION,
     .name = "cpu",
@@ -248,5 +502,24 @@ const struct backend_ops backend_cpu = {
         [OP_ADAM_V] = cpu_adam_v,
         [OP_ADAM_P] = cpu_adam_p,
         [OP_FILL] = cpu_fill,
+        [OP_CONV2D] = cpu_conv2d,
+        [OP_CONV2D_BWD_DATA] = cpu_conv2d_bwd_data,
+        [OP_CONV2D_BWD_FILTER] = cpu_conv2d_bwd_filter,
+        [OP_MAXPOOL2] = cpu_maxpool2,
+        [OP_MAXPOOL2_BWD] = cpu_maxpool2_bwd,
+        [OP_UPSAMPLE2] = cpu_upsample2,
+        [OP_UPSAMPLE2_BWD] = cpu_upsample2_bwd,
+        [OP_CONCAT] = cpu_concat,
+        [OP_SLICE] = cpu_slice,
+        [OP_SLICE_BWD] = cpu_slice_bwd,
+        [OP_HARD_SIGMOID] = cpu_hard_sigmoid,
+        [OP_HARD_SIGMOID_BWD] = cpu_hard_sigmoid_bwd,
+        [OP_SATLU] = cpu_satlu,
+        [OP_SATLU_BWD] = cpu_satlu_bwd,
+        [OP_SUB] = cpu_sub,
+        [OP_NEG] = cpu_neg,
+        [OP_MUL] = cpu_mul,
+        [OP_MEAN] = cpu_mean,
+        [OP_MEAN_BWD] = cpu_mean_bwd,
     },
 };

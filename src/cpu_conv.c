@@ -1,0 +1,200 @@
+/* cpu_conv.c: the cpu backend's convolution kernels (see cpu_conv.h): im2col
+ * by whole-block copies, OpenBLAS sgemm, and a col2im with one fixed float32
+ * summation order. Dimension letters as in cpu_conv.h. */
+#include "cpu_conv.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* GCC turns short zeroing loops into memset calls, which cost more than the
+ * stores for the one-row runs of im2col's padding (cpu_conv_zero). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
+
+void cpu_conv_scratch_free(struct cpu_conv_scratch *sc)
+{
+    free(sc->col);
+    sc->col = NULL;
+    sc->cap = 0;
+}
+
+/* The col buffer for this shape, (C*R*S, H*W). Its old contents are lost. */
+static float *cpu_conv_col(struct cpu_conv_scratch *sc, const struct cpu_conv_shape *sh)
+{
+    size_t need = (size_t)sh->c * (size_t)sh->r * (size_t)sh->s * (size_t)sh->h * (size_t)sh->w;
+    if (need > sc->cap) {
+        free(sc->col);
+        sc->col = dt_malloc(need * sizeof *sc->col);
+        sc->cap = need;
+    }
+    return sc->col;
+}
+
+/* The forward runs im2col and sgemm on bands of image rows: a band's col,
+ * (C*R*S, rows*W), is kept near CPU_CONV_BAND_FLOATS so that sgemm reads it
+ * from cache right after im2col wrote it, but no narrower than
+ * CPU_CONV_BAND_COLS columns (narrow sgemm panels are slow). Each element is
+ * still one dot product over C*R*S, yet OpenBLAS's order inside it can depend
+ * on the width of the product (its edge kernels differ), so the band split, a
+ * function of the shape and these constants only, is part of the float32
+ * result: changing a constant changes bits. */
+#define CPU_CONV_BAND_FLOATS (96 * 1024)
+#define CPU_CONV_BAND_COLS 512
+
+/* n floats of +0: a short run (a padding row) as plain stores, a long one
+ * by memset. */
+static void cpu_conv_zero(float *d, size_t n)
+{
+    if (n >= 256) {
+        memset(d, 0, n * sizeof *d);
+        return;
+    }
+    for (size_t j = 0; j < n; j++)
+        d[j] = 0.0f;
+}
+
+/* One row of col for image rows [h0, h1): the channel plane xc shifted by
+ * (dr, ds), zero outside. Rows h in [h_lo, h_hi) read source rows h + dr; a
+ * shift along w is one copy of the whole block offset by ds, after which the
+ * |ds| columns that wrapped into the neighbouring row are zeroed. */
+static void cpu_conv_im2col_plane(float *restrict dst, /* (h1-h0, W) */
+                                  const float *restrict xc, /* (H,W) */
+                                  int h, int w, int h0, int h1, int dr, int ds)
+{
+    size_t W = (size_t)w;
+    int h_lo = dr < 0 && -dr > h0 ? -dr : h0, h_hi = h - dr < h1 ? h - dr : h1;
+    int ads = ds < 0 ? -ds : ds;
+    if (h_lo >= h_hi || ads >= w) {
+        cpu_conv_zero(dst, (size_t)(h1 - h0) * W);
+        return;
+    }
+    cpu_conv_zero(dst, (size_t)(h_lo - h0) * W);
+    cpu_conv_zero(dst + (size_t)(h_hi - h0) * W, (size_t)(h1 - h_hi) * W);
+    float *db = dst + (size_t)(h_lo - h0) * W;
+    const float *sr = xc + (size_t)(h_lo + dr) * W; /* source row of db */
+    size_t len = (size_t)(h_hi - h_lo) * W - (size_t)ads;
+    if (ds >= 0) {
+        /* reads end at the last element of source row h_hi - 1 + dr */
+        memcpy(db, sr + ds, len * sizeof *db);
+        for (int r = 0; r < h_hi - h_lo; r++)
+            for (int j = w - ds; j < w; j++)
+                db[(size_t)r * W + (size_t)j] = 0.0f;
+    } else {
+        /* reads start at the first element of source row h_lo + dr */
+        memcpy(db + ads, sr, len * sizeof *db);
+        for (int r = 0; r < h_hi - h_lo; r++)
+            for (int j = 0; j < ads; j++)
+                db[(size_t)r * W + (size_t)j] = 0.0f;
+    }
+}
+
+/* col (C*R*S, (h1-h0)*W): cpu_conv_im2col for the image rows [h0, h1). */
+static void cpu_conv_im2col_band(float *col, const float *x, /* (C,H,W) */
+                                 const struct cpu_conv_shape *sh, int h0, int h1)
+{
+    size_t HW = (size_t)sh->h * (size_t)sh->w, BW = (size_t)(h1 - h0) * (size_t)sh->w;
+    for (int c = 0; c < sh->c; c++)
+        for (int r = 0; r < sh->r; r++)
+            for (int s = 0; s < sh->s; s++) {
+                size_t row = ((size_t)c * (size_t)sh->r + (size_t)r) * (size_t)sh->s + (size_t)s;
+                cpu_conv_im2col_plane(col + row * BW, x + (size_t)c * HW, sh->h, sh->w, h0, h1,
+                                      r - sh->r / 2, s - sh->s / 2);
+            }
+}
+
+void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_conv_shape *sh)
+{
+    cpu_conv_im2col_band(col, x, sh, 0, sh->h);
+}
+
+/* dx[c] += col row (c, r, s) shifted back by (dr, ds), for every c, r, s in
+ * that order: each dx element gets its taps in row-major (r, s) order. */
+static void cpu_conv_col2im(float *restrict dx, /* (C,H,W) */ const float *restrict col,
+                            /* (C*R*S, H*W) */ const struct cpu_conv_shape *sh)
+{
+    size_t W = (size_t)sh->w, HW = (size_t)sh->h * W;
+    memset(dx, 0, (size_t)sh->c * HW * sizeof *dx);
+    for (int c = 0; c < sh->c; c++) {
+        float *restrict dc = dx + (size_t)c * HW;
+        for (int r = 0; r < sh->r; r++)
+            for (int s = 0; s < sh->s; s++) {
+                size_t row = ((size_t)c * (size_t)sh->r + (size_t)r) * (size_t)sh->s + (size_t)s;
+                const float *restrict src = col + row * HW;
+                int dr = r - sh->r / 2, ds = s - sh->s / 2;
+                int h_lo = dr < 0 ? -dr : 0, h_hi = dr > 0 ? sh->h - dr : sh->h;
+                int w_lo = ds < 0 ? -ds : 0, w_hi = ds > 0 ? sh->w - ds : sh->w;
+                for (int h = h_lo; h < h_hi; h++) {
+                    float *restrict d = dc + (size_t)(h + dr) * W + (size_t)(w_lo + ds);
+                    const float *restrict t = src + (size_t)h * W + (size_t)w_lo;
+                    for (int j = 0; j < w_hi - w_lo; j++)
+                        d[j] += t[j];
+                }
+            }
+    }
+}
+
+void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
+                      const float *x, /* (N,C,H,W) */ const float *wt, /* (K,C,R,S) */
+                      const struct cpu_conv_shape *sh)
+{
+    int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
+    if (sh->r == 1 && sh->s == 1) {
+        /* a 1x1 kernel's col is x[n] itself */
+        for (int n = 0; n < sh->n; n++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->k, hw, crs, 1.0f, wt, crs,
+                        x + (size_t)n * (size_t)sh->c * (size_t)hw, hw, 0.0f,
+                        out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
+        return;
+    }
+    size_t nband = ((size_t)crs * (size_t)hw + CPU_CONV_BAND_FLOATS - 1) / CPU_CONV_BAND_FLOATS;
+    size_t max_band = (size_t)hw / CPU_CONV_BAND_COLS;
+    if (nband > max_band)
+        nband = max_band;
+    if (nband < 1)
+        nband = 1;
+    int band = (int)(((size_t)sh->h + nband - 1) / nband);
+    float *col = cpu_conv_col(sc, sh);
+    for (int n = 0; n < sh->n; n++) {
+        const float *xn = x + (size_t)n * (size_t)sh->c * (size_t)hw;
+        float *on = out + (size_t)n * (size_t)sh->k * (size_t)hw;
+        for (int h0 = 0; h0 < sh->h; h0 += band) {
+            int h1 = h0 + band < sh->h ? h0 + band : sh->h, bw = (h1 - h0) * sh->w;
+            cpu_conv_im2col_band(col, xn, sh, h0, h1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->k, bw, crs, 1.0f, wt, crs,
+                        col, bw, 0.0f, on + (size_t)h0 * (size_t)sh->w, hw);
+        }
+    }
+}
+
+void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
+                       const float *dy, /* (N,K,H,W) */ const float *wt, /* (K,C,R,S) */
+                       const struct cpu_conv_shape *sh)
+{
+    int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
+    float *col = cpu_conv_col(sc, sh);
+    for (int n = 0; n < sh->n; n++) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, hw, sh->k, 1.0f, wt, crs,
+                    dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, 0.0f, col, hw);
+        cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, sh);
+    }
+}
+
+void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
+                         const float *x, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
+                         const struct cpu_conv_shape *sh)
+{
+    int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
+    float *col = sh->r == 1 && sh->s == 1 ? NULL : cpu_conv_col(sc, sh);
+    for (int n = 0; n < sh->n; n++) {
+        const float *xn = x + (size_t)n * (size_t)sh->c * (size_t)hw;
+        if (col)
+            cpu_conv_im2col(col, xn, sh);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh->k, crs, hw, 1.0f,
+                    dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, col ? col : xn, hw,
+                    n == 0 ? 0.0f : 1.0f, dw, crs);
+    }
+}

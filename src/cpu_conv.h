@@ -1,0 +1,54 @@
+/* cpu_conv.h: float32 2-D convolution for the cpu backend (op.h's CONV2D
+ * and its two backward ops): stride 1, odd kernel, "same" zero padding,
+ * NCHW, by im2col and OpenBLAS sgemm. Dimension letters: N batch, C input
+ * channels, K output channels, H x W image, R x S kernel. */
+#ifndef DT_CPU_CONV_H
+#define DT_CPU_CONV_H
+
+#include <stddef.h>
+
+/* Sizes of one convolution; R and S odd. */
+struct cpu_conv_shape {
+    int n, c, h, w, k, r, s;
+};
+
+/* Scratch memory reused across calls: grown when a larger size is needed,
+ * never shrunk. Zero-initialize; free with cpu_conv_scratch_free. */
+struct cpu_conv_scratch {
+    float *col;     /* (C*R*S, H*W) */
+    size_t cap;     /* floats allocated at col */
+};
+
+void cpu_conv_scratch_free(struct cpu_conv_scratch *sc);
+
+/* col (C*R*S, H*W): row (c, r, s) holds x[c, h+r-R/2, w+s-S/2] at column
+ * h*W + w, +0 where that lies outside the image. */
+void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_conv_shape *sh);
+
+/* out (N,K,H,W) = conv(x, wt): per batch item n and band of image rows
+ * (cpu_conv.c; one band when the col is small), im2col of the band, then one
+ * sgemm out[n][:, band] (K, rows*W) = wt (K, C*R*S) x col(band), so each
+ * element is one OpenBLAS dot product over (c, r, s). A 1x1 kernel skips
+ * im2col: out[n] = wt x x[n]. */
+void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
+                      const float *x, /* (N,C,H,W) */ const float *wt, /* (K,C,R,S) */
+                      const struct cpu_conv_shape *sh);
+
+/* dx (N,C,H,W): per batch item col = wt^T (C*R*S, K) x dy[n] (K, H*W) by
+ * sgemm, then col2im: dx[n] starts at +0 and, for r = 0..R-1, s = 0..S-1 in
+ * that order, each tap's plane of col is added in float32 to the pixels it
+ * lands on; so each dx element is ((0 + t_first) + ...) + t_last over its
+ * in-image taps in row-major (r, s) order. */
+void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
+                       const float *dy, /* (N,K,H,W) */ const float *wt, /* (K,C,R,S) */
+                       const struct cpu_conv_shape *sh);
+
+/* dw (K,C,R,S) = sum over n of dy[n] (K, H*W) x col(x[n])^T (H*W, C*R*S):
+ * one sgemm per batch item in n order, the first with beta = 0, the others
+ * with beta = 1, so item n's products (summed over h, w inside OpenBLAS, in
+ * its blocking order) are added onto the float32 sum of items 0..n-1. */
+void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
+                         const float *x, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
+                         const struct cpu_conv_shape *sh);
+
+#endif

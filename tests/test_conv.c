@@ -1,0 +1,1090 @@
+/* test_conv.c: the cpu kernels of the PredNet ops (op.h), run through graphs
+ * on backend_cpu: convolution and its backward ops against a direct double
+ * sum with a rigorous error bound, every other image op against its op.h
+ * formula, bit for bit. Dimension letters: N batch, C input channels,
+ * K output channels, H x W image, R x S kernel. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "exec.h"
+#include "graph.h"
+#include "test_util.h"
+
+#define CT_MAX_LEAVES 96
+
+static uint32_t ct_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float ct_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- a graph run on the cpu backend ---------------------------------------- */
+
+struct ct {
+    struct graph g;
+    int loss;                       /* sum of the injected loss terms, or -1 */
+    int nleaf;
+    int leaf[CT_MAX_LEAVES];
+    float *val[CT_MAX_LEAVES];      /* each leaf's values, as uploaded */
+    void *ctx;
+    struct exec e;
+    int started;
+    uint64_t rng;
+};
+
+static void ct_init(struct ct *t, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    graph_init(&t->g);
+    t->loss = -1;
+    t->rng = seed;
+}
+
+static void ct_free(struct ct *t)
+{
+    if (t->started) {
+        exec_free(&t->e);
+        backend_cpu.free(t->ctx);
+    }
+    for (int k = 0; k < t->nleaf; k++)
+        free(t->val[k]);
+    graph_free(&t->g);
+}
+
+/* n values: uniform in [-1, 1], or when `integer`, integers in [-4, 4]. */
+static void ct_fill(struct ct *t, float *v, size_t n, int integer)
+{
+    for (size_t j = 0; j < n; j++)
+        v[j] = integer ? (float)((int)(tu_rand_u64(&t->rng) % 9) - 4)
+                       : (float)tu_rand_uniform(&t->rng, -1, 1);
+}
+
+/* A leaf (a parameter when `param`, which gets a gradient) with the values v,
+ * or random ones (ct_fill) when v is NULL. */
+static int ct_leaf(struct ct *t, int param, const char *name, int ndim, const uint32_t *shape,
+                   const float *v, int integer)
+{
+    assert_true(t->nleaf < CT_MAX_LEAVES);
+    uint32_t dims[TRACE_MAX_DIM];
+    memcpy(dims, shape, (size_t)ndim * sizeof *dims);
+    int i = param ? graph_param(&t->g, name, ndim, dims) : graph_input(&t->g, name, ndim, dims);
+    size_t n = t->g.nodes[i].count;
+    float *buf = malloc(n * sizeof *buf);
+    assert_non_null(buf);
+    if (v)
+        memcpy(buf, v, n * sizeof *buf);
+    else
+        ct_fill(t, buf, n, integer);
+    t->leaf[t->nleaf] = i;
+    t->val[t->nleaf++] = buf;
+    return i;
+}
+
+static int ct_leaf4(struct ct *t, int param, const char *name, uint32_t n, uint32_t c,
+                    uint32_t h, uint32_t w, const float *v, int integer)
+{
+    uint32_t shape[4] = {n, c, h, w};
+    return ct_leaf(t, param, name, 4, shape, v, integer);
+}
+
+static const float *ct_val(const struct ct *t, int node)
+{
+    for (int k = 0; k < t->nleaf; k++)
+        if (t->leaf[k] == node)
+            return t->val[k];
+    fail_msg("node %d is not a leaf", node);
+    return NULL;
+}
+
+/* Make d loss / d y the values of a new input "<y>.dy" (v, or random):
+ * loss += count(y) * mean(y * dy), whose backward pass gives y the gradient
+ * 1 * dy, that is dy bit for bit. Returns the dy leaf. */
+static int ct_inject(struct ct *t, int y, const float *v, int integer)
+{
+    char name[160];
+    struct node Y = t->g.nodes[y];
+    snprintf(name, sizeof name, "%s.dy", Y.name);
+    int d = ct_leaf(t, 0, name, Y.ndim, Y.shape, v, integer);
+    snprintf(name, sizeof name, "%s.prod", Y.name);
+    int m = graph_mul(&t->g, name, y, d);
+    snprintf(name, sizeof name, "%s.loss", Y.name);
+    int l = graph_mean(&t->g, name, m, (float)Y.count);
+    if (t->loss < 0) {
+        t->loss = l;
+    } else {
+        snprintf(name, sizeof name, "loss+%s", Y.name);
+        t->loss = graph_add(&t->g, name, t->loss, l);
+    }
+    return d;
+}
+
+/* Append the backward pass (if anything was injected) and run one step. */
+static void ct_run(struct ct *t)
+{
+    if (t->loss >= 0)
+        graph_backward(&t->g, t->loss);
+    struct backend_options bo = {.threads = 1};
+    assert_int_equal(backend_cpu.init(&t->ctx, &bo), 0);
+    assert_int_equal(exec_init(&t->e, &t->g, &backend_cpu, t->ctx), 0);
+    t->started = 1;
+    for (int k = 0; k < t->nleaf; k++)
+        exec_set(&t->e, t->leaf[k], t->val[k]);
+    exec_step(&t->e, 0);
+}
+
+/* Node i's values (malloc'd). */
+static float *ct_get(struct ct *t, int i)
+{
+    float *v = malloc(t->g.nodes[i].count * sizeof *v);
+    assert_non_null(v);
+    exec_get(&t->e, i, v);
+    return v;
+}
+
+/* The gradient node of i, which must be an op of type `type`. */
+static int ct_grad(const struct ct *t, int i, enum op_type type)
+{
+    int gi = graph_grad_of(&t->g, i);
+    if (gi < 0)
+        fail_msg("%s has no gradient node", t->g.nodes[i].name);
+    if (t->g.nodes[gi].type != type)
+        fail_msg("gradient %s of %s is a %s, not a %s", t->g.nodes[gi].name, t->g.nodes[i].name,
+                 op_type_name(t->g.nodes[gi].type), op_type_name(type));
+    return gi;
+}
+
+/* got and want bit for bit, n elements. */
+static void ct_expect_bits(const char *what, const float *got, const float *want, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        if (ct_bits(got[j]) != ct_bits(want[j]))
+            fail_msg("%s[%zu] = %.9g (0x%08x), want %.9g (0x%08x)", what, j, (double)got[j],
+                     ct_bits(got[j]), (double)want[j], ct_bits(want[j]));
+}
+
+/* ---- convolution ------------------------------------------------------------ */
+
+struct ct_conv_shape {
+    uint32_t n, c, h, w, k, r, s;
+};
+
+static const struct ct_conv_shape ct_conv_shapes[] = {
+    {1, 1, 5, 7, 1, 3, 3},      /* C = K = 1, H != W, H*W odd */
+    {3, 2, 7, 5, 3, 3, 3},      /* batch 3, 7x5 */
+    {2, 64, 32, 32, 32, 3, 3},  /* large enough for OpenBLAS's blocking; the scratch grows */
+    {1, 3, 6, 4, 2, 1, 1},      /* 1x1 kernel */
+    {2, 4, 9, 8, 5, 5, 5},      /* 5x5 kernel */
+    {1, 2, 3, 2, 2, 5, 5},      /* kernel larger than the image */
+    {2, 3, 6, 7, 2, 3, 1},      /* R != S */
+    {1, 2, 5, 6, 3, 1, 5},
+    {3, 19, 8, 8, 16, 3, 3},    /* a PredNet layer */
+    {1, 2, 64, 64, 2, 3, 3},    /* long sums over h, w in the filter gradient */
+    {1, 1, 1, 1, 1, 3, 3},      /* 1x1 image: only the centre tap */
+    {2, 3, 6, 5, 1, 5, 3},      /* K = 1: col2im's order is visible (ct_col2im_order) */
+    {1, 19, 37, 30, 1, 3, 3},   /* forward in two bands of image rows (cpu_conv.c), K = 1 */
+    {2, 8, 33, 32, 3, 5, 5},    /* two bands, 5x5 */
+};
+#define CT_NSHAPES (sizeof ct_conv_shapes / sizeof ct_conv_shapes[0])
+
+/* A direct convolution sum: its value in double (products of floats are
+ * exact; the sum's own rounding is part of the bound), the sum of |terms|,
+ * and the number of terms that lie inside the image. */
+struct ct_exact {
+    double *v, *abs;
+    int *k;
+};
+
+static void ct_exact_init(struct ct_exact *x, size_t n)
+{
+    x->v = calloc(n, sizeof *x->v);
+    x->abs = calloc(n, sizeof *x->abs);
+    x->k = calloc(n, sizeof *x->k);
+    assert_true(x->v && x->abs && x->k);
+}
+
+static void ct_exact_free(struct ct_exact *x)
+{
+    free(x->v);
+    free(x->abs);
+    free(x->k);
+}
+
+/* Row-major index of (i0, i1, i2, i3) in a tensor of dimensions (., d1, d2, d3). */
+static size_t ct_at(uint32_t d1, uint32_t d2, uint32_t d3, int i0, int i1, int i2, int i3)
+{
+    return (((size_t)i0 * d1 + (size_t)i1) * d2 + (size_t)i2) * d3 + (size_t)i3;
+}
+
+#define CT_X(a, i0, i1, i2, i3) a[ct_at(sh->c, sh->h, sh->w, i0, i1, i2, i3)] /* (N,C,H,W) */
+#define CT_Y(a, i0, i1, i2, i3) a[ct_at(sh->k, sh->h, sh->w, i0, i1, i2, i3)] /* (N,K,H,W) */
+#define CT_W(a, i0, i1, i2, i3) a[ct_at(sh->c, sh->r, sh->s, i0, i1, i2, i3)] /* (K,C,R,S) */
+
+static int ct_inside(const struct ct_conv_shape *sh, int h, int w)
+{
+    return h >= 0 && h < (int)sh->h && w >= 0 && w < (int)sh->w;
+}
+
+/* out (N,K,H,W) = sum over c, r, s of x[n,c,h+r-R/2,w+s-S/2] w[k,c,r,s] */
+static void ct_ref_conv2d(struct ct_exact *out, const float *x, /* (N,C,H,W) */
+                          const float *wt, /* (K,C,R,S) */ const struct ct_conv_shape *sh)
+{
+    int pr = (int)sh->r / 2, ps = (int)sh->s / 2;
+    for (int n = 0; n < (int)sh->n; n++)
+        for (int k = 0; k < (int)sh->k; k++)
+            for (int h = 0; h < (int)sh->h; h++)
+                for (int w = 0; w < (int)sh->w; w++) {
+                    size_t o = (((size_t)n * sh->k + (size_t)k) * sh->h + (size_t)h) * sh->w + (size_t)w;
+                    for (int c = 0; c < (int)sh->c; c++)
+                        for (int r = 0; r < (int)sh->r; r++)
+                            for (int s = 0; s < (int)sh->s; s++) {
+                                int hh = h + r - pr, ww = w + s - ps;
+                                if (!ct_inside(sh, hh, ww))
+                                    continue;
+                                double p = (double)CT_X(x, n, c, hh, ww) * (double)CT_W(wt, k, c, r, s);
+                                out->v[o] += p;
+                                out->abs[o] += fabs(p);
+                                out->k[o]++;
+                            }
+                }
+}
+
+/* dx (N,C,H,W) = sum over k, r, s of dy[n,k,h-r+R/2,w-s+S/2] w[k,c,r,s] */
+static void ct_ref_conv2d_bwd_data(struct ct_exact *out, const float *dy, /* (N,K,H,W) */
+                                   const float *wt, /* (K,C,R,S) */ const struct ct_conv_shape *sh)
+{
+    int pr = (int)sh->r / 2, ps = (int)sh->s / 2;
+    for (int n = 0; n < (int)sh->n; n++)
+        for (int c = 0; c < (int)sh->c; c++)
+            for (int h = 0; h < (int)sh->h; h++)
+                for (int w = 0; w < (int)sh->w; w++) {
+                    size_t o = (((size_t)n * sh->c + (size_t)c) * sh->h + (size_t)h) * sh->w + (size_t)w;
+                    for (int k = 0; k < (int)sh->k; k++)
+                        for (int r = 0; r < (int)sh->r; r++)
+                            for (int s = 0; s < (int)sh->s; s++) {
+                                int hh = h - r + pr, ww = w - s + ps;
+                                if (!ct_inside(sh, hh, ww))
+                                    continue;
+                                double p = (double)CT_Y(dy, n, k, hh, ww) * (double)CT_W(wt, k, c, r, s);
+                                out->v[o] += p;
+                                out->abs[o] += fabs(p);
+                                out->k[o]++;
+                            }
+                }
+}
+
+/* dw (K,C,R,S) = sum over n, h, w of dy[n,k,h,w] x[n,c,h+r-R/2,w+s-S/2] */
+static void ct_ref_conv2d_bwd_filter(struct ct_exact *out, const float *x, /* (N,C,H,W) */
+                                     const float *dy, /* (N,K,H,W) */ const struct ct_conv_shape *sh)
+{
+    int pr = (int)sh->r / 2, ps = (int)sh->s / 2;
+    for (int k = 0; k < (int)sh->k; k++)
+        for (int c = 0; c < (int)sh->c; c++)
+            for (int r = 0; r < (int)sh->r; r++)
+                for (int s = 0; s < (int)sh->s; s++) {
+                    size_t o = (((size_t)k * sh->c + (size_t)c) * sh->r + (size_t)r) * sh->s + (size_t)s;
+                    for (int n = 0; n < (int)sh->n; n++)
+                        for (int h = 0; h < (int)sh->h; h++)
+                            for (int w = 0; w < (int)sh->w; w++) {
+                                int hh = h + r - pr, ww = w + s - ps;
+                                if (!ct_inside(sh, hh, ww))
+                                    continue;
+                                double p = (double)CT_Y(dy, n, k, h, w) * (double)CT_X(x, n, c, hh, ww);
+                                out->v[o] += p;
+                                out->abs[o] += fabs(p);
+                                out->k[o]++;
+                            }
+                }
+}
+
+/* With K = 1 the sgemm of conv2d_bwd_data has one product per element, so
+ * the whole float32 order is cpu_conv.h's col2im: from +0, the in-image taps
+ * in row-major (r, s) order. Bit for bit, except that a zero may have either
+ * sign (sgemm may give 0 + -0). */
+static void ct_col2im_order(const float *got, /* (N,C,H,W) */ const float *dy, /* (N,1,H,W) */
+                            const float *wt, /* (1,C,R,S) */ const struct ct_conv_shape *sh)
+{
+    int pr = (int)sh->r / 2, ps = (int)sh->s / 2;
+    assert_int_equal(sh->k, 1);
+    for (int n = 0; n < (int)sh->n; n++)
+        for (int c = 0; c < (int)sh->c; c++)
+            for (int h = 0; h < (int)sh->h; h++)
+                for (int w = 0; w < (int)sh->w; w++) {
+                    float acc = 0.0f;
+                    for (int r = 0; r < (int)sh->r; r++)
+                        for (int s = 0; s < (int)sh->s; s++) {
+                            int hh = h - r + pr, ww = w - s + ps;
+                            if (ct_inside(sh, hh, ww))
+                                acc = acc + CT_Y(dy, n, 0, hh, ww) * CT_W(wt, 0, c, r, s);
+                        }
+                    float g = CT_X(got, n, c, h, w);
+                    if (acc == 0 ? g != 0 : ct_bits(g) != ct_bits(acc))
+                        fail_msg("conv2d_bwd_data (K = 1) [%d,%d,%d,%d] = %.9g, col2im order gives %.9g",
+                                 n, c, h, w, (double)g, (double)acc);
+                }
+}
+
+/* gamma_k = k u / (1 - k u): bounds the relative error of any summation of
+ * k products, each path through it at most k roundings of unit u. */
+static double ct_gamma(int k, double u)
+{
+    return (double)k * u / (1.0 - (double)k * u);
+}
+
+/* |got - exact| <= gamma_k(2^-24) sum |terms|, plus the double reference's
+ * own gamma_k(2^-53) sum |terms|. With `integer` the sums are exact in any
+ * order, so got must equal them bit for bit (a zero may have either sign:
+ * op.h leaves the sign of an exact zero sum open). Counts in *inexact the
+ * elements that differ from the exact sum rounded once. */
+static void ct_check_sums(const char *what, const struct ct_conv_shape *sh, const float *got,
+                          const struct ct_exact *ex, size_t n, int integer, size_t *inexact)
+{
+    for (size_t j = 0; j < n; j++) {
+        double e = ex->v[j];
+        double bound = (ct_gamma(ex->k[j], 0x1p-24) + ct_gamma(ex->k[j], 0x1p-53)) * ex->abs[j];
+        if (!(fabs((double)got[j] - e) <= bound))
+            fail_msg("%s (N%u C%u %ux%u K%u %ux%u) [%zu] = %.9g, exact %.17g, bound %.3g (%d terms)",
+                     what, sh->n, sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, j, (double)got[j], e,
+                     bound, ex->k[j]);
+        if (integer && (e == 0 ? got[j] != 0.0f : ct_bits(got[j]) != ct_bits((float)e)))
+            fail_msg("%s (N%u C%u %ux%u K%u %ux%u) [%zu] = %.9g, integer sum %.17g", what, sh->n,
+                     sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, j, (double)got[j], e);
+        if (got[j] != (float)e)
+            (*inexact)++;
+    }
+}
+
+/* Every shape of ct_conv_shapes in one graph (so one cpu context's scratch
+ * serves them all, growing and shrinking in use): x and w parameters,
+ * y = conv2d(x, w) with an injected dy; checks y, x.grad and w.grad.
+ * inexact[0..2] count the elements of each op that differ from the exact
+ * sum rounded once. */
+static void ct_conv_run(int integer, uint64_t seed, size_t inexact[3])
+{
+    struct ct t;
+    ct_init(&t, seed);
+    int x[CT_NSHAPES], w[CT_NSHAPES], y[CT_NSHAPES], d[CT_NSHAPES];
+    for (size_t i = 0; i < CT_NSHAPES; i++) {
+        const struct ct_conv_shape *sh = &ct_conv_shapes[i];
+        char name[32];
+        snprintf(name, sizeof name, "x%zu", i);
+        x[i] = ct_leaf4(&t, 1, name, sh->n, sh->c, sh->h, sh->w, NULL, integer);
+        snprintf(name, sizeof name, "w%zu", i);
+        w[i] = ct_leaf4(&t, 1, name, sh->k, sh->c, sh->r, sh->s, NULL, integer);
+        snprintf(name, sizeof name, "y%zu", i);
+        y[i] = graph_conv2d(&t.g, name, x[i], w[i]);
+        d[i] = ct_inject(&t, y[i], NULL, integer);
+    }
+    ct_run(&t);
+    for (size_t i = 0; i < CT_NSHAPES; i++) {
+        const struct ct_conv_shape *sh = &ct_conv_shapes[i];
+        const float *xv = ct_val(&t, x[i]), *wv = ct_val(&t, w[i]), *dv = ct_val(&t, d[i]);
+        size_t nx = t.g.nodes[x[i]].count, nw = t.g.nodes[w[i]].count, ny = t.g.nodes[y[i]].count;
+
+        /* the gradient reaching y is dy itself */
+        float *dyv = ct_get(&t, graph_grad_of(&t.g, y[i]));
+        ct_expect_bits("dy reaching conv2d", dyv, dv, ny);
+        free(dyv);
+
+        struct ct_exact ex;
+        float *got = ct_get(&t, y[i]);
+        ct_exact_init(&ex, ny);
+        ct_ref_conv2d(&ex, xv, wv, sh);
+        ct_check_sums("conv2d", sh, got, &ex, ny, integer, &inexact[0]);
+        ct_exact_free(&ex);
+        free(got);
+
+        got = ct_get(&t, ct_grad(&t, x[i], OP_CONV2D_BWD_DATA));
+        ct_exact_init(&ex, nx);
+        ct_ref_conv2d_bwd_data(&ex, dv, wv, sh);
+        ct_check_sums("conv2d_bwd_data", sh, got, &ex, nx, integer, &inexact[1]);
+        if (sh->k == 1)
+            ct_col2im_order(got, dv, wv, sh);
+        ct_exact_free(&ex);
+        free(got);
+
+        got = ct_get(&t, ct_grad(&t, w[i], OP_CONV2D_BWD_FILTER));
+        ct_exact_init(&ex, nw);
+        ct_ref_conv2d_bwd_filter(&ex, xv, dv, sh);
+        ct_check_sums("conv2d_bwd_filter", sh, got, &ex, nw, integer, &inexact[2]);
+        ct_exact_free(&ex);
+        free(got);
+    }
+    ct_free(&t);
+}
+
+static void test_conv2d_random(void **state)
+{
+    (void)state;
+    size_t inexact[3] = {0, 0, 0};
+    ct_conv_run(0, 3, inexact);
+    /* float32 sums of random values must round differently from the exact
+     * sum somewhere: if not, the kernels were not float32 sums at all, or
+     * the check compared nothing */
+    const char *op[3] = {"conv2d", "conv2d_bwd_data", "conv2d_bwd_filter"};
+    for (int k = 0; k < 3; k++)
+        if (inexact[k] == 0)
+            fail_msg("%s: every element equals the exact sum rounded once", op[k]);
+}
+
+static void test_conv2d_integer(void **state)
+{
+    (void)state;
+    size_t inexact[3] = {0, 0, 0};
+    ct_conv_run(1, 5, inexact);
+    assert_true(inexact[0] == 0 && inexact[1] == 0 && inexact[2] == 0);
+}
+
+/* Two identical convolutions around a larger one in one graph, and a second
+ * run from a fresh context: bitwise the same (the scratch carries nothing). */
+static void test_conv2d_repeat(void **state)
+{
+    (void)state;
+    float *out[2][3];
+    for (int run = 0; run < 2; run++) {
+        struct ct t;
+        ct_init(&t, 21);
+        int xa = ct_leaf4(&t, 1, "xa", 2, 5, 9, 11, NULL, 0);
+        int wa = ct_leaf4(&t, 1, "wa", 4, 5, 3, 3, NULL, 0);
+        int xb = ct_leaf4(&t, 1, "xb", 1, 32, 16, 16, NULL, 0);
+        int wb = ct_leaf4(&t, 1, "wb", 8, 32, 3, 3, NULL, 0);
+        int y1 = graph_conv2d(&t.g, "y1", xa, wa);
+        int yb = graph_conv2d(&t.g, "yb", xb, wb);
+        int y2 = graph_conv2d(&t.g, "y2", xa, wa);
+        (void)yb;
+        ct_run(&t);
+        out[run][0] = ct_get(&t, y1);
+        out[run][1] = ct_get(&t, y2);
+        out[run][2] = ct_get(&t, yb);
+        size_t n = t.g.nodes[y1].count;
+        ct_expect_bits("second conv2d of the same inputs", out[run][1], out[run][0], n);
+        if (run == 1) {
+            ct_expect_bits("conv2d in a fresh context", out[1][0], out[0][0], n);
+            ct_expect_bits("conv2d in a fresh context", out[1][2], out[0][2], t.g.nodes[yb].count);
+        }
+        ct_free(&t);
+    }
+    for (int run = 0; run < 2; run++)
+        for (int k = 0; k < 3; k++)
+            free(out[run][k]);
+}
+
+/* ---- pooling and upsampling -------------------------------------------------- */
+
+#define CT_QNAN 0x7fc00000u
+#define CT_QNANP 0x7fc12345u  /* a payload */
+#define CT_NNAN 0xffc00001u   /* negative, with a payload */
+#define CT_SNAN 0x7f800001u   /* signalling */
+#define CT_PINF 0x7f800000u
+#define CT_NINF 0xff800000u
+#define CT_PZ 0x00000000u
+#define CT_NZ 0x80000000u
+#define CT_DEN 0x00000001u
+#define CT_F1 0x3f800000u
+#define CT_F2 0x40000000u
+#define CT_F3 0x40400000u
+#define CT_F4 0x40800000u
+#define CT_F5 0x40a00000u
+#define CT_M1 0xbf800000u
+#define CT_M2 0xc0000000u
+
+/* 2x2 windows (top-left, top-right, bottom-left, bottom-right) as bit
+ * patterns, and the position op.h's rule picks. */
+static const struct {
+    uint32_t v[4];
+    int pick;
+} ct_windows[] = {
+    {{CT_F1, CT_F2, CT_F3, CT_F4}, 3},
+    {{CT_F4, CT_F3, CT_F2, CT_F1}, 0},
+    {{CT_F5, CT_F5, CT_F1, CT_F1}, 0},
+    {{CT_F1, CT_F5, CT_F5, CT_F1}, 1},
+    {{CT_F1, CT_F1, CT_F5, CT_F5}, 2},
+    {{CT_NZ, CT_PZ, CT_M1, CT_M2}, 0},
+    {{CT_PZ, CT_NZ, CT_M1, CT_M2}, 0},
+    {{CT_M1, CT_NZ, CT_PZ, CT_M2}, 1},
+    {{CT_M2, CT_M1, CT_PZ, CT_NZ}, 2},
+    {{CT_NZ, CT_NZ, CT_PZ, CT_PZ}, 0},
+    {{CT_QNAN, CT_F5, CT_NINF, CT_PINF}, 0},
+    {{CT_F1, CT_QNANP, CT_F5, CT_QNAN}, 1},
+    {{CT_PINF, CT_F2, CT_NNAN, CT_QNAN}, 2},
+    {{CT_PINF, CT_F2, CT_F3, CT_QNANP}, 3},
+    {{CT_F1, CT_SNAN, CT_F2, CT_F3}, 1},
+    {{CT_NINF, CT_NINF, CT_NINF, CT_NINF}, 0},
+    {{CT_NINF, CT_DEN, CT_NZ, CT_PZ}, 1},
+    {{CT_F1, CT_F1, CT_F1, CT_F1}, 0},
+    {{CT_M2, CT_M1, CT_M1, CT_M2}, 1},
+    {{CT_M1, CT_M2, CT_M2, CT_PINF}, 3},
+};
+#define CT_NWINDOWS (sizeof ct_windows / sizeof ct_windows[0])
+
+/* op.h's pick by another route: the first NaN, else the first element
+ * comparing equal to the largest (fmaxf ignores no NaN here: none left). */
+static int ct_pick(const float v[4])
+{
+    for (int j = 0; j < 4; j++)
+        if (isnan(v[j]))
+            return j;
+    float m = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+    for (int j = 0; j < 4; j++)
+        if (v[j] == m)
+            return j;
+    fail_msg("no maximum");
+    return -1;
+}
+
+static void test_maxpool2(void **state)
+{
+    (void)state;
+    const uint32_t N = 2, C = 3, H = 4, W = 6, OH = H / 2, OW = W / 2;
+    size_t nwin = (size_t)N * C * OH * OW;
+    assert_true(nwin >= CT_NWINDOWS + 4);
+    struct ct t;
+    ct_init(&t, 31);
+    float *xv = malloc((size_t)N * C * H * W * sizeof *xv);
+    int *pick = malloc(nwin * sizeof *pick);
+    assert_true(xv && pick);
+    /* window q (row-major over n, c, i, j) holds case q, then random values
+     * (some rounded to tenths, for ties) */
+    for (size_t q = 0; q < nwin; q++) {
+        size_t p = q / (OH * OW), i = q / OW % OH, j = q % OW;
+        float v[4];
+        for (int e = 0; e < 4; e++) {
+            if (q < CT_NWINDOWS) {
+                v[e] = ct_float(ct_windows[q].v[e]);
+            } else {
+                double u = tu_rand_uniform(&t.rng, -1, 1);
+                v[e] = (float)(q % 2 ? round(u * 3) / 3 : u);
+            }
+            xv[(p * H + 2 * i + (size_t)(e / 2)) * W + 2 * j + (size_t)(e % 2)] = v[e];
+        }
+        pick[q] = q < CT_NWINDOWS ? ct_windows[q].pick : ct_pick(v);
+        if (q < CT_NWINDOWS)
+            assert_int_equal(ct_pick(v), pick[q]);
+    }
+    int x = ct_leaf4(&t, 1, "x", N, C, H, W, xv, 0);
+    int y = graph_maxpool2(&t.g, "pool", x);
+    /* dy with a -0 and a NaN among random values */
+    float *dv = malloc(nwin * sizeof *dv);
+    assert_non_null(dv);
+    for (size_t q = 0; q < nwin; q++)
+        dv[q] = (float)tu_rand_uniform(&t.rng, -1, 1);
+    dv[0] = ct_float(CT_NZ);
+    dv[1] = ct_float(CT_QNANP);
+    ct_inject(&t, y, dv, 0);
+    ct_run(&t);
+
+    float *out = ct_get(&t, y), *dy = ct_get(&t, graph_grad_of(&t.g, y));
+    float *dx = ct_get(&t, ct_grad(&t, x, OP_MAXPOOL2_BWD));
+    float *want = calloc((size_t)N * C * H * W, sizeof *want);
+    float *wantp = malloc(nwin * sizeof *wantp);
+    assert_true(want && wantp);
+    for (size_t q = 0; q < nwin; q++) {
+        size_t p = q / (OH * OW), i = q / OW % OH, j = q % OW;
+        size_t at = (p * H + 2 * i + (size_t)(pick[q] / 2)) * W + 2 * j + (size_t)(pick[q] % 2);
+        wantp[q] = xv[at];
+        want[at] = dy[q];
+    }
+    ct_expect_bits("maxpool2", out, wantp, nwin);
+    ct_expect_bits("maxpool2_bwd", dx, want, (size_t)N * C * H * W);
+    free(out);
+    free(dy);
+    free(dx);
+    free(want);
+    free(wantp);
+    free(dv);
+    free(xv);
+    free(pick);
+    ct_free(&t);
+}
+
+/* dy blocks on which the order ((a + b) + c) + d matters, and their sums */
+static const struct {
+    float v[4], sum;
+} ct_blocks[] = {
+    {{1.0f, 0x1p-24f, 0x1p-24f, 0x1p-24f}, 1.0f},               /* not 1 + 2^-23 */
+    {{0x1p-24f, 0x1p-24f, 1.0f, 0.0f}, 1.0f + 0x1p-23f},         /* not 1 */
+    {{1.0f, 1e30f, -1e30f, 1.0f}, 1.0f},                          /* not 2 */
+    {{1e30f, 1.0f, 1.0f, -1e30f}, 0.0f},                          /* not 2 */
+    {{0x1p-24f, 0x1p-24f, 1.0f, 0x1p-24f}, 1.0f + 0x1p-22f},     /* a tie to even */
+    {{-0.0f, -0.0f, -0.0f, -0.0f}, -0.0f},
+};
+
+static void test_upsample2(void **state)
+{
+    (void)state;
+    const uint32_t N = 2, C = 3, H = 3, W = 4;
+    struct ct t;
+    ct_init(&t, 41);
+    int x = ct_leaf4(&t, 1, "x", N, C, H, W, NULL, 0);
+    int y = graph_upsample2(&t.g, "up", x);
+    size_t ny = (size_t)N * C * 4 * H * W, nx = (size_t)N * C * H * W;
+    float *dv = malloc(ny * sizeof *dv);
+    assert_non_null(dv);
+    ct_fill(&t, dv, ny, 0);
+    size_t nb = sizeof ct_blocks / sizeof ct_blocks[0];
+    for (size_t b = 0; b < nb; b++) {
+        /* block b of the flat (N*C, H, W) output grid */
+        size_t p = b / (H * W), i = b / W % H, j = b % W;
+        for (int e = 0; e < 4; e++)
+            dv[(p * 2 * H + 2 * i + (size_t)(e / 2)) * 2 * W + 2 * j + (size_t)(e % 2)] =
+                ct_blocks[b].v[e];
+    }
+    ct_inject(&t, y, dv, 0);
+    ct_run(&t);
+
+    const float *xv = ct_val(&t, x);
+    float *out = ct_get(&t, y), *dx = ct_get(&t, ct_grad(&t, x, OP_UPSAMPLE2_BWD));
+    float *dy = ct_get(&t, graph_grad_of(&t.g, y));
+    ct_expect_bits("dy reaching upsample2", dy, dv, ny);
+    float *want = malloc(ny * sizeof *want);
+    assert_non_null(want);
+    for (size_t p = 0; p < (size_t)N * C; p++)
+        for (size_t i = 0; i < 2 * H; i++)
+            for (size_t j = 0; j < 2 * W; j++)
+                want[(p * 2 * H + i) * 2 * W + j] = xv[(p * H + i / 2) * W + j / 2];
+    ct_expect_bits("upsample2", out, want, ny);
+    for (size_t p = 0; p < (size_t)N * C; p++)
+        for (size_t i = 0; i < H; i++)
+            for (size_t j = 0; j < W; j++) {
+                const float *u = dv + (p * 2 * H + 2 * i) * 2 * W + 2 * j, *l = u + 2 * W;
+                float s = u[0] + u[1];
+                s = s + l[0];
+                s = s + l[1];
+                want[(p * H + i) * W + j] = s;
+            }
+    for (size_t b = 0; b < nb; b++)
+        if (ct_bits(want[b]) != ct_bits(ct_blocks[b].sum))
+            fail_msg("test's own sum of block %zu: %.9g, want %.9g", b, (double)want[b],
+                     (double)ct_blocks[b].sum);
+    ct_expect_bits("upsample2_bwd", dx, want, nx);
+    free(out);
+    free(dx);
+    free(dy);
+    free(dv);
+    free(want);
+    ct_free(&t);
+}
+
+/* ---- channel concat and slice ----------------------------------------------- */
+
+/* out (N, sum C_k, H, W) from the inputs stacked along channels */
+static void ct_stack(float *out, const float *const *xs, const uint32_t *cs, int n,
+                     uint32_t N, size_t hw)
+{
+    for (uint32_t i = 0; i < N; i++)
+        for (int k = 0; k < n; k++) {
+            memcpy(out, xs[k] + i * cs[k] * hw, cs[k] * hw * sizeof *out);
+            out += cs[k] * hw;
+        }
+}
+
+static void test_concat(void **state)
+{
+    (void)state;
+    const uint32_t N = 2, H = 3, W = 5;
+    const size_t hw = (size_t)H * W;
+    /* 1, 3 and 4 inputs; the 3-input concat gets a backward pass */
+    static const uint32_t cs[3][4] = {{4}, {1, 3, 2}, {2, 1, 1, 3}};
+    static const int ns[3] = {1, 3, 4};
+    struct ct t;
+    ct_init(&t, 51);
+    int xs[3][4], y[3];
+    for (int g = 0; g < 3; g++) {
+        for (int k = 0; k < ns[g]; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "x%d_%d", g, k);
+            xs[g][k] = ct_leaf4(&t, g == 1, name, N, cs[g][k], H, W, NULL, 0);
+        }
+        char name[32];
+        snprintf(name, sizeof name, "cat%d", g);
+        y[g] = graph_concat(&t.g, name, ns[g], xs[g]);
+    }
+    ct_inject(&t, y[1], NULL, 0);
+    ct_run(&t);
+
+    for (int g = 0; g < 3; g++) {
+        const float *in[4];
+        for (int k = 0; k < ns[g]; k++)
+            in[k] = ct_val(&t, xs[g][k]);
+        size_t n = t.g.nodes[y[g]].count;
+        float *want = malloc(n * sizeof *want), *out = ct_get(&t, y[g]);
+        assert_non_null(want);
+        ct_stack(want, in, cs[g], ns[g], N, hw);
+        ct_expect_bits("concat", out, want, n);
+        free(want);
+        free(out);
+    }
+    /* each input's gradient: its channels of dy (a slice) */
+    float *dy = ct_get(&t, graph_grad_of(&t.g, y[1]));
+    uint32_t total = 6, c0 = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t n = (size_t)N * cs[1][k] * hw;
+        float *got = ct_get(&t, ct_grad(&t, xs[1][k], OP_SLICE));
+        float *want = malloc(n * sizeof *want);
+        assert_non_null(want);
+        for (uint32_t i = 0; i < N; i++)
+            memcpy(want + i * cs[1][k] * hw, dy + (i * total + c0) * hw, cs[1][k] * hw * sizeof *want);
+        ct_expect_bits("concat's gradient slice", got, want, n);
+        c0 += cs[1][k];
+        free(got);
+        free(want);
+    }
+    free(dy);
+    ct_free(&t);
+}
+
+static void test_slice(void **state)
+{
+    (void)state;
+    const uint32_t N = 2, C = 6, H = 3, W = 5, C0 = 2, CN = 3;
+    const size_t hw = (size_t)H * W;
+    struct ct t;
+    ct_init(&t, 61);
+    int x = ct_leaf4(&t, 1, "x", N, C, H, W, NULL, 0);
+    int y = graph_slice(&t.g, "slice", x, C0, CN);
+    /* dy with a -0 and a NaN */
+    float dv[2 * 3 * 3 * 5];
+    ct_fill(&t, dv, sizeof dv / sizeof dv[0], 0);
+    dv[3] = ct_float(CT_NZ);
+    dv[7] = ct_float(CT_QNANP);
+    ct_inject(&t, y, dv, 0);
+    ct_run(&t);
+
+    const float *xv = ct_val(&t, x);
+    float *out = ct_get(&t, y), *dx = ct_get(&t, ct_grad(&t, x, OP_SLICE_BWD));
+    float *dy = ct_get(&t, graph_grad_of(&t.g, y));
+    float want[2 * 6 * 3 * 5];
+    for (uint32_t i = 0; i < N; i++)
+        memcpy(want + i * CN * hw, xv + (i * C + C0) * hw, CN * hw * sizeof *want);
+    ct_expect_bits("slice", out, want, (size_t)N * CN * hw);
+    memset(want, 0, sizeof want);  /* +0 */
+    for (uint32_t i = 0; i < N; i++)
+        memcpy(want + (i * C + C0) * hw, dy + i * CN * hw, CN * hw * sizeof *want);
+    ct_expect_bits("slice_bwd", dx, want, (size_t)N * C * hw);
+    free(out);
+    free(dx);
+    free(dy);
+    ct_free(&t);
+}
+
+/* ---- elementwise ops ------------------------------------------------------------ */
+
+/* x: the listed values, then random ones in [lo, hi]; n in all */
+static float *ct_values(struct ct *t, const float *special, size_t nspecial, size_t n,
+                        double lo, double hi)
+{
+    float *v = malloc(n * sizeof *v);
+    assert_non_null(v);
+    for (size_t j = 0; j < n; j++)
+        v[j] = j < nspecial ? special[j] : (float)tu_rand_uniform(&t->rng, lo, hi);
+    return v;
+}
+
+/* op.h's t = 0.2f x + 0.5f, as two float32 roundings */
+static float ct_hs_t(float x)
+{
+    float t = 0.2f * x;
+    t = t + 0.5f;
+    return t;
+}
+
+static void test_hard_sigmoid(void **state)
+{
+    (void)state;
+    const float sp[] = {2.5f, -2.5f, 0.0f, -0.0f, 3.0f, -3.0f, INFINITY, -INFINITY, NAN,
+                        1e30f, -1e30f, nextafterf(2.5f, 3), nextafterf(2.5f, 0),
+                        nextafterf(-2.5f, -3), nextafterf(-2.5f, 0), 1.0f, -1.0f,
+                        2.4999995f, -2.4999995f, 2.5000005f, -2.5000005f};
+    const size_t nsp = sizeof sp / sizeof sp[0], n = 4 * 3 * 5;
+    /* hand-checked values of the first nine */
+    const float want_out[] = {1.0f, 0.0f, 0.5f, 0.5f, 1.0f, 0.0f, 1.0f, 0.0f, NAN};
+    const int want_pass[] = {1, 1, 1, 1, 0, 0, 0, 0, 0};
+    struct ct t;
+    ct_init(&t, 71);
+    float *xv = ct_values(&t, sp, nsp, n, -4, 4);
+    uint32_t shape[4] = {1, 4, 3, 5};
+    int x = ct_leaf(&t, 1, "x", 4, shape, xv, 0);
+    int y = graph_hard_sigmoid(&t.g, "hs", x);
+    ct_inject(&t, y, NULL, 0);
+    ct_run(&t);
+
+    float *out = ct_get(&t, y), *dx = ct_get(&t, ct_grad(&t, x, OP_HARD_SIGMOID_BWD));
+    float *dy = ct_get(&t, graph_grad_of(&t.g, y));
+    float want[4 * 3 * 5], wantd[4 * 3 * 5];
+    for (size_t j = 0; j < n; j++) {
+        float tj = ct_hs_t(xv[j]);
+        want[j] = tj < 0 ? 0.0f : tj > 1 ? 1.0f : tj;
+        wantd[j] = 0 <= tj && tj <= 1 ? 0.2f * dy[j] : 0.0f;
+    }
+    for (size_t j = 0; j < sizeof want_out / sizeof want_out[0]; j++) {
+        if (isnan(want_out[j]) ? !isnan(want[j]) : ct_bits(want[j]) != ct_bits(want_out[j]))
+            fail_msg("test's own hard_sigmoid(%g) = %g", (double)xv[j], (double)want[j]);
+        if (ct_bits(wantd[j]) != ct_bits(want_pass[j] ? 0.2f * dy[j] : 0.0f))
+            fail_msg("test's own hard_sigmoid_bwd at %g", (double)xv[j]);
+    }
+    /* NaN: any NaN will do for the value (op.h: NaN stays NaN) */
+    for (size_t j = 0; j < n; j++)
+        if (isnan(want[j]) && isnan(out[j]))
+            out[j] = want[j];
+    ct_expect_bits("hard_sigmoid", out, want, n);
+    ct_expect_bits("hard_sigmoid_bwd", dx, wantd, n);
+    free(xv);
+    free(out);
+    free(dx);
+    free(dy);
+    ct_free(&t);
+}
+
+static void test_satlu(void **state)
+{
+    (void)state;
+    const float sp[] = {1.0f, nextafterf(1.0f, 2), nextafterf(1.0f, 0), -0.0f, 0.0f, -5.0f,
+                        5.0f, INFINITY, -INFINITY, NAN, -0.25f, nextafterf(-0.25f, 0),
+                        nextafterf(-0.25f, -1)};
+    const size_t nsp = sizeof sp / sizeof sp[0], n = 2 * 3 * 4;
+    const float maxes[3] = {1.0f, -0.25f, 0.0f};
+    struct ct t;
+    ct_init(&t, 81);
+    float *xv = ct_values(&t, sp, nsp, n, -2, 2);
+    int x = ct_leaf4(&t, 1, "x", 2, 3, 2, 2, xv, 0);
+    int y[3];
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "sat%d", k + 1);
+        y[k] = graph_satlu(&t.g, name, x, maxes[k]);
+        ct_inject(&t, y[k], NULL, 0);
+    }
+    ct_run(&t);
+
+    /* x gets three contributions (one satlu_bwd each) and their sum */
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "x.grad@sat%d", k + 1);
+        int gi = graph_find(&t.g, name);
+        assert_true(gi >= 0);
+        assert_int_equal(t.g.nodes[gi].type, OP_SATLU_BWD);
+        float *out = ct_get(&t, y[k]), *dx = ct_get(&t, gi), *dy = ct_get(&t, graph_grad_of(&t.g, y[k]));
+        float want[2 * 3 * 4], wantd[2 * 3 * 4];
+        float m = maxes[k];
+        for (size_t j = 0; j < n; j++) {
+            want[j] = xv[j] > m ? m : xv[j];
+            wantd[j] = xv[j] <= m ? dy[j] : 0.0f;
+        }
+        /* hand-checked: at the bound x passes (and so does the gradient), above it m and +0 */
+        if (k == 0)
+            assert_true(want[0] == 1.0f && wantd[0] == dy[0] && want[1] == 1.0f &&
+                        ct_bits(wantd[1]) == 0 && ct_bits(want[3]) == CT_NZ && isnan(want[9]) &&
+                        ct_bits(wantd[9]) == 0);
+        else if (k == 1)
+            assert_true(want[10] == -0.25f && wantd[10] == dy[10] && want[11] == -0.25f &&
+                        ct_bits(wantd[11]) == 0 && want[12] == xv[12]);
+        else /* -0 is not above +0: it stays -0 */
+            assert_true(ct_bits(want[3]) == CT_NZ && ct_bits(want[4]) == CT_PZ &&
+                        wantd[3] == dy[3] && wantd[4] == dy[4]);
+        ct_expect_bits("satlu", out, want, n);
+        ct_expect_bits("satlu_bwd", dx, wantd, n);
+        free(out);
+        free(dx);
+        free(dy);
+    }
+    free(xv);
+    ct_free(&t);
+}
+
+static void test_sub_neg_mul(void **state)
+{
+    (void)state;
+    const float sa[] = {0.0f, -0.0f, 0.0f, -0.0f, -0.0f, -2.0f, 1.0f, NAN, 3.0f, INFINITY};
+    const float sb[] = {0.0f, 0.0f, -0.0f, -0.0f, 5.0f, 0.0f, 1.0f, 1.0f, -INFINITY, INFINITY};
+    const size_t nsp = sizeof sa / sizeof sa[0], n = 3 * 2 * 5;
+    struct ct t;
+    ct_init(&t, 91);
+    float *av = ct_values(&t, sa, nsp, n, -3, 3), *bv = ct_values(&t, sb, nsp, n, -3, 3);
+    av[n - 1] = ct_float(CT_NNAN);
+    av[n - 2] = ct_float(CT_SNAN);
+    int a = ct_leaf4(&t, 0, "a", 3, 2, 1, 5, av, 0);
+    int b = ct_leaf4(&t, 0, "b", 3, 2, 1, 5, bv, 0);
+    int ys = graph_sub(&t.g, "sub", a, b);
+    int yn = graph_neg(&t.g, "neg", a);
+    int ym = graph_mul(&t.g, "mul", a, b);
+    ct_run(&t);
+
+    float *s = ct_get(&t, ys), *ng = ct_get(&t, yn), *m = ct_get(&t, ym);
+    float ws[3 * 2 * 5], wn[3 * 2 * 5], wm[3 * 2 * 5];
+    for (size_t j = 0; j < n; j++) {
+        ws[j] = av[j] - bv[j];
+        wn[j] = ct_float(ct_bits(av[j]) ^ 0x80000000u);
+        wm[j] = av[j] * bv[j];
+    }
+    /* hand-checked signs of zero */
+    static const uint32_t zs[4] = {CT_PZ, CT_NZ, CT_PZ, CT_PZ}, zm[6] = {CT_PZ, CT_NZ, CT_NZ, CT_PZ, CT_NZ, CT_NZ};
+    for (int j = 0; j < 4; j++)
+        assert_int_equal(ct_bits(ws[j]), zs[j]);
+    for (int j = 0; j < 6; j++)
+        assert_int_equal(ct_bits(wm[j]), zm[j]);
+    assert_int_equal(ct_bits(wn[0]), CT_NZ);
+    assert_int_equal(ct_bits(wn[n - 1]), CT_NNAN ^ 0x80000000u);
+    /* a NaN result may be any NaN; neg's must be the input's, sign flipped */
+    for (size_t j = 0; j < n; j++) {
+        if (isnan(ws[j]) && isnan(s[j]))
+            s[j] = ws[j];
+        if (isnan(wm[j]) && isnan(m[j]))
+            m[j] = wm[j];
+    }
+    ct_expect_bits("sub", s, ws, n);
+    ct_expect_bits("neg", ng, wn, n);
+    ct_expect_bits("mul", m, wm, n);
+    free(s);
+    free(ng);
+    free(m);
+    free(av);
+    free(bv);
+    ct_free(&t);
+}
+
+/* ---- mean --------------------------------------------------------------------- */
+
+static void test_mean(void **state)
+{
+    (void)state;
+    const size_t n = 2 * 3 * 4 * 5;
+    /* scale and upstream gradient of each mean */
+    const float scale[4] = {0.37f, 3.0f, 1e-3f, -2.5f}, g[4] = {-1.7f, 0.1f, 7.3f, 1.0f / 3.0f};
+    struct ct t;
+    ct_init(&t, 101);
+    /* large values that cancel: a float32 sum would lose the small ones */
+    const float sp[] = {1e8f, 1.0f, -1e8f, 1.0f, 3e7f, 0.25f, -3e7f};
+    float *xv = ct_values(&t, sp, sizeof sp / sizeof sp[0], n, -1, 1);
+    int x = ct_leaf4(&t, 1, "x", 2, 3, 4, 5, xv, 0);
+    int m[4];
+    for (int k = 0; k < 4; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "mean%d", k);
+        m[k] = graph_mean(&t.g, name, x, scale[k]);
+        ct_inject(&t, m[k], &g[k], 0);
+    }
+    ct_run(&t);
+
+    double s = 0;
+    float fs = 0;
+    for (size_t j = 0; j < n; j++) {
+        s += (double)xv[j];
+        fs += xv[j];
+    }
+    int float_differs = 0;
+    for (int k = 0; k < 4; k++) {
+        float out, dg;
+        exec_get(&t.e, m[k], &out);
+        exec_get(&t.e, graph_grad_of(&t.g, m[k]), &dg);
+        assert_int_equal(ct_bits(dg), ct_bits(g[k]));
+        float want = (float)((double)scale[k] * (s / (double)n));
+        assert_int_equal(ct_bits(out), ct_bits(want));
+        /* the same sum in float32 differs: the double accumulation is tested */
+        assert_true(ct_bits((float)((double)scale[k] * ((double)fs / (double)n))) != ct_bits(want));
+
+        char name[32];
+        snprintf(name, sizeof name, "x.grad@mean%d", k);
+        int gi = graph_find(&t.g, name);
+        assert_true(gi >= 0);
+        assert_int_equal(t.g.nodes[gi].type, OP_MEAN_BWD);
+        float *dx = ct_get(&t, gi);
+        float wd = (float)((double)scale[k] * (double)g[k] / (double)n);
+        for (size_t j = 0; j < n; j++)
+            if (ct_bits(dx[j]) != ct_bits(wd))
+                fail_msg("mean_bwd %d [%zu] = %.9g, want %.9g", k, j, (double)dx[j], (double)wd);
+        float_differs |= ct_bits(scale[k] * g[k] / (float)n) != ct_bits(wd);
+        free(dx);
+    }
+    /* so the cases tell op.h's double formula from a float32 one */
+    assert_true(float_differs);
+    free(xv);
+    ct_free(&t);
+}
+
+/* ---- per-channel bias on images ---------------------------------------------- */
+
+static void test_bias_4d(void **state)
+{
+    (void)state;
+    const uint32_t N = 3, C = 4, H = 5, W = 3;
+    const size_t hw = (size_t)H * W, n = (size_t)N * C * hw;
+    struct ct t;
+    ct_init(&t, 111);
+    int x = ct_leaf4(&t, 0, "x", N, C, H, W, NULL, 0);
+    uint32_t bshape[1] = {C};
+    int b = ct_leaf(&t, 1, "b", 1, bshape, NULL, 0);
+    int y = graph_add_bias(&t.g, "ab", x, b);
+    /* dy of magnitudes 2^-10 .. 2^10, so the order of the sum matters */
+    float *dv = malloc(n * sizeof *dv);
+    assert_non_null(dv);
+    for (size_t j = 0; j < n; j++)
+        dv[j] = ldexpf((float)tu_rand_uniform(&t.rng, -1, 1), (int)(tu_rand_u64(&t.rng) % 21) - 10);
+    ct_inject(&t, y, dv, 0);
+    ct_run(&t);
+
+    const float *xv = ct_val(&t, x), *bv = ct_val(&t, b);
+    float *out = ct_get(&t, y), *db = ct_get(&t, ct_grad(&t, b, OP_BIAS_GRAD));
+    float *want = malloc(n * sizeof *want);
+    assert_non_null(want);
+    for (size_t i = 0; i < N; i++)
+        for (size_t c = 0; c < C; c++)
+            for (size_t j = 0; j < hw; j++)
+                want[(i * C + c) * hw + j] = xv[(i * C + c) * hw + j] + bv[c];
+    ct_expect_bits("add_bias (N,C,H,W)", out, want, n);
+    /* sum over n, then h, then w, from +0, in float32 */
+    float wb[4];
+    int order_matters = 0;
+    for (size_t c = 0; c < C; c++) {
+        float s = 0.0f, r = 0.0f;
+        for (size_t i = 0; i < N; i++)
+            for (size_t j = 0; j < hw; j++)
+                s += dv[(i * C + c) * hw + j];
+        for (size_t i = N; i-- > 0;)
+            for (size_t j = hw; j-- > 0;)
+                r += dv[(i * C + c) * hw + j];
+        wb[c] = s;
+        order_matters |= ct_bits(r) != ct_bits(s);
+    }
+    assert_true(order_matters);
+    ct_expect_bits("bias_grad (N,C,H,W)", db, wb, C);
+    free(out);
+    free(db);
+    free(want);
+    free(dv);
+    ct_free(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv2d_random),
+        cmocka_unit_test(test_conv2d_integer),
+        cmocka_unit_test(test_conv2d_repeat),
+        cmocka_unit_test(test_maxpool2),
+        cmocka_unit_test(test_upsample2),
+        cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_slice),
+        cmocka_unit_test(test_hard_sigmoid),
+        cmocka_unit_test(test_satlu),
+        cmocka_unit_test(test_sub_neg_mul),
+        cmocka_unit_test(test_mean),
+        cmocka_unit_test(test_bias_4d),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
