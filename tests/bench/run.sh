@@ -1,7 +1,9 @@
 #!/bin/sh
-# run.sh: `make bench`: hash throughput, tracing overhead per step, and the
-# time diff takes on two 5000-step autoencoder traces. Prints Markdown;
-# tests/bench/RESULTS.md keeps the figures of past runs with machine and date.
+# run.sh: `make bench`: hash throughput, tracing overhead per step (the
+# autoencoder's and PredNet's), conv2d against sgemm, the oracle and the mpfr
+# backend, and the time diff takes on two 5000-step autoencoder traces.
+# Prints Markdown; tests/bench/RESULTS.md keeps the figures of past runs with
+# machine and date.
 set -eu
 B=${1:-$(pwd)}
 DT="$B/src/divtrace"
@@ -17,6 +19,14 @@ echo
 echo "### Tracing overhead"
 echo
 TMPDIR=$T "$B/tests/bench/bench_step"
+echo
+echo "### conv2d: im2col + sgemm against sgemm alone"
+echo
+"$B/tests/bench/bench_conv"
+echo
+echo "### PredNet step and its tracing overhead"
+echo
+TMPDIR=$T "$B/tests/bench/bench_prednet"
 echo
 echo "### Exact oracle (reference/oracle.h)"
 echo
