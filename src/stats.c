@@ -3,9 +3,11 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hash.h"
+#include "util.h"
 
 #define SK TRACE_SKETCH_LEN
 
@@ -189,7 +191,7 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
 }
 #endif
 
-static void stats_blocks(struct stats_acc *a, const float *x, size_t nb)
+static void stats_blocks(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     static int have = -1;
@@ -198,11 +200,11 @@ static void stats_blocks(struct stats_acc *a, const float *x, size_t nb)
         have = __builtin_cpu_supports("avx512f") != 0;
     }
     if (have) {
-        stats_blocks_avx512(a, x, 0, nb);
+        stats_blocks_avx512(a, x, b0, b1);
         return;
     }
 #endif
-    stats_blocks_generic(a, x, 0, nb);
+    stats_blocks_generic(a, x, b0, b1);
 }
 
 void stats_compute(const float *x, size_t n, struct trace_oprec *rec)
@@ -213,10 +215,22 @@ void stats_compute(const float *x, size_t n, struct trace_oprec *rec)
         a.mn[k] = INFINITY;
         a.mx[k] = -INFINITY;
     }
-    size_t nb = n / SK;
-    stats_blocks(&a, x, nb);
-    for (size_t i = nb * SK; i < n; i++)
-        stats_acc_element(&a, (int)(i % SK), x[i], stats_sketch_sign(i));
+    /* One pass: each hash chunk gets its statistics and then its leaf hash
+     * while it is in the nearest cache (hash.h's tree, leaf by leaf). The
+     * statistics accumulate in the same order as over the whole tensor. */
+    const size_t per = HASH_CHUNK_BYTES / sizeof(float);
+    size_t nb = n / SK, m = (n + per - 1) / per;
+    unsigned char stack[8 * 64], *leaves = m <= 64 ? stack : dt_malloc(8 * m);
+    for (size_t j = 0; j < m; j++) {
+        size_t e0 = j * per, e1 = e0 + per < n ? e0 + per : n;
+        size_t b0 = e0 / SK, b1 = e1 / SK < nb ? e1 / SK : nb;
+        stats_blocks(&a, x, b0, b1);
+        for (size_t i = b1 * SK > e0 ? b1 * SK : e0; i < e1; i++)
+            stats_acc_element(&a, (int)(i % SK), x[i], stats_sketch_sign(i));
+        uint64_t h = hash_bytes(x + e0, (e1 - e0) * sizeof(float));
+        for (int b = 0; b < 8; b++)
+            leaves[8 * j + (size_t)b] = (unsigned char)(h >> (8 * b));
+    }
     double l2 = 0, lo = INFINITY, hi = -INFINITY;
     for (int k = 0; k < SK; k++) {
         l2 += a.sq[k];
@@ -229,7 +243,9 @@ void stats_compute(const float *x, size_t n, struct trace_oprec *rec)
     rec->max = a.any ? hi : 0.0;
     rec->nan = a.nan;
     rec->inf = a.inf;
-    rec->hash = hash_tensor(x, n * sizeof(float));
+    rec->hash = hash_bytes(leaves, 8 * m);
+    if (leaves != stack)
+        free(leaves);
 }
 
 double stats_sketch_distance(const struct trace_oprec *a, const struct trace_oprec *b)

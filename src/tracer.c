@@ -18,6 +18,10 @@
  * system call. Each poll pauses the core (x86 PAUSE), which leaves a
  * hyperthread sibling running the training most of the core. */
 #define TRACER_SPIN 1000
+/* A sleeping worker is woken once this much work has queued up (or at the
+ * end of the step), not for every op: PredNet's step has thousands of small
+ * ops, and a wake-up per op cost the training thread a system call each. */
+#define TRACER_KICK_BYTES (1u << 20)
 
 static inline void tracer_relax(void)
 {
@@ -46,6 +50,7 @@ struct tracer {
     int *queue;                /* g->n slots: at most one step is in flight */
     atomic_ullong pushed, done;
     atomic_int sleeping, stop;
+    size_t pending;            /* bytes queued since the worker was last woken */
 };
 
 int tracer_finite(const struct trace_oprec *r)
@@ -183,13 +188,18 @@ void tracer_hook(void *arg, int i, const backend_buf *buf)
     t->buf[i] = buf;
     t->queue[p % (unsigned)t->g->n] = i;
     atomic_store(&t->pushed, p + 1);
-    tracer_kick(t);
+    t->pending += t->g->nodes[i].count * sizeof(float);
+    if (t->pending >= TRACER_KICK_BYTES) {
+        t->pending = 0;
+        tracer_kick(t);
+    }
 }
 
 void tracer_sync(struct tracer *t)
 {
     if (!t->async)
         return;
+    t->pending = 0;
     tracer_kick(t);
     for (int spin = 0; atomic_load(&t->done) != atomic_load(&t->pushed); spin++) {
         if (spin < TRACER_SPIN)
