@@ -4,37 +4,8 @@
 # killed recordings, corrupt traces and bad input. Needs Debian's
 # dataset-fashion-mnist (./bootstrap installs it).
 set -u
-DT=${DIVTRACE:-$(dirname "$0")/../build/src/divtrace}
-DATA=/usr/share/datasets/fashion-mnist
-T=$(mktemp -d "${TMPDIR:-/tmp}/divtrace-cli-XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
-# expect CODE NAME -- COMMAND...: the command exits with CODE
-expect() {
-    code=$1 name=$2
-    shift 3
-    "$@" >"$T/out" 2>"$T/err"
-    rc=$?
-    if [ "$rc" -eq "$code" ]; then ok "$name"; else bad "$name (exit $rc, wanted $code)"; sed 's/^/    /' "$T/err" | head -5; fi
-}
-# has FILE PATTERN NAME: FILE contains the extended regex PATTERN
-has() {
-    if grep -Eq -- "$2" "$1"; then ok "$3"; else bad "$3 (no /$2/ in $1)"; sed 's/^/    /' "$1" | head -20; fi
-}
-# one_line NAME: stderr of the last command is exactly one line
-one_line() {
-    n=$(wc -l <"$T/err")
-    if [ "$n" -eq 1 ]; then ok "$1: one line on stderr"; else bad "$1: $n lines on stderr"; cat "$T/err"; fi
-}
-
-if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -r "$DATA/train-images-idx3-ubyte" ]; then
-    echo "cli.sh: $DATA is missing: install dataset-fashion-mnist (./bootstrap does)" >&2
-    exit 99
-fi
+NAME=cli.sh
+. "$(dirname "$0")/cli_lib.sh"
 
 R="$DT record -q --steps 12"
 
@@ -274,5 +245,4 @@ expect 2 "unknown command" -- "$DT" frobnicate
 expect 0 "--version" -- "$DT" --version
 expect 0 "record --help" -- "$DT" record --help
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

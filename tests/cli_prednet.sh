@@ -5,34 +5,8 @@
 # --protocol paper, and replay against the exact oracle with injected
 # faults. Needs Debian's dataset-fashion-mnist (./bootstrap installs it).
 set -u
-DT=${DIVTRACE:-$(dirname "$0")/../build/src/divtrace}
-DATA=/usr/share/datasets/fashion-mnist
-T=$(mktemp -d "${TMPDIR:-/tmp}/divtrace-pn-XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
-expect() {
-    code=$1 name=$2
-    shift 3
-    "$@" >"$T/out" 2>"$T/err"
-    rc=$?
-    if [ "$rc" -eq "$code" ]; then ok "$name"; else bad "$name (exit $rc, wanted $code)"; sed 's/^/    /' "$T/err" | head -5; fi
-}
-has() {
-    if grep -Eq -- "$2" "$1"; then ok "$3"; else bad "$3 (no /$2/ in $1)"; sed 's/^/    /' "$1" | head -20; fi
-}
-one_line() {
-    n=$(wc -l <"$T/err")
-    if [ "$n" -eq 1 ]; then ok "$1: one line on stderr"; else bad "$1: $n lines on stderr"; cat "$T/err"; fi
-}
-
-if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -r "$DATA/train-images-idx3-ubyte" ]; then
-    echo "cli_prednet.sh: $DATA is missing: install dataset-fashion-mnist (./bootstrap does)" >&2
-    exit 99
-fi
+NAME=cli_prednet.sh
+. "$(dirname "$0")/cli_lib.sh"
 
 # a small PredNet on generated Moving-MNIST
 P="$DT record -q --model prednet --stack 1,4,8 --size 32x32 --nt 4 --batch 2"
@@ -167,5 +141,4 @@ semantic_at L0.t02.loss:formula
 semantic_at L0.conv_o.W.grad@L0.t01.conv_o:formula
 semantic_at L0.t02.conv_ahat:bitflip:3:21
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -13,12 +13,7 @@
 #include "exec.h"
 #include "graph.h"
 #include "util.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 struct shape {
     const char *what;
@@ -89,9 +84,7 @@ int main(int argc, char **argv)
                                 1.0f, hwt, (int)crs, col, (int)hw, 0.0f, out, (int)hw);
             tg[r] = (dt_now() - t0) / reps;
         }
-        qsort(tc, (size_t)rounds, sizeof tc[0], cmp_double);
-        qsort(tg, (size_t)rounds, sizeof tg[0], cmp_double);
-        double gc = flop / tc[rounds / 2] / 1e9, gg = flop / tg[rounds / 2] / 1e9;
+        double gc = flop / bench_median(tc, rounds) / 1e9, gg = flop / bench_median(tg, rounds) / 1e9;
         if (gc / gg < worst)
             worst = gc / gg;
         printf("| %s | %u | %u | %ux%u | %.1f | %.1f | %.0f%% |\n", sh->what, sh->c, sh->k, sh->h,

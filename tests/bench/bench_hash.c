@@ -10,6 +10,7 @@
 
 #include "hash.h"
 #include "util.h"
+#include "bench_util.h"
 
 #define BENCH_SMALL_BYTES ((size_t)64 << 10)
 #define BENCH_LARGE_BYTES ((size_t)256 << 20)
@@ -66,12 +67,6 @@ static void bench_evict(const unsigned char *buf, size_t n)
     __builtin_ia32_mfence();
 }
 
-static int bench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median GB/s over reps repetitions of iters calls of fn on buf. */
 static double bench_run(bench_fn fn, const unsigned char *buf, size_t n, int iters,
                         int reps, int evict)
@@ -87,8 +82,7 @@ static double bench_run(bench_fn fn, const unsigned char *buf, size_t n, int ite
         double t = dt_now() - t0;
         gbps[r] = (double)n * iters / t / 1e9;
     }
-    qsort(gbps, (size_t)reps, sizeof gbps[0], bench_cmp_double);
-    return gbps[reps / 2];
+    return bench_median(gbps, reps);
 }
 
 int main(int argc, char **argv)

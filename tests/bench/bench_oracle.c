@@ -17,20 +17,10 @@
 #include "model.h"
 #include "oracle.h"
 #include "util.h"
+#include "bench_util.h"
 
 static volatile float bench_sink;
 
-static int bench_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double bench_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bench_cmp);
-    return v[n / 2];
-}
 
 /* splitmix64, for inputs */
 static uint64_t bench_rng = 42;

@@ -8,12 +8,7 @@
 
 #include "train.h"
 #include "util.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv)
 {
@@ -55,10 +50,8 @@ int main(int argc, char **argv)
             }
         double med[2], cmed[2];
         for (int c = 0; c < 2; c++) {
-            qsort(s[c], (size_t)rounds, sizeof s[c][0], cmp_double);
-            qsort(cpu[c], (size_t)rounds, sizeof cpu[c][0], cmp_double);
-            med[c] = s[c][rounds / 2];
-            cmed[c] = cpu[c][rounds / 2];
+            med[c] = bench_median(s[c], rounds);
+            cmed[c] = bench_median(cpu[c], rounds);
         }
         printf("| batch %u | %.3f | %.3f | %+.1f%% | %.3f | %.3f | %+.1f%% |\n", batches[bi], med[0],
                med[1], 100.0 * (med[1] / med[0] - 1.0), cmed[0], cmed[1],

@@ -7,12 +7,7 @@
 
 #include "train.h"
 #include "util.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv)
 {
@@ -52,10 +47,8 @@ int main(int argc, char **argv)
     printf("| --- | ---: | ---: | ---: | ---: |\n");
     double med[NCONF], cmed[NCONF];
     for (int c = 0; c < NCONF; c++) {
-        qsort(ms[c], (size_t)rounds, sizeof ms[c][0], cmp_double);
-        qsort(cpu[c], (size_t)rounds, sizeof cpu[c][0], cmp_double);
-        med[c] = ms[c][rounds / 2];
-        cmed[c] = cpu[c][rounds / 2];
+        med[c] = bench_median(ms[c], rounds);
+        cmed[c] = bench_median(cpu[c], rounds);
         printf("| %s | %.3f | %+.1f%% | %.3f | %+.1f%% |\n", label[c], med[c],
                100.0 * (med[c] / med[0] - 1.0), cmed[c], 100.0 * (cmed[c] / cmed[0] - 1.0));
     }
