@@ -20,7 +20,28 @@ void diff_layer(const char *name, char *out, size_t n)
     out[len] = 0;
 }
 
+static int diff_time_step_plain(const char *name, const char **rest);
+
 int diff_time_step(const char *name, const char **rest)
+{
+    int t = diff_time_step_plain(name, rest);
+    if (t >= 0)
+        return t;
+    /* a gradient contribution names its consumer after '@':
+     * "L0.conv_c.W.grad@L0.t19.conv_c" is time step 19's part */
+    const char *at = strchr(name, '@');
+    const char *crest;
+    if (!at || (t = diff_time_step_plain(at + 1, &crest)) < 0)
+        return -1;
+    if (rest) {
+        /* the name without its layer prefix: "conv_c.W.grad@L0.t19.conv_c" */
+        const char *dot = strchr(name, '.');
+        *rest = dot && dot < at ? dot + 1 : name;
+    }
+    return t;
+}
+
+static int diff_time_step_plain(const char *name, const char **rest)
 {
     /* "L<digits>.t<digits>.<rest>" */
     const char *p = name;

@@ -72,7 +72,9 @@ void diff_opdef_describe(const struct trace_file *a, uint32_t ia, const struct t
 /* The layer of an op name: the text before its first '.', e.g. "enc1". */
 void diff_layer(const char *name, char *out, size_t n);
 /* The time step a recurrent model's op name carries ("L2.t07.conv_f": 7,
- * *rest = "conv_f"), or -1 for a name without one. */
+ * *rest = "conv_f"; a gradient contribution of a time step's consumer,
+ * "L0.conv_c.W.grad@L0.t19.conv_c": 19, *rest = "conv_c.W.grad@L0.t19.conv_c"),
+ * or -1 for a name without one. */
 int diff_time_step(const char *name, const char **rest);
 
 /* ULP distance between two floats on the ordered integer line (+0 and -0
