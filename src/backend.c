@@ -3,11 +3,16 @@
 
 #include <string.h>
 
+#include "config.h"
 #include "util.h"
 
 static const struct backend_ops *const backend_all[] = {
     &backend_cpu,
     &backend_mpfr,
+#ifdef HAVE_CUDA
+    &backend_cuda,
+    &backend_cudnn,
+#endif
 };
 
 const struct backend_ops *backend_find(const char *name)
@@ -25,5 +30,9 @@ const struct backend_ops *backend_find(const char *name)
 
 const char *backend_list(void)
 {
+#ifdef HAVE_CUDA
+    return "cpu, mpfr, cuda, cudnn";
+#else
     return "cpu, mpfr";
+#endif
 }

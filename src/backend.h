@@ -23,6 +23,13 @@ struct backend_options {
     int threads;            /* cpu: OpenBLAS threads (>= 1) */
     const char *cpu_kernel; /* cpu: requested OpenBLAS core type, or NULL */
     long precision;         /* mpfr: bits of precision (default 128) */
+    const char *reduce;     /* cuda, cudnn: "tree" (fixed-order reductions, the
+                             * default when NULL) or "atomic" (atomicAdd: bias
+                             * gradients, losses and norms in arrival order) */
+    const char *cudnn_algo; /* cudnn: "deterministic" (default when NULL),
+                             * "fastest" or an algorithm number */
+    int device;             /* cuda, cudnn: the GPU's index (default 0) */
+    int no_graph;           /* cuda, cudnn: run every op eagerly, no CUDA graph */
 };
 
 /* A tensor's storage on a backend (float32 on cpu, device memory on a GPU,
@@ -54,6 +61,24 @@ struct backend_ops {
     void (*describe)(void *ctx, struct trace_config *cfg);
     /* optional: wait for queued work; NULL when every call is synchronous */
     int (*sync)(void *ctx);
+    /* optional (GPU backends): the records of n buffers at once, computed
+     * where the buffers live in as few launches as the backend can, copied
+     * to rec[k] (every field but op). Called once per step after its last
+     * op, while every op's output is still in its buffer; when present the
+     * tracer uses it instead of trace() per op. */
+    void (*trace_batch)(void *ctx, const backend_buf *const *bufs, const size_t *counts, int n,
+                        struct trace_oprec *rec);
+    /* optional: see the whole graph once before the first step (choose
+     * algorithms, plan workspaces); 0, or -1 with dt_error set. */
+    int (*prepare)(void *ctx, const struct graph *g);
+    /* optional: bracket a step's ops (the executor calls them unless faults
+     * are injected). `arrangement` is 0 or 1: which of the two ways the
+     * parameter and optimizer-state buffers are paired with their nodes
+     * (they swap with their updates every step). step_begin returns 1 when
+     * the backend has run the step's work itself (a replayed graph): the
+     * executor then only calls its hook for each op. */
+    int (*step_begin)(void *ctx, uint64_t step, int arrangement);
+    void (*step_end)(void *ctx, uint64_t step, int arrangement);
     backend_op_fn op[OP_COUNT];
 };
 
@@ -65,5 +90,8 @@ const char *backend_list(void);
 
 extern const struct backend_ops backend_cpu;
 extern const struct backend_ops backend_mpfr; /* reference/backend_mpfr.c */
+/* src/gpu/backend_gpu.cu, in builds with CUDA (config.h's HAVE_CUDA) */
+extern const struct backend_ops backend_cuda;
+extern const struct backend_ops backend_cudnn;
 
 #endif

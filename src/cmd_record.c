@@ -61,13 +61,21 @@ static void record_usage(FILE *f)
           "                            of the last 50 steps is its reported loss\n"
           "\n"
           "Backend:\n"
-          "      --backend NAME        cpu (default) or mpfr (the high-precision reference)\n"
+          "      --backend NAME        cpu (default), mpfr (the high-precision reference),\n"
+          "                            cuda or cudnn (GPU; in builds with CUDA)\n"
           "      --threads N           OpenBLAS threads (default 1)\n"
           "      --cpu-kernel NAME     OpenBLAS kernel, e.g. Haswell, Sandybridge, Nehalem,\n"
           "                            Prescott, SkylakeX (refused if the CPU lacks it)\n"
           "      --precision BITS      mpfr backend: bits of precision (default 128)\n"
           "      --no-self-check       mpfr backend: skip the run at twice the precision that\n"
           "                            checks the float32 results (halves the time)\n"
+          "      --reduce MODE         cuda, cudnn: tree (fixed-order reductions, default)\n"
+          "                            or atomic (atomicAdd, nondeterministic on purpose)\n"
+          "      --cudnn-algo A        cudnn: deterministic (default), fastest (may pick\n"
+          "                            nondeterministic algorithms) or an algorithm number\n"
+          "      --device N            cuda, cudnn: the GPU to use (default 0)\n"
+          "      --cuda-graph on|off   cuda, cudnn: replay each step as a captured CUDA\n"
+          "                            graph (default on) or launch every op\n"
           "\n"
           "Non-finite values and testing:\n"
           "      --stop-on-nonfinite   end the run after the step that first produced a NaN\n"
@@ -88,7 +96,8 @@ enum {
     OPT_LR, OPT_MOMENTUM, OPT_BATCH, OPT_STEPS, OPT_SEED, OPT_INIT_SEED, OPT_INIT_SCALE,
     OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
     OPT_PRECISION, OPT_INJECT, OPT_NO_SELF_CHECK, OPT_STACK, OPT_RSTACK, OPT_SIZE, OPT_NT,
-    OPT_LAYER_WEIGHTS, OPT_VIDEO, OPT_NPY_LAYOUT, OPT_PROTOCOL,
+    OPT_LAYER_WEIGHTS, OPT_VIDEO, OPT_NPY_LAYOUT, OPT_PROTOCOL, OPT_REDUCE, OPT_CUDNN_ALGO,
+    OPT_DEVICE, OPT_CUDA_GRAPH,
 };
 
 static const struct option record_options[] = {
@@ -125,6 +134,10 @@ static const struct option record_options[] = {
     {"video", required_argument, NULL, OPT_VIDEO},
     {"npy-layout", required_argument, NULL, OPT_NPY_LAYOUT},
     {"protocol", required_argument, NULL, OPT_PROTOCOL},
+    {"reduce", required_argument, NULL, OPT_REDUCE},
+    {"cudnn-algo", required_argument, NULL, OPT_CUDNN_ALGO},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"cuda-graph", required_argument, NULL, OPT_CUDA_GRAPH},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -197,6 +210,23 @@ static int record_option(int c, const char *arg, struct train_config *tc)
         tc->model.nt = (uint32_t)nt;
         return DT_OK;
     }
+    case OPT_REDUCE:
+        if (strcmp(arg, "tree") != 0 && strcmp(arg, "atomic") != 0) {
+            dt_error_set("--reduce '%s': expected tree or atomic", arg);
+            return DT_ERR;
+        }
+        tc->reduce = arg;
+        return DT_OK;
+    case OPT_CUDNN_ALGO: tc->cudnn_algo = arg; return DT_OK; /* checked by the backend */
+    case OPT_DEVICE: return cli_int("--device", arg, 0, 1023, &tc->device);
+    case OPT_CUDA_GRAPH:
+        if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
+            dt_error_set("--cuda-graph '%s': expected on or off", arg);
+            return DT_ERR;
+        }
+        tc->no_graph = strcmp(arg, "off") == 0;
+        tc->graph_given = 1;
+        return DT_OK;
     case OPT_PROTOCOL:
         if (strcmp(arg, "paper") != 0) {
             dt_error_set("--protocol '%s': expected paper", arg);

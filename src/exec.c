@@ -22,10 +22,13 @@ int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, voi
     e->hook_arg = NULL;
     e->corrupt = NULL;
     e->corrupt_arg = NULL;
+    e->advances = 0;
     e->override = dt_calloc((size_t)g->n, sizeof *e->override);
     e->buf = dt_calloc((size_t)g->n, sizeof *e->buf);
     for (int i = 0; i < g->n; i++)
         e->buf[i] = be->alloc(ctx, g->nodes[i].count);
+    if (be->prepare && be->prepare(ctx, g) < 0)
+        return DT_ERR;
     return DT_OK;
 }
 
@@ -51,10 +54,30 @@ void exec_get(struct exec *e, int i, float *host)
     e->be->download(e->ctx, host, e->buf[i], e->g->nodes[i].count);
 }
 
+/* Whether the backend may run the step as a unit (a CUDA graph): not when
+ * a fault replaces a kernel or changes an output between ops. */
+static int exec_whole_step(const struct exec *e)
+{
+    if (!e->be->step_begin || e->corrupt)
+        return 0;
+    for (int i = 0; i < e->g->n; i++)
+        if (e->override[i])
+            return 0;
+    return 1;
+}
+
 void exec_step(struct exec *e, uint64_t step)
 {
     struct backend_step st = {.step = step};
     const backend_buf *in[OP_MAX_INPUTS];
+    int whole = exec_whole_step(e), arr = (int)(e->advances & 1);
+    if (whole && e->be->step_begin(e->ctx, step, arr)) {
+        if (e->hook)
+            for (int i = 0; i < e->g->n; i++)
+                e->hook(e->hook_arg, i, e->buf[i]);
+        e->be->step_end(e->ctx, step, arr);
+        return;
+    }
     for (int i = 0; i < e->g->n; i++) {
         const struct node *nd = &e->g->nodes[i];
         if (nd->type != OP_INPUT && nd->type != OP_PARAM && nd->type != OP_STATE) {
@@ -68,6 +91,8 @@ void exec_step(struct exec *e, uint64_t step)
         if (e->hook)
             e->hook(e->hook_arg, i, e->buf[i]);
     }
+    if (whole)
+        e->be->step_end(e->ctx, step, arr);
 }
 
 void exec_advance(struct exec *e)
@@ -81,4 +106,5 @@ void exec_advance(struct exec *e)
             e->buf[nx] = t;
         }
     }
+    e->advances++;
 }

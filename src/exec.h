@@ -23,6 +23,7 @@ struct exec {
     backend_op_fn *override;   /* per node, NULL for the backend's kernel */
     void (*corrupt)(void *arg, int i, backend_buf *out);
     void *corrupt_arg;
+    uint64_t advances;         /* exec_advance calls: their parity is the buffers' arrangement */
 };
 
 /* Allocate a buffer for every node. 0, or -1 with dt_error set if the

@@ -71,6 +71,10 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         .threads = tc->threads,
         .cpu_kernel = tc->cpu_kernel,
         .precision = precision ? precision : tc->precision,
+        .reduce = tc->reduce,
+        .cudnn_algo = tc->cudnn_algo,
+        .device = tc->device,
+        .no_graph = tc->no_graph,
     };
     if (r->be->init(&r->ctx, &bo) < 0) {
         r->ctx = NULL;
@@ -428,6 +432,16 @@ int run_config_from_trace(struct train_config *tc, const struct trace_config *cf
     }
     v = trace_config_get(cfg, "cpu_kernel");
     tc->cpu_kernel = v && strcmp(v, "default") != 0 ? v : NULL;
+    tc->reduce = trace_config_get(cfg, "reduce");
+    tc->no_graph = (v = trace_config_get(cfg, "cuda_graph")) && strcmp(v, "off") == 0;
+    if ((v = trace_config_get(cfg, "cudnn_algo")) && strcmp(v, "number") == 0)
+        v = trace_config_get(cfg, "cudnn_algo_number");
+    tc->cudnn_algo = v;
+    if (trace_config_get(cfg, "device_index")) {
+        if (run_key_u64(cfg, "device_index", &u) < 0)
+            return DT_ERR;
+        tc->device = (int)u;
+    }
     if (trace_config_get(cfg, "precision")) {
         if (run_key_u64(cfg, "precision", &u) < 0)
             return DT_ERR;

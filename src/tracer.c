@@ -51,6 +51,13 @@ struct tracer {
     atomic_ullong pushed, done;
     atomic_int sleeping, stop;
     size_t pending;            /* bytes queued since the worker was last woken */
+    /* batch mode (a backend with trace_batch): ops of this step, in order */
+    int batch;
+    int nbatch;
+    const backend_buf **bbuf;  /* scratch for trace_batch */
+    size_t *bcount;
+    int *bnode;
+    struct trace_oprec *brec;
 };
 
 int tracer_finite(const struct trace_oprec *r)
@@ -138,6 +145,15 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
     atomic_init(&t->stop, 0);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->wake, NULL);
+    t->batch = be->trace_batch != NULL;
+    if (t->batch) {
+        /* the backend traces a whole step at once: no worker */
+        t->bbuf = dt_calloc((size_t)g->n, sizeof *t->bbuf);
+        t->bcount = dt_calloc((size_t)g->n, sizeof *t->bcount);
+        t->bnode = dt_calloc((size_t)g->n, sizeof *t->bnode);
+        t->brec = dt_calloc((size_t)g->n, sizeof *t->brec);
+        return t;
+    }
     t->async = async && pthread_create(&t->thread, NULL, tracer_worker, t) == 0;
     return t;
 }
@@ -159,6 +175,10 @@ void tracer_free(struct tracer *t)
     free(t->dirty);
     free(t->buf);
     free(t->queue);
+    free(t->bbuf);
+    free(t->bcount);
+    free(t->bnode);
+    free(t->brec);
     free(t);
 }
 
@@ -177,9 +197,53 @@ void tracer_mark_dirty(struct tracer *t, int i)
     t->dirty[i] = 1;
 }
 
+/* Batch mode, at the end of a step: leaves whose bytes are those of last
+ * step's update take its record (before this step's records replace it),
+ * every other op of the step gets its record from one trace_batch call, and
+ * the non-finite watch then goes through the ops in order. */
+static void tracer_flush_batch(struct tracer *t)
+{
+    int n = 0;
+    for (int k = 0; k < t->nbatch; k++) {
+        int i = t->queue[k];
+        const struct node *nd = &t->g->nodes[i];
+        if (nd->next >= 0 && t->nsteps > 0 && !t->dirty[i]) {
+            t->rec[i] = t->rec[nd->next];
+            continue;
+        }
+        t->bbuf[n] = t->buf[i];
+        t->bcount[n] = nd->count;
+        t->bnode[n++] = i;
+    }
+    if (n > 0)
+        t->be->trace_batch(t->ctx, t->bbuf, t->bcount, n, t->brec);
+    for (int k = 0; k < n; k++)
+        t->rec[t->bnode[k]] = t->brec[k];
+    for (int k = 0; k < t->nbatch; k++) {
+        int i = t->queue[k];
+        const struct node *nd = &t->g->nodes[i];
+        t->rec[i].op = (uint32_t)i;
+        if (t->nonfinite_op >= 0 || tracer_finite(&t->rec[i]))
+            continue;
+        int inputs_finite = 1;
+        for (int q = 0; q < nd->ninputs; q++)
+            inputs_finite &= tracer_finite(&t->rec[nd->inputs[q]]);
+        if (inputs_finite) {
+            t->nonfinite_op = i;
+            t->nonfinite_step = t->step;
+        }
+    }
+    t->nbatch = 0;
+}
+
 void tracer_hook(void *arg, int i, const backend_buf *buf)
 {
     struct tracer *t = arg;
+    if (t->batch) {
+        t->buf[i] = buf;
+        t->queue[t->nbatch++] = i;
+        return;
+    }
     if (!t->async) {
         tracer_process(t, i, buf);
         return;
@@ -197,6 +261,11 @@ void tracer_hook(void *arg, int i, const backend_buf *buf)
 
 void tracer_sync(struct tracer *t)
 {
+    if (t->batch) {
+        if (t->nbatch > 0)
+            tracer_flush_batch(t);
+        return;
+    }
     if (!t->async)
         return;
     t->pending = 0;

@@ -148,6 +148,15 @@ int train_finish_config(struct train_config *tc)
     }
     if (prednet && train_finish_prednet(tc) < 0)
         return DT_ERR;
+    int gpu = strcmp(tc->backend, "cuda") == 0 || strcmp(tc->backend, "cudnn") == 0;
+    if (!gpu && (tc->reduce || tc->device || tc->graph_given)) {
+        dt_error_set("--reduce, --device and --cuda-graph apply to --backend cuda and cudnn only");
+        return DT_ERR;
+    }
+    if (tc->cudnn_algo && strcmp(tc->backend, "cudnn") != 0) {
+        dt_error_set("--cudnn-algo applies to --backend cudnn only");
+        return DT_ERR;
+    }
     int adam = strcmp(tc->optimizer, "adam") == 0;
     if (isnan(tc->lr))
         tc->lr = adam ? 3e-4 : 3.0;

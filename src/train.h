@@ -27,6 +27,11 @@ struct train_config {
     int threads;
     const char *cpu_kernel;     /* NULL: OpenBLAS's own choice */
     long precision;             /* mpfr backend: bits (0: its default) */
+    const char *reduce;         /* cuda, cudnn: "tree" or "atomic" (NULL: tree) */
+    const char *cudnn_algo;     /* cudnn: "deterministic", "fastest" or a number (NULL: deterministic) */
+    int device;                 /* cuda, cudnn: GPU index */
+    int no_graph;               /* cuda, cudnn: --cuda-graph off */
+    int graph_given;
     const char *inject;         /* fault OP:KIND[:ARGS] (see fault.h), or NULL */
     const char *data_dir;
     char data_dir_buf[4096];    /* storage for data_dir when it is derived (replay) */

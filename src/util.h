@@ -16,7 +16,12 @@ void dt_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *dt_error(void);
 
 /* Abort with file, line and message: for invariants, never for user input. */
-_Noreturn void dt_panic(const char *file, int line, const char *fmt, ...)
+#ifdef __cplusplus
+[[noreturn]]
+#else
+_Noreturn
+#endif
+void dt_panic(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define DT_ASSERT(cond, ...) \
     do { if (!(cond)) dt_panic(__FILE__, __LINE__, __VA_ARGS__); } while (0)

@@ -235,6 +235,19 @@ expect 2 "bad number" -- $R --lr abc -o "$T/keep.dtr"
 one_line "bad number"
 expect 2 "unknown backend" -- $R --backend tpu -o "$T/keep.dtr"
 one_line "unknown backend"
+# this machine has no GPU (CI's has none): a GPU backend is refused clearly,
+# whether or not the build has the CUDA backends
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
+    for b in cuda cudnn; do
+        expect 2 "--backend $b without a GPU" -- $R --backend $b -o "$T/keep.dtr"
+        has "$T/err" "no usable CUDA GPU on this machine|this build has: cpu, mpfr" "--backend $b without a GPU: says why"
+        one_line "--backend $b without a GPU"
+    done
+fi
+expect 2 "--reduce on the cpu" -- $R --reduce atomic -o "$T/keep.dtr"
+one_line "--reduce on the cpu"
+expect 2 "--cudnn-algo on cuda" -- $R --backend cuda --cudnn-algo fastest -o "$T/keep.dtr"
+one_line "--cudnn-algo on cuda"
 expect 2 "no output" -- $R
 one_line "no output"
 expect 2 "unwritable output" -- $R -o /nonexistent/dir/x.dtr

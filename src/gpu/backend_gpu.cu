@@ -1,0 +1,367 @@
+/* backend_gpu.cu: the two GPU backends' tables and what they share:
+ * context, storage, transfers, tracing and the description in the trace
+ * header. `cuda` runs every op with its own kernels and cuBLAS; `cudnn` is
+ * the same with cuDNN's convolutions, pooling and activations in place of
+ * those kernels (gpu_dnn.cu). cuBLAS runs in its pedantic math mode (float32
+ * arithmetic, no TF32 or other reduced-precision tensor-core paths), on one
+ * stream with a fixed workspace: the configuration cuBLAS documents as
+ * bitwise reproducible run to run on one GPU model. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+extern "C" {
+#include "config.h"
+}
+
+void *gpu_scratch(struct gpu_ctx *c, size_t bytes)
+{
+    if (bytes <= c->scratch_bytes)
+        return c->scratch;
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->scratch)
+        GPU_CHECK(cudaFree(c->scratch));
+    size_t want = bytes + bytes / 4;
+    GPU_CHECK(cudaMalloc(&c->scratch, want));
+    c->scratch_bytes = want;
+    return c->scratch;
+}
+
+/* ---- Adam's per-step bias corrections ---- */
+
+static int gpu_adam_index(struct gpu_ctx *c, float b1, float b2)
+{
+    for (int k = 0; k < c->nadam; k++)
+        if (c->adam_b[k][0] == b1 && c->adam_b[k][1] == b2)
+            return k;
+    DT_ASSERT(c->nadam < GPU_MAX_ADAM && c->capturing < 0,
+              "more than %d Adam configurations, or a new one while a step is captured", GPU_MAX_ADAM);
+    c->adam_b[c->nadam][0] = b1;
+    c->adam_b[c->nadam][1] = b2;
+    c->adam_step = UINT64_MAX;
+    return c->nadam++;
+}
+
+/* d_adam <- the corrections of `step` for every known (b1, b2), computed as
+ * the cpu does (in double, rounded to float once) */
+static void gpu_adam_set(struct gpu_ctx *c, uint64_t step)
+{
+    if (c->nadam == 0 || c->adam_step == step)
+        return;
+    static __thread float host[2 * GPU_MAX_ADAM];
+    double t = (double)step + 1.0;
+    for (int k = 0; k < c->nadam; k++) {
+        host[2 * k] = (float)(1.0 - pow(c->adam_b[k][0], t));
+        host[2 * k + 1] = (float)(1.0 - pow(c->adam_b[k][1], t));
+    }
+    /* staged from pageable memory before the call returns; ordered on the stream */
+    GPU_CHECK(cudaMemcpyAsync(c->d_adam, host, 2 * (size_t)c->nadam * sizeof(float),
+                              cudaMemcpyHostToDevice, c->stream));
+    c->adam_step = step;
+}
+
+const float *gpu_adam_corrections(struct gpu_ctx *c, float b1, float b2, uint64_t step)
+{
+    int k = gpu_adam_index(c, b1, b2);
+    if (c->capturing < 0)
+        gpu_adam_set(c, step);
+    return c->d_adam + 2 * k;
+}
+
+static int gpu_fail(struct gpu_ctx *c, const char *what, const char *why)
+{
+    dt_error_set("--backend %s: %s: %s", c->dnn ? "cudnn" : "cuda", what, why);
+    return DT_ERR;
+}
+
+static void gpu_free(void *ctx);
+
+static int gpu_init_common(void **ctxp, const struct backend_options *opt, int dnn)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)dt_calloc(1, sizeof *c);
+    c->dnn = dnn;
+    *ctxp = NULL;
+    if (opt->reduce && strcmp(opt->reduce, "tree") != 0 && strcmp(opt->reduce, "atomic") != 0) {
+        dt_error_set("--reduce '%s': expected tree or atomic", opt->reduce);
+        free(c);
+        return DT_ERR;
+    }
+    c->atomic = opt->reduce && strcmp(opt->reduce, "atomic") == 0;
+    const char *algo = opt->cudnn_algo ? opt->cudnn_algo : "deterministic";
+    if (strcmp(algo, "deterministic") == 0) {
+        c->algo_mode = GPU_ALGO_DETERMINISTIC;
+    } else if (strcmp(algo, "fastest") == 0) {
+        c->algo_mode = GPU_ALGO_FASTEST;
+    } else {
+        char *end;
+        long v = strtol(algo, &end, 10);
+        if (*algo == 0 || *end || v < 0 || v > 64) {
+            dt_error_set("--cudnn-algo '%s': expected deterministic, fastest or an algorithm number", algo);
+            free(c);
+            return DT_ERR;
+        }
+        c->algo_mode = GPU_ALGO_NUMBER;
+        c->algo_number = (int)v;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        char why[256];
+        snprintf(why, sizeof why, "no usable CUDA GPU on this machine (%s)",
+                 e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || n == 0
+                     ? "no GPU or no NVIDIA driver" : cudaGetErrorString(e));
+        gpu_fail(c, "cannot run", why);
+        free(c);
+        return DT_ERR;
+    }
+    c->device = opt->device;
+    if (c->device < 0 || c->device >= n) {
+        dt_error_set("--device %d: this machine has %d GPU%s", c->device, n, n == 1 ? "" : "s");
+        free(c);
+        return DT_ERR;
+    }
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(c->device)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, c->device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        gpu_fail(c, "cannot start the GPU", cudaGetErrorString(e));
+        free(c);
+        return DT_ERR;
+    }
+    snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
+    c->sm_count = prop.multiProcessorCount;
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+        gpu_fail(c, "cannot start cuBLAS", "cublasCreate failed");
+        gpu_free(c);
+        return DT_ERR;
+    }
+    GPU_BLAS(cublasSetStream(c->blas, c->stream));
+    GPU_BLAS(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH));
+    GPU_BLAS(cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    /* a workspace of our own: fixed (reproducibility) and allocated now
+     * (cuBLAS must not allocate while a step is captured as a graph) */
+    GPU_CHECK(cudaMalloc(&c->blas_ws, GPU_BLAS_WORKSPACE));
+    GPU_BLAS(cublasSetWorkspace(c->blas, c->blas_ws, GPU_BLAS_WORKSPACE));
+    if (dnn) {
+        cudnnStatus_t s = cudnnCreate(&c->dnn_handle);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            gpu_fail(c, "cannot start cuDNN", cudnnGetErrorString(s));
+            gpu_free(c);
+            return DT_ERR;
+        }
+        GPU_DNN(cudnnSetStream(c->dnn_handle, c->stream));
+    }
+    c->trace = gpu_trace_new(c->stream);
+    GPU_CHECK(cudaMalloc(&c->d_adam, 2 * GPU_MAX_ADAM * sizeof(float)));
+    c->adam_step = UINT64_MAX;
+    c->capturing = -1;
+    c->graphs = !opt->no_graph;
+    *ctxp = c;
+    return DT_OK;
+}
+
+static int gpu_init_cuda(void **ctx, const struct backend_options *opt) { return gpu_init_common(ctx, opt, 0); }
+static int gpu_init_cudnn(void **ctx, const struct backend_options *opt) { return gpu_init_common(ctx, opt, 1); }
+
+static void gpu_free(void *ctx)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (!c)
+        return;
+    cudaStreamSynchronize(c->stream);
+    for (int k = 0; k < 2; k++)
+        if (c->graph[k])
+            cudaGraphExecDestroy(c->graph[k]);
+    if (c->d_adam)
+        cudaFree(c->d_adam);
+    if (c->trace)
+        gpu_trace_free(c->trace);
+    if (c->plan)
+        gpu_dnn_free(c);
+    if (c->dnn_handle)
+        cudnnDestroy(c->dnn_handle);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->blas_ws)
+        cudaFree(c->blas_ws);
+    if (c->scratch)
+        cudaFree(c->scratch);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static backend_buf *gpu_alloc(void *ctx, size_t count)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    void *p = NULL;
+    size_t bytes = (count ? count : 1) * sizeof(float);
+    GPU_CHECK(cudaMalloc(&p, bytes));
+    GPU_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream));
+    return p;
+}
+
+static void gpu_release(void *ctx, backend_buf *buf)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    GPU_CHECK(cudaFree(buf));
+}
+
+static void gpu_upload(void *ctx, backend_buf *dst, const float *src, size_t count)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    GPU_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+static void gpu_download(void *ctx, float *dst, const backend_buf *src, size_t count)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    GPU_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+static void gpu_trace_one(void *ctx, const backend_buf *buf, size_t count, struct trace_oprec *rec)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    const float *p = (const float *)buf;
+    gpu_trace_batch(c->trace, &p, &count, 1, rec);
+}
+
+static void gpu_trace_many(void *ctx, const backend_buf *const *bufs, const size_t *counts, int n,
+                           struct trace_oprec *rec)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    gpu_trace_batch(c->trace, (const float *const *)bufs, counts, n, rec);
+}
+
+static void gpu_describe(void *ctx, struct trace_config *cfg)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    int rt = 0, drv = 0, blas = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    cublasGetVersion(c->blas, &blas);
+    trace_config_setf(cfg, "device_index", "%d", c->device);
+    trace_config_setf(cfg, "device", "%s, %d SMs", c->device_name, c->sm_count);
+    trace_config_setf(cfg, "cuda_runtime", "%d.%d", rt / 1000, rt % 1000 / 10);
+    trace_config_setf(cfg, "cuda_driver", "%d.%d", drv / 1000, drv % 1000 / 10);
+    trace_config_setf(cfg, "cublas", "%d (pedantic float32 math, no TF32; atomics not allowed)", blas);
+    trace_config_set(cfg, "reduce", c->atomic ? "atomic" : "tree");
+    trace_config_set(cfg, "cuda_graph", c->graphs ? "on" : "off");
+    if (c->dnn) {
+        size_t v = cudnnGetVersion();
+        trace_config_setf(cfg, "cudnn", "%zu.%zu.%zu", v / 10000, v % 10000 / 100, v % 100);
+        trace_config_set(cfg, "cudnn_algo",
+                         c->algo_mode == GPU_ALGO_DETERMINISTIC ? "deterministic"
+                         : c->algo_mode == GPU_ALGO_FASTEST     ? "fastest" : "number");
+        if (c->algo_mode == GPU_ALGO_NUMBER)
+            trace_config_setf(cfg, "cudnn_algo_number", "%d", c->algo_number);
+        gpu_dnn_describe(c, cfg);
+    }
+}
+
+static int gpu_sync(void *ctx)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        dt_error_set("GPU: %s", cudaGetErrorString(e));
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
+static int gpu_prepare(void *ctx, const struct graph *g)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    /* a context may run one graph after another (tests do): the captured
+     * steps belong to the last one */
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    for (int k = 0; k < 2; k++)
+        if (c->graph[k]) {
+            GPU_CHECK(cudaGraphExecDestroy(c->graph[k]));
+            c->graph[k] = NULL;
+        }
+    c->eager_steps = 0;
+    c->nadam = 0;
+    c->adam_step = UINT64_MAX;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].type == OP_ADAM_P)
+            gpu_adam_index(c, g->nodes[i].p.adam.b1, g->nodes[i].p.adam.b2);
+    return c->dnn ? gpu_dnn_prepare(c, g) : DT_OK;
+}
+
+/* ---- the step as a CUDA graph ----
+ * The first step runs eagerly: it sizes every scratch buffer, so nothing is
+ * allocated while a step is captured. Each later step with an arrangement
+ * not captured yet is captured (its kernels are recorded, not run) and then
+ * launched; after that, a step of that arrangement is one graph launch. The
+ * per-step values (Adam's corrections) live in device memory and are set
+ * before the launch. */
+static int gpu_step_begin(void *ctx, uint64_t step, int arr)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    gpu_adam_set(c, step);
+    if (!c->graphs || c->eager_steps == 0)
+        return 0;
+    if (c->graph[arr]) {
+        GPU_CHECK(cudaGraphLaunch(c->graph[arr], c->stream));
+        return 1;
+    }
+    GPU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capturing = arr;
+    return 0;
+}
+
+static void gpu_step_end(void *ctx, uint64_t step, int arr)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (c->capturing < 0) {
+        if (!c->graph[arr])
+            c->eager_steps++;
+        return;
+    }
+    cudaGraph_t graph;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    c->capturing = -1;
+    DT_ASSERT(e == cudaSuccess, "capturing step %llu as a CUDA graph: %s (run with --cuda-graph off)",
+              (unsigned long long)step, cudaGetErrorString(e));
+    GPU_CHECK(cudaGraphInstantiate(&c->graph[arr], graph, 0));
+    GPU_CHECK(cudaGraphDestroy(graph));
+    GPU_CHECK(cudaGraphLaunch(c->graph[arr], c->stream));
+}
+
+/* The two tables differ only in the entries cuDNN replaces. */
+static struct backend_ops gpu_table(const char *name, int (*init)(void **, const struct backend_options *),
+                                    int dnn)
+{
+    struct backend_ops b;
+    memset(&b, 0, sizeof b);
+    b.api_version = BACKEND_API_VERSION;
+    b.name = name;
+    b.init = init;
+    b.free = gpu_free;
+    b.alloc = gpu_alloc;
+    b.release = gpu_release;
+    b.upload = gpu_upload;
+    b.download = gpu_download;
+    b.trace = gpu_trace_one;
+    b.describe = gpu_describe;
+    b.sync = gpu_sync;
+    b.trace_batch = gpu_trace_many;
+    b.prepare = gpu_prepare;
+    b.step_begin = gpu_step_begin;
+    b.step_end = gpu_step_end;
+    for (int t = 0; t < OP_COUNT; t++)
+        b.op[t] = dnn && gpu_dnn_ops[t] ? gpu_dnn_ops[t] : gpu_ops[t];
+    return b;
+}
+
+extern "C" const struct backend_ops backend_cuda = gpu_table("cuda", gpu_init_cuda, 0);
+extern "C" const struct backend_ops backend_cudnn = gpu_table("cudnn", gpu_init_cudnn, 1);

@@ -1,0 +1,106 @@
+/* gpu.h: what the .cu files of the GPU backends (cuda, cudnn) share: the
+ * context, error checks and the entry points of each file. C++ (CUDA) only;
+ * the C side sees backend.h alone. Every kernel runs on ctx->stream, so the
+ * op order of the graph is the execution order on the device. */
+#ifndef DT_GPU_H
+#define DT_GPU_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+extern "C" {
+#include "backend.h"
+#include "util.h"
+}
+
+struct gpu_trace;    /* gpu_trace.cu */
+struct gpu_dnn_plan; /* gpu_dnn.cu */
+
+enum gpu_algo_mode { GPU_ALGO_DETERMINISTIC, GPU_ALGO_FASTEST, GPU_ALGO_NUMBER };
+
+#define GPU_MAX_ADAM 4
+#define GPU_BLAS_WORKSPACE ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */
+
+struct gpu_ctx {
+    int device;
+    int atomic;                   /* --reduce atomic */
+    int dnn;                      /* the cudnn backend (else cuda) */
+    enum gpu_algo_mode algo_mode; /* cudnn: --cudnn-algo */
+    int algo_number;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;                /* cuBLAS workspace, GPU_BLAS_WORKSPACE bytes */
+    cudnnHandle_t dnn_handle;     /* cudnn backend only */
+    void *scratch;                /* device scratch (im2col, cuDNN workspace) */
+    size_t scratch_bytes;
+    char device_name[256];
+    int sm_count;
+    struct gpu_trace *trace;
+    struct gpu_dnn_plan *plan;
+    /* Adam's bias corrections c1 = 1 - b1^t, c2 = 1 - b2^t for each (b1, b2)
+     * of the graph, in device memory, set at the start of every step */
+    int nadam;
+    float adam_b[GPU_MAX_ADAM][2];
+    float *d_adam;                /* 2 * GPU_MAX_ADAM floats */
+    uint64_t adam_step;           /* the step d_adam holds, or UINT64_MAX */
+    /* CUDA graphs: the whole step captured once for each arrangement of
+     * the parameter buffers (they swap with their updates every step) */
+    int graphs;                   /* enabled */
+    cudaGraphExec_t graph[2];
+    int capturing;                /* arrangement being captured, or -1 */
+    uint64_t eager_steps;         /* steps run without a graph so far */
+};
+
+/* A failed CUDA, cuBLAS or cuDNN call in a kernel wrapper cannot be handed
+ * back through the op table: it is a fault of the program or the device,
+ * reported with its place and the library's message, and the process ends. */
+#define GPU_CHECK(call)                                                                     \
+    do {                                                                                    \
+        cudaError_t gpu_e_ = (call);                                                        \
+        DT_ASSERT(gpu_e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(gpu_e_));       \
+    } while (0)
+#define GPU_BLAS(call)                                                                      \
+    do {                                                                                    \
+        cublasStatus_t gpu_s_ = (call);                                                     \
+        DT_ASSERT(gpu_s_ == CUBLAS_STATUS_SUCCESS, "%s: cuBLAS status %d", #call, (int)gpu_s_); \
+    } while (0)
+#define GPU_DNN(call)                                                                       \
+    do {                                                                                    \
+        cudnnStatus_t gpu_s_ = (call);                                                      \
+        DT_ASSERT(gpu_s_ == CUDNN_STATUS_SUCCESS, "%s: %s", #call, cudnnGetErrorString(gpu_s_)); \
+    } while (0)
+/* after a kernel launch */
+#define GPU_LAUNCHED() GPU_CHECK(cudaGetLastError())
+
+/* Device scratch of at least `bytes` (grown on demand, kept; synchronous
+ * with the stream, so a kernel still using the old buffer has finished). */
+void *gpu_scratch(struct gpu_ctx *c, size_t bytes);
+
+/* The device address of the (c1, c2) pair of Adam with these betas for
+ * `step`, computed as the cpu does (in double, rounded to float once) and
+ * uploaded when the step begins (backend_gpu.cu). */
+const float *gpu_adam_corrections(struct gpu_ctx *c, float b1, float b2, uint64_t step);
+
+/* The op kernels: gpu_ops.cu (every op type, own kernels and cuBLAS) and
+ * gpu_dnn.cu (cuDNN's convolutions, pooling and activations). */
+#define GPU_OP(name)                                                                        \
+    void name(void *ctx, const struct graph *g, const struct node *nd, backend_buf *out,    \
+              const backend_buf *const *in, const struct backend_step *st)
+extern const backend_op_fn gpu_ops[OP_COUNT];     /* gpu_ops.cu: the cuda backend's table */
+extern const backend_op_fn gpu_dnn_ops[OP_COUNT]; /* gpu_dnn.cu: entries cuDNN replaces, NULL elsewhere */
+/* cudnn backend: descriptors and algorithms for every convolution of g;
+ * 0, or -1 with dt_error set. */
+int gpu_dnn_prepare(struct gpu_ctx *c, const struct graph *g);
+void gpu_dnn_free(struct gpu_ctx *c);
+/* The algorithms chosen, for the trace header ("fwd 4x19x64x64 k1 3x3: IMPLICIT_GEMM; ..."). */
+void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg);
+
+/* gpu_trace.cu: the tensor hash (hash.h's tree of XXH3-64 leaves) and
+ * statistics (stats.h) of many device buffers at once. */
+struct gpu_trace *gpu_trace_new(cudaStream_t stream);
+void gpu_trace_free(struct gpu_trace *t);
+void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
+                     struct trace_oprec *rec);
+
+#endif

@@ -1,0 +1,867 @@
+/* gpu_dnn.cu: the cudnn backend's kernels: cuDNN's convolutions (with the
+ * algorithm of each chosen once per shape and direction by --cudnn-algo),
+ * max pooling, activations and per-channel bias of (N,C,H,W) tensors, through
+ * cuDNN 9's legacy API. Everything else, and every op of another rank, runs
+ * the cuda backend's kernels (gpu_ops.cu).
+ * Dimension letters: N batch, C input channels, K output channels, H x W
+ * image, R x S kernel (op.h). */
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+/* The largest convolution workspace an algorithm may ask for. A constant,
+ * not a share of the free memory, so that which algorithms qualify does not
+ * depend on what else holds memory on the GPU. */
+#define DNN_WORKSPACE_MAX ((size_t)1 << 30)
+#define DNN_MAX_CANDIDATES 64
+
+enum dnn_dir { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_NDIR };
+
+static const char *const dnn_dir_name[DNN_NDIR] = {"fwd", "bwd_data", "bwd_filter"};
+static const int dnn_algo_count[DNN_NDIR] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
+/* Indexed by the cudnnConvolution*Algo_t values (cudnn_ops.h). */
+static const char *const dnn_fwd_names[CUDNN_CONVOLUTION_FWD_ALGO_COUNT] = {
+    "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+    "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+static const char *const dnn_bwd_data_names[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT] = {
+    "ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+static const char *const dnn_bwd_filter_names[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT] = {
+    "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+static const char *const *const dnn_algo_names[DNN_NDIR] = {dnn_fwd_names, dnn_bwd_data_names,
+                                                            dnn_bwd_filter_names};
+
+static const char *dnn_algo_name(enum dnn_dir d, int algo)
+{
+    return algo >= 0 && algo < dnn_algo_count[d] ? dnn_algo_names[d][algo] : "?";
+}
+
+/* The algorithms cuDNN's documentation ("Reproducibility") names as not
+ * bitwise reproducible run to run: they sum with atomics. */
+static int dnn_algo_documented_nondet(enum dnn_dir d, int algo)
+{
+    return (d == DNN_BWD_DATA && algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0) ||
+           (d == DNN_BWD_FILTER && (algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+                                    algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3));
+}
+
+/* Algorithms that do not sum the convolution's products (FFT and Winograd
+ * transforms): their rounding is not that of any summation order, so the
+ * exact oracle's bound (divtrace-replay(1)) does not cover them. The
+ * deterministic mode leaves them out; fastest and a number may use them. */
+static int dnn_algo_transform(enum dnn_dir d, int algo)
+{
+    switch (d) {
+    case DNN_FWD:
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    case DNN_BWD_DATA:
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    case DNN_BWD_FILTER:
+        return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+               algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+    default:
+        return 0;
+    }
+}
+
+/* One convolution shape and the algorithm chosen for each direction the
+ * graph uses. */
+struct gpu_dnn_conv {
+    uint32_t n, c, h, w, k, r, s;
+    cudnnTensorDescriptor_t x, y;       /* (N,C,H,W), (N,K,H,W): owned by the tensor list */
+    cudnnFilterDescriptor_t f;          /* (K,C,R,S) */
+    cudnnConvolutionDescriptor_t conv;
+    int used[DNN_NDIR];
+    int algo[DNN_NDIR];
+    size_t ws[DNN_NDIR];                /* workspace bytes of the chosen algorithm */
+    int det[DNN_NDIR];                  /* cuDNN reports the choice deterministic */
+};
+
+/* A 4-d NCHW float tensor descriptor, shared by every node of its shape. */
+struct gpu_dnn_tensor {
+    uint32_t d[4];
+    cudnnTensorDescriptor_t desc;
+};
+
+/* Per node: its convolution (index into conv[], or -1) and the descriptors
+ * its kernel uses (NULL for nodes that do not go to cuDNN). */
+struct gpu_dnn_node {
+    int conv;
+    cudnnTensorDescriptor_t a, b;
+};
+
+enum { DNN_ACT_RELU, DNN_ACT_TANH, DNN_ACT_SIGMOID, DNN_NACT };
+
+struct gpu_dnn_plan {
+    const struct graph *g;              /* the graph prepared, to catch a stray one */
+    int n;
+    struct gpu_dnn_node *node;          /* n entries */
+    struct gpu_dnn_conv *conv;
+    int nconv, capconv;
+    struct gpu_dnn_tensor *tensor;
+    int ntensor, captensor;
+    cudnnActivationDescriptor_t act[DNN_NACT];
+    cudnnPoolingDescriptor_t pool_fwd;  /* CUDNN_POOLING_MAX_DETERMINISTIC */
+    cudnnPoolingDescriptor_t pool_bwd;  /* CUDNN_POOLING_MAX: fastest mode's backward */
+    size_t ws_max;
+};
+
+static const float dnn_one = 1.0f, dnn_zero = 0.0f;
+
+/* ---- policy: what runs where ------------------------------------------------ */
+
+/* cuDNN's documentation does not list cudnnConvolutionBackwardBias among the
+ * routines that are not reproducible, but its list is given "for example"
+ * and its summation order is undocumented: it runs only when the user asked
+ * for the fastest path and no atomics of ours were requested instead. */
+static int dnn_bias_grad_is_cudnn(const struct gpu_ctx *c)
+{
+    return c->algo_mode == GPU_ALGO_FASTEST && !c->atomic;
+}
+
+/* cudnnPoolingBackward with CUDNN_POOLING_MAX is documented as not
+ * reproducible; its rule for windows with tied maxima (several equal
+ * elements, -0 and +0, NaN) is undocumented and may differ from op.h's first
+ * maximum. Only the fastest mode uses it. */
+static int dnn_pool_bwd_is_cudnn(const struct gpu_ctx *c) { return c->algo_mode == GPU_ALGO_FASTEST; }
+
+/* ---- descriptors -------------------------------------------------------------- */
+
+static cudnnTensorDescriptor_t dnn_tensor(struct gpu_dnn_plan *p, uint32_t n, uint32_t c,
+                                          uint32_t h, uint32_t w)
+{
+    for (int i = 0; i < p->ntensor; i++) {
+        const uint32_t *d = p->tensor[i].d;
+        if (d[0] == n && d[1] == c && d[2] == h && d[3] == w)
+            return p->tensor[i].desc;
+    }
+    DT_ASSERT(n <= INT_MAX && c <= INT_MAX && h <= INT_MAX && w <= INT_MAX,
+              "cudnn: tensor %ux%ux%ux%u too large", n, c, h, w);
+    if (p->ntensor == p->captensor) {
+        p->captensor = p->captensor ? 2 * p->captensor : 16;
+        p->tensor = (struct gpu_dnn_tensor *)dt_realloc(p->tensor, (size_t)p->captensor * sizeof *p->tensor);
+    }
+    struct gpu_dnn_tensor *t = &p->tensor[p->ntensor++];
+    t->d[0] = n;
+    t->d[1] = c;
+    t->d[2] = h;
+    t->d[3] = w;
+    GPU_DNN(cudnnCreateTensorDescriptor(&t->desc));
+    GPU_DNN(cudnnSetTensor4dDescriptor(t->desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c,
+                                       (int)h, (int)w));
+    return t->desc;
+}
+
+/* The descriptor of a rank-4 node shape. */
+static cudnnTensorDescriptor_t dnn_tensor_of(struct gpu_dnn_plan *p, const struct node *nd)
+{
+    DT_ASSERT(nd->ndim == 4, "cudnn: %s is not an (N,C,H,W) tensor", nd->name);
+    return dnn_tensor(p, nd->shape[0], nd->shape[1], nd->shape[2], nd->shape[3]);
+}
+
+/* The convolution of shape (N,C,H,W) * (K,C,R,S), made on first use: stride 1,
+ * padding R/2 and S/2 ("same" for odd kernels), dilation 1, cross-correlation,
+ * float32 data and accumulation.
+ * Math type CUDNN_FMA_MATH, which cuDNN restricts to kernels built from
+ * float FMA instructions. CUDNN_DEFAULT_MATH permits TF32 tensor-core kernels
+ * for float32 data on Ampere and later GPUs (the H200 included), which round
+ * the inputs to 10-bit mantissas: not op.h's float32 products. A ranking
+ * entry that reports a tensor-op math type is skipped (dnn_math_ok). */
+static int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
+                         uint32_t k, uint32_t r, uint32_t s)
+{
+    for (int i = 0; i < p->nconv; i++) {
+        const struct gpu_dnn_conv *cv = &p->conv[i];
+        if (cv->n == n && cv->c == c && cv->h == h && cv->w == w && cv->k == k && cv->r == r &&
+            cv->s == s)
+            return i;
+    }
+    DT_ASSERT(r % 2 == 1 && s % 2 == 1, "cudnn: conv kernel %ux%u is not odd", r, s);
+    DT_ASSERT(k <= INT_MAX && r <= INT_MAX && s <= INT_MAX, "cudnn: filter too large");
+    if (p->nconv == p->capconv) {
+        p->capconv = p->capconv ? 2 * p->capconv : 8;
+        p->conv = (struct gpu_dnn_conv *)dt_realloc(p->conv, (size_t)p->capconv * sizeof *p->conv);
+    }
+    struct gpu_dnn_conv *cv = &p->conv[p->nconv];
+    memset(cv, 0, sizeof *cv);
+    cv->n = n, cv->c = c, cv->h = h, cv->w = w, cv->k = k, cv->r = r, cv->s = s;
+    for (int d = 0; d < DNN_NDIR; d++)
+        cv->algo[d] = -1;
+    cv->x = dnn_tensor(p, n, c, h, w);
+    cv->y = dnn_tensor(p, n, k, h, w);
+    GPU_DNN(cudnnCreateFilterDescriptor(&cv->f));
+    GPU_DNN(cudnnSetFilter4dDescriptor(cv->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)k, (int)c,
+                                       (int)r, (int)s));
+    GPU_DNN(cudnnCreateConvolutionDescriptor(&cv->conv));
+    GPU_DNN(cudnnSetConvolution2dDescriptor(cv->conv, (int)(r / 2), (int)(s / 2), 1, 1, 1, 1,
+                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    GPU_DNN(cudnnSetConvolutionMathType(cv->conv, CUDNN_FMA_MATH));
+    int on, oc, oh, ow;
+    GPU_DNN(cudnnGetConvolution2dForwardOutputDim(cv->conv, cv->x, cv->f, &on, &oc, &oh, &ow));
+    DT_ASSERT(on == (int)n && oc == (int)k && oh == (int)h && ow == (int)w,
+              "cudnn: conv %ux%ux%ux%u k%u %ux%u gives %dx%dx%dx%d, not a same-size output", n, c,
+              h, w, k, r, s, on, oc, oh, ow);
+    return p->nconv++;
+}
+
+static void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv)
+{
+    snprintf(buf, size, "%ux%ux%ux%u k%u %ux%u", cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s);
+}
+
+/* ---- convolution calls, one switch per direction ------------------------------ */
+
+/* One convolution with algorithm algo: fwd y = conv(a = x, b = w); bwd_data
+ * dx = (a = dy, b = w); bwd_filter dw = (a = x, b = dy). The status is
+ * returned, not checked: prepare tries algorithms that may be unsupported. */
+static cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
+                                   int algo, void *ws, size_t ws_bytes, const void *a,
+                                   const void *b, void *out)
+{
+    switch (d) {
+    case DNN_FWD:
+        return cudnnConvolutionForward(c->dnn_handle, &dnn_one, cv->x, a, cv->f, b, cv->conv,
+                                       (cudnnConvolutionFwdAlgo_t)algo, ws, ws_bytes, &dnn_zero,
+                                       cv->y, out);
+    case DNN_BWD_DATA:
+        return cudnnConvolutionBackwardData(c->dnn_handle, &dnn_one, cv->f, b, cv->y, a, cv->conv,
+                                            (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes,
+                                            &dnn_zero, cv->x, out);
+    case DNN_BWD_FILTER:
+        return cudnnConvolutionBackwardFilter(c->dnn_handle, &dnn_one, cv->x, a, cv->y, b, cv->conv,
+                                              (cudnnConvolutionBwdFilterAlgo_t)algo, ws, ws_bytes,
+                                              &dnn_zero, cv->f, out);
+    default:
+        DT_ASSERT(0, "cudnn: direction %d", (int)d);
+    }
+}
+
+static cudnnStatus_t dnn_conv_ws(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
+                                 int algo, size_t *bytes)
+{
+    *bytes = 0;
+    switch (d) {
+    case DNN_FWD:
+        return cudnnGetConvolutionForwardWorkspaceSize(c->dnn_handle, cv->x, cv->f, cv->conv, cv->y,
+                                                       (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    case DNN_BWD_DATA:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn_handle, cv->f, cv->y, cv->conv,
+                                                            cv->x, (cudnnConvolutionBwdDataAlgo_t)algo,
+                                                            bytes);
+    case DNN_BWD_FILTER:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            c->dnn_handle, cv->x, cv->y, cv->conv, cv->f, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+    default:
+        DT_ASSERT(0, "cudnn: direction %d", (int)d);
+    }
+}
+
+/* An entry of cuDNN's ranking, whatever the direction. */
+struct dnn_cand {
+    int algo;
+    cudnnStatus_t status;
+    size_t memory;
+    cudnnDeterminism_t det;
+    cudnnMathType_t math;
+};
+
+#define DNN_COPY_CANDS(perf, n, out)                                                        \
+    for (int i_ = 0; i_ < (n); i_++) {                                                      \
+        (out)[i_].algo = (int)(perf)[i_].algo;                                              \
+        (out)[i_].status = (perf)[i_].status;                                               \
+        (out)[i_].memory = (perf)[i_].memory;                                               \
+        (out)[i_].det = (perf)[i_].determinism;                                             \
+        (out)[i_].math = (perf)[i_].mathType;                                               \
+    }
+
+/* cuDNN's ranking of the algorithms for direction d, best first: its
+ * heuristics (cudnnGet*Algorithm_v7: no timing, the same answer every run)
+ * or, when `timed`, its measurements (cudnnFind*Algorithm: each algorithm run
+ * and timed now, so the order may change from run to run). The count, or
+ * -1 with dt_error set. */
+static int dnn_conv_rank(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d, int timed,
+                         struct dnn_cand *out)
+{
+    int n = 0;
+    cudnnStatus_t s;
+    switch (d) {
+    case DNN_FWD: {
+        cudnnConvolutionFwdAlgoPerf_t perf[DNN_MAX_CANDIDATES];
+        s = timed ? cudnnFindConvolutionForwardAlgorithm(c->dnn_handle, cv->x, cv->f, cv->conv, cv->y,
+                                                         DNN_MAX_CANDIDATES, &n, perf)
+                  : cudnnGetConvolutionForwardAlgorithm_v7(c->dnn_handle, cv->x, cv->f, cv->conv,
+                                                           cv->y, DNN_MAX_CANDIDATES, &n, perf);
+        if (s == CUDNN_STATUS_SUCCESS)
+            DNN_COPY_CANDS(perf, n, out);
+        break;
+    }
+    case DNN_BWD_DATA: {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[DNN_MAX_CANDIDATES];
+        s = timed ? cudnnFindConvolutionBackwardDataAlgorithm(c->dnn_handle, cv->f, cv->y, cv->conv,
+                                                              cv->x, DNN_MAX_CANDIDATES, &n, perf)
+                  : cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn_handle, cv->f, cv->y, cv->conv,
+                                                                cv->x, DNN_MAX_CANDIDATES, &n, perf);
+        if (s == CUDNN_STATUS_SUCCESS)
+            DNN_COPY_CANDS(perf, n, out);
+        break;
+    }
+    case DNN_BWD_FILTER: {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[DNN_MAX_CANDIDATES];
+        s = timed ? cudnnFindConvolutionBackwardFilterAlgorithm(c->dnn_handle, cv->x, cv->y, cv->conv,
+                                                                cv->f, DNN_MAX_CANDIDATES, &n, perf)
+                  : cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn_handle, cv->x, cv->y,
+                                                                  cv->conv, cv->f,
+                                                                  DNN_MAX_CANDIDATES, &n, perf);
+        if (s == CUDNN_STATUS_SUCCESS)
+            DNN_COPY_CANDS(perf, n, out);
+        break;
+    }
+    default:
+        DT_ASSERT(0, "cudnn: direction %d", (int)d);
+    }
+    if (s != CUDNN_STATUS_SUCCESS) {
+        char shape[96];
+        dnn_shape_str(shape, sizeof shape, cv);
+        dt_error_set("cudnn: cannot rank the %s algorithms of %s (%s): %s", dnn_dir_name[d], shape,
+                     timed ? "cudnnFind" : "cudnnGet_v7", cudnnGetErrorString(s));
+        return DT_ERR;
+    }
+    DT_ASSERT(n >= 0 && n <= DNN_MAX_CANDIDATES, "cudnn: %d algorithms returned", n);
+    return n;
+}
+
+/* Device buffers for a trial run of every chosen algorithm (zeros: the
+ * values do not matter, only that cuDNN accepts and runs the call). */
+struct dnn_trial {
+    float *x, *y, *f;  /* (N,C,H,W), (N,K,H,W), (K,C,R,S) */
+};
+
+/* Whether algorithm algo runs for direction d of cv with a workspace of
+ * *ws bytes (set), at most DNN_WORKSPACE_MAX: cuDNN reports some
+ * combinations unsupported only when they are called. The status of the
+ * first failure, or success. */
+static cudnnStatus_t dnn_conv_try(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
+                                  int algo, const struct dnn_trial *t, size_t *ws)
+{
+    cudnnStatus_t s = dnn_conv_ws(c, cv, d, algo, ws);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
+    if (*ws > DNN_WORKSPACE_MAX)
+        return CUDNN_STATUS_NOT_SUPPORTED; /* the caller sees *ws */
+    void *w = gpu_scratch(c, *ws);
+    switch (d) {
+    case DNN_FWD:
+        s = dnn_conv_call(c, cv, d, algo, w, *ws, t->x, t->f, t->y);
+        break;
+    case DNN_BWD_DATA:
+        s = dnn_conv_call(c, cv, d, algo, w, *ws, t->y, t->f, t->x);
+        break;
+    default:
+        s = dnn_conv_call(c, cv, d, algo, w, *ws, t->x, t->y, t->f);
+        break;
+    }
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
+    /* an error inside a kernel surfaces here (and would poison the context) */
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* A math type that may use tensor cores: never taken (see dnn_conv_find). */
+static int dnn_math_ok(cudnnMathType_t m) { return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH; }
+
+/* Choose the algorithm of direction d of cv (--cudnn-algo):
+ * deterministic: the first of cuDNN's heuristic ranking that cuDNN reports
+ *   deterministic, that fits DNN_WORKSPACE_MAX and that runs;
+ * fastest: the first of cuDNN's timed ranking that fits and runs, whatever
+ *   its determinism (as frameworks' autotuners do: the choice itself may
+ *   change from run to run);
+ * a number: that algorithm, refused if it does not run for this shape.
+ * 0, or -1 with dt_error set. */
+static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_dir d,
+                           const struct dnn_trial *t)
+{
+    char shape[96];
+    dnn_shape_str(shape, sizeof shape, cv);
+    struct dnn_cand cand[DNN_MAX_CANDIDATES];
+    size_t ws = 0;
+    if (c->algo_mode == GPU_ALGO_NUMBER) {
+        int a = c->algo_number;
+        if (a >= dnn_algo_count[d]) {
+            dt_error_set("--cudnn-algo %d: cuDNN's %s convolution has algorithms 0 to %d", a,
+                         dnn_dir_name[d], dnn_algo_count[d] - 1);
+            return DT_ERR;
+        }
+        cudnnStatus_t s = dnn_conv_try(c, cv, d, a, t, &ws);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            if (ws > DNN_WORKSPACE_MAX)
+                dt_error_set("--cudnn-algo %d: %s %s (%s) needs a workspace of %zu MiB, over the "
+                             "limit of %zu MiB", a, dnn_dir_name[d], dnn_algo_name(d, a), shape,
+                             ws >> 20, DNN_WORKSPACE_MAX >> 20);
+            else
+                dt_error_set("--cudnn-algo %d: %s %s is not available for %s: %s", a,
+                             dnn_dir_name[d], dnn_algo_name(d, a), shape, cudnnGetErrorString(s));
+            return DT_ERR;
+        }
+        /* cuDNN's own determinism claim where its ranking lists the algorithm */
+        int det = !dnn_algo_documented_nondet(d, a);
+        int n = dnn_conv_rank(c, cv, d, 0, cand);
+        for (int i = 0; i < n; i++)
+            if (cand[i].algo == a && cand[i].status == CUDNN_STATUS_SUCCESS) {
+                det = det && cand[i].det == CUDNN_DETERMINISTIC;
+                break;
+            }
+        cv->algo[d] = a;
+        cv->ws[d] = ws;
+        cv->det[d] = det;
+        return DT_OK;
+    }
+    int timed = c->algo_mode == GPU_ALGO_FASTEST;
+    int n = dnn_conv_rank(c, cv, d, timed, cand);
+    if (n < 0)
+        return DT_ERR;
+    for (int i = 0; i < n; i++) {
+        const struct dnn_cand *k = &cand[i];
+        if (k->status != CUDNN_STATUS_SUCCESS || !dnn_math_ok(k->math) || k->memory > DNN_WORKSPACE_MAX ||
+            k->algo < 0 || k->algo >= dnn_algo_count[d])
+            continue;
+        if (!timed && (k->det != CUDNN_DETERMINISTIC || dnn_algo_documented_nondet(d, k->algo) ||
+                       dnn_algo_transform(d, k->algo)))
+            continue;
+        if (dnn_conv_try(c, cv, d, k->algo, t, &ws) != CUDNN_STATUS_SUCCESS)
+            continue;
+        cv->algo[d] = k->algo;
+        cv->ws[d] = ws;
+        cv->det[d] = k->det == CUDNN_DETERMINISTIC && !dnn_algo_documented_nondet(d, k->algo);
+        return DT_OK;
+    }
+    dt_error_set("--cudnn-algo %s: cuDNN offers no %s%s algorithm for %s within a %zu MiB workspace "
+                 "(%d ranked)", timed ? "fastest" : "deterministic",
+                 timed ? "" : "deterministic ", dnn_dir_name[d], shape, DNN_WORKSPACE_MAX >> 20, n);
+    return DT_ERR;
+}
+
+/* Choose every used direction of cv, trying the calls on zero buffers. */
+static int dnn_conv_plan(struct gpu_ctx *c, struct gpu_dnn_conv *cv)
+{
+    struct dnn_trial t = {NULL, NULL, NULL};
+    size_t nx = (size_t)cv->n * cv->c * cv->h * cv->w, ny = (size_t)cv->n * cv->k * cv->h * cv->w,
+           nf = (size_t)cv->k * cv->c * cv->r * cv->s;
+    int rc = DT_OK;
+    cudaError_t e;
+    if ((e = cudaMalloc(&t.x, nx * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc(&t.y, ny * sizeof(float))) != cudaSuccess ||
+        (e = cudaMalloc(&t.f, nf * sizeof(float))) != cudaSuccess) {
+        cudaGetLastError(); /* clear the (non-sticky) allocation error */
+        dt_error_set("cudnn: no GPU memory to try the convolution algorithms: %s",
+                     cudaGetErrorString(e));
+        rc = DT_ERR;
+    } else {
+        GPU_CHECK(cudaMemsetAsync(t.x, 0, nx * sizeof(float), c->stream));
+        GPU_CHECK(cudaMemsetAsync(t.y, 0, ny * sizeof(float), c->stream));
+        GPU_CHECK(cudaMemsetAsync(t.f, 0, nf * sizeof(float), c->stream));
+        for (int d = 0; d < DNN_NDIR && rc == DT_OK; d++)
+            if (cv->used[d])
+                rc = dnn_conv_choose(c, cv, (enum dnn_dir)d, &t);
+    }
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    if (t.x)
+        GPU_CHECK(cudaFree(t.x));
+    if (t.y)
+        GPU_CHECK(cudaFree(t.y));
+    if (t.f)
+        GPU_CHECK(cudaFree(t.f));
+    return rc;
+}
+
+/* ---- prepare, free, describe ----------------------------------------------------- */
+
+void gpu_dnn_free(struct gpu_ctx *c)
+{
+    struct gpu_dnn_plan *p = c->plan;
+    if (!p)
+        return;
+    for (int i = 0; i < p->nconv; i++) {
+        if (p->conv[i].f)
+            GPU_DNN(cudnnDestroyFilterDescriptor(p->conv[i].f));
+        if (p->conv[i].conv)
+            GPU_DNN(cudnnDestroyConvolutionDescriptor(p->conv[i].conv));
+    }
+    for (int i = 0; i < p->ntensor; i++)
+        GPU_DNN(cudnnDestroyTensorDescriptor(p->tensor[i].desc));
+    for (int i = 0; i < DNN_NACT; i++)
+        if (p->act[i])
+            GPU_DNN(cudnnDestroyActivationDescriptor(p->act[i]));
+    if (p->pool_fwd)
+        GPU_DNN(cudnnDestroyPoolingDescriptor(p->pool_fwd));
+    if (p->pool_bwd)
+        GPU_DNN(cudnnDestroyPoolingDescriptor(p->pool_bwd));
+    free(p->conv);
+    free(p->tensor);
+    free(p->node);
+    free(p);
+    c->plan = NULL;
+}
+
+/* The node types that go to cuDNN for rank-4 tensors get their descriptors. */
+static void dnn_plan_node(struct gpu_dnn_plan *p, const struct graph *g, int i)
+{
+    const struct node *nd = &g->nodes[i];
+    struct gpu_dnn_node *pn = &p->node[i];
+    const struct node *in0 = nd->ninputs > 0 ? &g->nodes[nd->inputs[0]] : NULL;
+    const struct node *in1 = nd->ninputs > 1 ? &g->nodes[nd->inputs[1]] : NULL;
+    switch (nd->type) {
+    case OP_CONV2D: /* x (N,C,H,W), w (K,C,R,S) */
+        DT_ASSERT(in0->ndim == 4 && in1->ndim == 4, "cudnn: conv2d %s: rank", nd->name);
+        pn->conv = dnn_conv_find(p, in0->shape[0], in0->shape[1], in0->shape[2], in0->shape[3],
+                                 in1->shape[0], in1->shape[2], in1->shape[3]);
+        p->conv[pn->conv].used[DNN_FWD] = 1;
+        break;
+    case OP_CONV2D_BWD_DATA: /* dy (N,K,H,W), w (K,C,R,S) -> (N,C,H,W) */
+        DT_ASSERT(in0->ndim == 4 && in1->ndim == 4, "cudnn: conv2d_bwd_data %s: rank", nd->name);
+        pn->conv = dnn_conv_find(p, nd->shape[0], nd->shape[1], nd->shape[2], nd->shape[3],
+                                 in1->shape[0], in1->shape[2], in1->shape[3]);
+        p->conv[pn->conv].used[DNN_BWD_DATA] = 1;
+        break;
+    case OP_CONV2D_BWD_FILTER: /* x (N,C,H,W), dy (N,K,H,W) -> (K,C,R,S) */
+        DT_ASSERT(in0->ndim == 4 && in1->ndim == 4, "cudnn: conv2d_bwd_filter %s: rank", nd->name);
+        pn->conv = dnn_conv_find(p, in0->shape[0], in0->shape[1], in0->shape[2], in0->shape[3],
+                                 in1->shape[1], nd->p.conv.r, nd->p.conv.s);
+        p->conv[pn->conv].used[DNN_BWD_FILTER] = 1;
+        break;
+    case OP_ADD_BIAS: /* out (N,C,H,W), bias (1,C,1,1) */
+        if (nd->ndim == 4) {
+            pn->a = dnn_tensor_of(p, nd);
+            pn->b = dnn_tensor(p, 1, nd->shape[1], 1, 1);
+        }
+        break;
+    case OP_BIAS_GRAD: /* dy (N,C,H,W), out (1,C,1,1) */
+        if (in0->ndim == 4) {
+            pn->a = dnn_tensor_of(p, in0);
+            pn->b = dnn_tensor(p, 1, in0->shape[1], 1, 1);
+        }
+        break;
+    case OP_RELU:
+    case OP_TANH:
+    case OP_SIGMOID:
+    case OP_TANH_BWD:
+    case OP_SIGMOID_BWD:
+        if (nd->ndim == 4)
+            pn->a = dnn_tensor_of(p, nd);
+        break;
+    case OP_MAXPOOL2: /* x (N,C,H,W) -> (N,C,H/2,W/2) */
+        pn->a = dnn_tensor_of(p, in0);
+        pn->b = dnn_tensor_of(p, nd);
+        break;
+    case OP_MAXPOOL2_BWD: /* x (N,C,H,W), dy (N,C,H/2,W/2) -> (N,C,H,W) */
+        pn->a = dnn_tensor_of(p, nd);
+        pn->b = dnn_tensor_of(p, in1);
+        break;
+    default:
+        break;
+    }
+}
+
+int gpu_dnn_prepare(struct gpu_ctx *c, const struct graph *g)
+{
+    gpu_dnn_free(c); /* a context prepared again plans the new graph */
+    struct gpu_dnn_plan *p = (struct gpu_dnn_plan *)dt_calloc(1, sizeof *p);
+    c->plan = p;
+    p->g = g;
+    p->n = g->n;
+    p->node = (struct gpu_dnn_node *)dt_calloc((size_t)(g->n ? g->n : 1), sizeof *p->node);
+    for (int i = 0; i < g->n; i++) {
+        p->node[i].conv = -1;
+        dnn_plan_node(p, g, i);
+    }
+
+    static const cudnnActivationMode_t modes[DNN_NACT] = {
+        CUDNN_ACTIVATION_RELU, CUDNN_ACTIVATION_TANH, CUDNN_ACTIVATION_SIGMOID};
+    for (int i = 0; i < DNN_NACT; i++) {
+        GPU_DNN(cudnnCreateActivationDescriptor(&p->act[i]));
+        /* not propagated: relu(NaN) should then be max(NaN, 0) = +0, as op.h
+         * and the oracle have it (cuDNN does not say which value it gives;
+         * the option concerns relu only) */
+        GPU_DNN(cudnnSetActivationDescriptor(p->act[i], modes[i], CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    }
+    GPU_DNN(cudnnCreatePoolingDescriptor(&p->pool_fwd));
+    GPU_DNN(cudnnSetPooling2dDescriptor(p->pool_fwd, CUDNN_POOLING_MAX_DETERMINISTIC,
+                                        CUDNN_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
+    GPU_DNN(cudnnCreatePoolingDescriptor(&p->pool_bwd));
+    GPU_DNN(cudnnSetPooling2dDescriptor(p->pool_bwd, CUDNN_POOLING_MAX, CUDNN_PROPAGATE_NAN, 2, 2,
+                                        0, 0, 2, 2));
+
+    for (int i = 0; i < p->nconv; i++) {
+        if (dnn_conv_plan(c, &p->conv[i]) < 0) {
+            gpu_dnn_free(c);
+            return DT_ERR;
+        }
+        for (int d = 0; d < DNN_NDIR; d++)
+            if (p->conv[i].used[d] && p->conv[i].ws[d] > p->ws_max)
+                p->ws_max = p->conv[i].ws[d];
+    }
+    gpu_scratch(c, p->ws_max); /* now, not during the first step */
+    return DT_OK;
+}
+
+/* A growing string for the description. */
+struct dnn_str {
+    char *s;
+    size_t n, cap;
+};
+
+static void dnn_str_addf(struct dnn_str *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void dnn_str_addf(struct dnn_str *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    DT_ASSERT(k >= 0, "cudnn: bad format");
+    if (b->n + (size_t)k + 1 > b->cap) {
+        b->cap = 2 * (b->n + (size_t)k + 1);
+        b->s = (char *)dt_realloc(b->s, b->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
+
+void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg)
+{
+    const struct gpu_dnn_plan *p = c->plan;
+    struct dnn_str b = {NULL, 0, 0};
+    for (int i = 0; p && i < p->nconv; i++) {
+        const struct gpu_dnn_conv *cv = &p->conv[i];
+        char shape[96];
+        dnn_shape_str(shape, sizeof shape, cv);
+        for (int d = 0; d < DNN_NDIR; d++)
+            if (cv->used[d])
+                dnn_str_addf(&b, "%s%s %s %s %s", b.n ? "; " : "", dnn_dir_name[d], shape,
+                             dnn_algo_name((enum dnn_dir)d, cv->algo[d]), cv->det[d] ? "det" : "nondet");
+    }
+    trace_config_set(cfg, "cudnn_algos", b.n ? b.s : p ? "none (no convolutions)" : "none (not prepared)");
+    free(b.s);
+    trace_config_set(cfg, "cudnn_math", "CUDNN_FMA_MATH (float32 FMA kernels only: no TF32)");
+    trace_config_set(cfg, "cudnn_pool_fwd", "cudnn (CUDNN_POOLING_MAX_DETERMINISTIC, NaN propagated)");
+    trace_config_set(cfg, "cudnn_pool_bwd",
+                     dnn_pool_bwd_is_cudnn(c) ? "cudnn (CUDNN_POOLING_MAX: documented nondeterministic, "
+                                                "cuDNN's tie rule)"
+                                              : "own kernel (first maximum)");
+    trace_config_set(cfg, "cudnn_bias_grad",
+                     dnn_bias_grad_is_cudnn(c) ? "cudnn (cudnnConvolutionBackwardBias) for rank 4"
+                     : c->atomic               ? "own kernel (atomic)"
+                                               : "own kernel (tree)");
+    trace_config_set(cfg, "cudnn_activations",
+                     "cudnn for rank 4: relu, tanh, sigmoid, tanh_bwd, sigmoid_bwd; "
+                     "own kernel: relu_bwd and rank 2");
+}
+
+/* ---- the op kernels ---------------------------------------------------------------- */
+
+/* The plan entry of node nd, which prepare must have seen. */
+static const struct gpu_dnn_node *dnn_node(const struct gpu_ctx *c, const struct graph *g,
+                                           const struct node *nd)
+{
+    const struct gpu_dnn_plan *p = c->plan;
+    DT_ASSERT(p && p->g == g, "cudnn: op %s of a graph that was not prepared", nd->name);
+    ptrdiff_t i = nd - g->nodes;
+    DT_ASSERT(i >= 0 && i < p->n, "cudnn: node %s is not in the prepared graph", nd->name);
+    return &p->node[i];
+}
+
+/* The cuda backend's kernel of nd's type, for what cuDNN does not run. */
+static GPU_OP(dnn_fallback)
+{
+    backend_op_fn fn = gpu_ops[nd->type];
+    DT_ASSERT(fn, "cudnn: the cuda backend has no kernel for %s (%s)", nd->name, op_type_name(nd->type));
+    fn(ctx, g, nd, out, in, st);
+}
+
+static void dnn_conv(struct gpu_ctx *c, const struct graph *g, const struct node *nd, enum dnn_dir d,
+                     backend_buf *out, const backend_buf *const *in)
+{
+    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
+    DT_ASSERT(pn->conv >= 0, "cudnn: %s has no convolution plan", nd->name);
+    const struct gpu_dnn_conv *cv = &c->plan->conv[pn->conv];
+    DT_ASSERT(cv->used[d] && cv->algo[d] >= 0, "cudnn: %s: no %s algorithm", nd->name, dnn_dir_name[d]);
+    void *ws = gpu_scratch(c, cv->ws[d]);
+    GPU_DNN(dnn_conv_call(c, cv, d, cv->algo[d], ws, cv->ws[d], in[0], in[1], out));
+}
+
+/* out (N,K,H,W) = conv(x (N,C,H,W), w (K,C,R,S)) */
+static GPU_OP(dnn_conv2d) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_FWD, out, in); }
+/* out (N,C,H,W) from dy (N,K,H,W), w (K,C,R,S) */
+static GPU_OP(dnn_conv2d_bwd_data) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_DATA, out, in); }
+/* out (K,C,R,S) from x (N,C,H,W), dy (N,K,H,W) */
+static GPU_OP(dnn_conv2d_bwd_filter) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_FILTER, out, in); }
+
+/* out (N,C,H,W) = x (N,C,H,W) + b (C): a copy of x, then cudnnAddTensor's
+ * out = 1 * b + 1 * out (products by 1 exact: one rounding, as op.h's). */
+static GPU_OP(dnn_add_bias)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (nd->ndim != 4) {
+        dnn_fallback(ctx, g, nd, out, in, st);
+        return;
+    }
+    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
+    GPU_CHECK(cudaMemcpyAsync(out, in[0], nd->count * sizeof(float), cudaMemcpyDeviceToDevice,
+                              c->stream));
+    GPU_DNN(cudnnAddTensor(c->dnn_handle, &dnn_one, pn->b, in[1], &dnn_one, pn->a, out));
+}
+
+/* out (C) = sum of dy (N,C,H,W) over n, h, w: cuDNN's order in fastest mode
+ * (dnn_bias_grad_is_cudnn), the cuda backend's otherwise. */
+static GPU_OP(dnn_bias_grad)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    const struct node *dy = &g->nodes[nd->inputs[0]];
+    if (dy->ndim != 4 || !dnn_bias_grad_is_cudnn(c)) {
+        dnn_fallback(ctx, g, nd, out, in, st);
+        return;
+    }
+    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
+    GPU_DNN(cudnnConvolutionBackwardBias(c->dnn_handle, &dnn_one, pn->a, in[0], &dnn_zero, pn->b, out));
+}
+
+/* out (N,C,H/2,W/2) = max of each 2x2 window of x (N,C,H,W). cuDNN's choice
+ * among equal elements (-0 and +0) and the NaN it returns (propagated, but
+ * perhaps not bit for bit the window's first NaN) are undocumented: op.h's
+ * rule may differ there, and the trace shows it. */
+static GPU_OP(dnn_maxpool2)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
+    GPU_DNN(cudnnPoolingForward(c->dnn_handle, c->plan->pool_fwd, &dnn_one, pn->a, in[0], &dnn_zero,
+                                pn->b, out));
+}
+
+/* out (N,C,H,W) from x (N,C,H,W), dy (N,C,H/2,W/2). cuDNN's backward wants
+ * the forward output y as well, which the op does not get: it is computed
+ * again into the scratch with the same descriptor. */
+static GPU_OP(dnn_maxpool2_bwd)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (!dnn_pool_bwd_is_cudnn(c)) {
+        dnn_fallback(ctx, g, nd, out, in, st);
+        return;
+    }
+    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
+    const struct node *dy = &g->nodes[nd->inputs[1]];
+    void *y = gpu_scratch(c, dy->count * sizeof(float));
+    GPU_DNN(cudnnPoolingForward(c->dnn_handle, c->plan->pool_bwd, &dnn_one, pn->a, in[0], &dnn_zero,
+                                pn->b, y));
+    GPU_DNN(cudnnPoolingBackward(c->dnn_handle, c->plan->pool_bwd, &dnn_one, pn->b, y, pn->b, in[1],
+                                 pn->a, in[0], &dnn_zero, pn->a, out));
+}
+
+static void dnn_act_fwd(struct gpu_ctx *c, const struct graph *g, const struct node *nd, int act,
+                        backend_buf *out, const backend_buf *x)
+{
+    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
+    GPU_DNN(cudnnActivationForward(c->dnn_handle, c->plan->act[act], &dnn_one, pn->a, x, &dnn_zero,
+                                   pn->a, out));
+}
+
+/* Rank-4 activations through cuDNN; others through the cuda backend. */
+static GPU_OP(dnn_relu)
+{
+    if (nd->ndim != 4)
+        dnn_fallback(ctx, g, nd, out, in, st);
+    else
+        dnn_act_fwd((struct gpu_ctx *)ctx, g, nd, DNN_ACT_RELU, out, in[0]);
+}
+
+static GPU_OP(dnn_tanh)
+{
+    if (nd->ndim != 4)
+        dnn_fallback(ctx, g, nd, out, in, st);
+    else
+        dnn_act_fwd((struct gpu_ctx *)ctx, g, nd, DNN_ACT_TANH, out, in[0]);
+}
+
+static GPU_OP(dnn_sigmoid)
+{
+    if (nd->ndim != 4)
+        dnn_fallback(ctx, g, nd, out, in, st);
+    else
+        dnn_act_fwd((struct gpu_ctx *)ctx, g, nd, DNN_ACT_SIGMOID, out, in[0]);
+}
+
+/* tanh_bwd and sigmoid_bwd get y and dy (op.h); cudnnActivationBackward
+ * takes y, dy and x. The derivatives of tanh and sigmoid are functions of y
+ * (1 - y^2, y (1 - y)), which is what cuDNN evaluates, so y is passed for x
+ * too; test_gpu_dnn checks the results against the oracle. relu_bwd is not
+ * here: op.h defines it from x (x > 0 ? dy : +0), while cuDNN's is
+ * undocumented about its test on y and about the sign of its zeros; it runs
+ * the cuda backend's kernel. */
+static void dnn_act_bwd(struct gpu_ctx *c, const struct graph *g, const struct node *nd, int act,
+                        backend_buf *out, const backend_buf *const *in)
+{
+    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
+    GPU_DNN(cudnnActivationBackward(c->dnn_handle, c->plan->act[act], &dnn_one, pn->a, in[0], pn->a,
+                                    in[1], pn->a, in[0], &dnn_zero, pn->a, out));
+}
+
+static GPU_OP(dnn_tanh_bwd)
+{
+    if (nd->ndim != 4)
+        dnn_fallback(ctx, g, nd, out, in, st);
+    else
+        dnn_act_bwd((struct gpu_ctx *)ctx, g, nd, DNN_ACT_TANH, out, in);
+}
+
+static GPU_OP(dnn_sigmoid_bwd)
+{
+    if (nd->ndim != 4)
+        dnn_fallback(ctx, g, nd, out, in, st);
+    else
+        dnn_act_bwd((struct gpu_ctx *)ctx, g, nd, DNN_ACT_SIGMOID, out, in);
+}
+
+/* ---- the table ----------------------------------------------------------------------
+ * C++ has no designated array initializers: each entry is the constant
+ * dnn_entry(type), so the table is still initialized at compile time, before
+ * backend_gpu.cu's tables copy it. */
+static constexpr backend_op_fn dnn_entry(int t)
+{
+    switch (t) {
+    case OP_CONV2D: return dnn_conv2d;
+    case OP_CONV2D_BWD_DATA: return dnn_conv2d_bwd_data;
+    case OP_CONV2D_BWD_FILTER: return dnn_conv2d_bwd_filter;
+    case OP_ADD_BIAS: return dnn_add_bias;
+    case OP_BIAS_GRAD: return dnn_bias_grad;
+    case OP_MAXPOOL2: return dnn_maxpool2;
+    case OP_MAXPOOL2_BWD: return dnn_maxpool2_bwd;
+    case OP_RELU: return dnn_relu;
+    case OP_TANH: return dnn_tanh;
+    case OP_SIGMOID: return dnn_sigmoid;
+    case OP_TANH_BWD: return dnn_tanh_bwd;
+    case OP_SIGMOID_BWD: return dnn_sigmoid_bwd;
+    default: return nullptr;
+    }
+}
+
+#define DNN_E4(i) dnn_entry(i), dnn_entry((i) + 1), dnn_entry((i) + 2), dnn_entry((i) + 3)
+#define DNN_E16(i) DNN_E4(i), DNN_E4((i) + 4), DNN_E4((i) + 8), DNN_E4((i) + 12)
+/* Entries past the 32 listed are zero (not replaced). */
+static_assert(OP_COUNT >= 32 && OP_CONV2D < 32 && OP_CONV2D_BWD_DATA < 32 &&
+                  OP_CONV2D_BWD_FILTER < 32 && OP_ADD_BIAS < 32 && OP_BIAS_GRAD < 32 &&
+                  OP_MAXPOOL2 < 32 && OP_MAXPOOL2_BWD < 32 && OP_RELU < 32 && OP_TANH < 32 &&
+                  OP_SIGMOID < 32 && OP_TANH_BWD < 32 && OP_SIGMOID_BWD < 32,
+              "gpu_dnn_ops lists the first 32 op types: extend it");
+const backend_op_fn gpu_dnn_ops[OP_COUNT] = {DNN_E16(0), DNN_E16(16)};

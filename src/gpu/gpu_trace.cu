@@ -1,0 +1,580 @@
+/* gpu_trace.cu: trace records (hash.h's tree hash, stats.h's statistics) of
+ * many device buffers of float32 in one call, computed where they live.
+ *
+ * One call: one copy of the step's descriptor table to the device, two
+ * kernels, one copy of the records back, one stream synchronisation.
+ *  1. gt_leaf_kernel: one warp per tile of up to GT_TILE_LEAVES consecutive
+ *     16 KiB leaves of one buffer. It hashes each leaf cooperatively (see
+ *     gpu_hash.cuh: each lane loads 2 x 16 bytes of every 1 KiB block, the
+ *     8 lanes of one accumulator pair sum their shares in 3 shuffle rounds
+ *     before the scramble), writes the leaf digests, and in the same pass
+ *     gathers the tile's statistics: one partial record per tile.
+ *  2. gt_root_kernel: finishes each buffer's record: sums its tile
+ *     partials (fixed order) and hashes its leaf digests into the root. A
+ *     buffer of at most 30 leaves (a root of <= 240 bytes) takes one warp,
+ *     four to a block; a larger one a block of GT_ROOT_THREADS (the root's
+ *     long path: the warps compute the 1 KiB blocks' shares, 8 threads run
+ *     the chain of scrambles).
+ * The host's descriptor table (buffers, tile -> buffer map, root work
+ * items) is built in pinned memory and copied in one piece; the scratch
+ * (device and pinned) is kept across calls and grown on demand.
+ * Every floating-point reduction has a fixed shape (per lane in element
+ * order, then shuffle butterflies, then per thread in tile order, then a
+ * fixed tree), no atomics: records are bitwise identical run to run. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "gpu_hash.cuh"
+
+#define GT_TILE_LEAVES 8u  /* leaves per warp: 128 KiB, one partial record */
+/* Two warps a block: a block's resources are freed when its last warp is
+ * done, and the tiles of a batch differ in length. 12 blocks per SM: the
+ * leaf kernel in 80 registers (ptxas of CUDA 13: one 8-byte spill), 24
+ * warps per SM. */
+#define GT_LEAF_THREADS 64
+#define GT_LEAF_BLOCKS_PER_SM 12
+#define GT_PREFETCH_BLOCKS 8 /* L2 prefetch distance of a leaf's loads, in 1 KiB blocks */
+#define GT_ROOT_THREADS 128
+#define GT_ROOT_CHUNK 128  /* 1 KiB blocks of leaf digests per round of the root */
+#define GT_FULL 0xffffffffu
+#define GT_LEAF_FLOATS (GH_LEAF / 4u)
+
+/* One buffer of the batch, as the kernels see it. */
+struct gt_desc {
+    const float *ptr;
+    uint64_t count;    /* elements */
+    uint64_t leaf0;    /* its first slot in the digest array (even: 16-byte aligned) */
+    uint64_t nleaves;
+    uint32_t tile0, ntiles;
+    uint32_t aligned;  /* ptr is 16-byte aligned (vector loads) */
+    uint32_t pad;
+};
+
+/* The statistics of one tile: sk[k] over elements with i % 16 = k. */
+struct gt_part {
+    double sq, sk[TRACE_SKETCH_LEN];
+    float mn, mx;      /* mn > mx: no finite element */
+    uint32_t nan, inf;
+};
+
+struct gpu_trace {
+    cudaStream_t stream;
+    unsigned char *dev;   /* descriptors, tile map, digests, partials, records */
+    size_t dev_bytes;
+    unsigned char *host;  /* pinned: descriptors and tile map, then records */
+    size_t host_bytes;
+};
+
+/* ---- device ---- */
+
+/* Sum the shares of the 8 lanes with the same q (lane % 4). */
+static __device__ __forceinline__ void gt_sum_q(uint64_t *pa, uint64_t *pb)
+{
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1) {
+        *pa += __shfl_xor_sync(GT_FULL, *pa, m);
+        *pb += __shfl_xor_sync(GT_FULL, *pb, m);
+    }
+}
+
+/* The digest from acc[2q], acc[2q+1] as every lane holds them. */
+static __device__ __forceinline__ uint64_t gt_merge(const struct gh_lane *c, uint64_t a, uint64_t b,
+                                                    size_t len)
+{
+    uint64_t mix = gh_merge_pair(a, b, c->q);
+    mix += __shfl_xor_sync(GT_FULL, mix, 1);
+    mix += __shfl_xor_sync(GT_FULL, mix, 2);
+    return gh_merge_final(mix, len);
+}
+
+/* Loader for gh_lane_tail and the generic long path: two words at byte off. */
+struct gt_ld {
+    const uint8_t *p;
+    int a16;  /* p is 16-byte aligned */
+    __host__ __device__ void operator()(size_t off, uint64_t *a, uint64_t *b) const
+    {
+#ifdef __CUDA_ARCH__
+        if (a16 && !(off & 15)) {
+            uint4 v = __ldg((const uint4 *)(p + off));
+            *a = (uint64_t)v.x | (uint64_t)v.y << 32;
+            *b = (uint64_t)v.z | (uint64_t)v.w << 32;
+            return;
+        }
+#endif
+        *a = gh_read64(p + off);
+        *b = gh_read64(p + off + 8);
+    }
+};
+
+/* XXH3 of len > 240 bytes by one warp (any length; p 4-byte aligned, len a
+ * multiple of 4). Every lane returns the digest. */
+static __device__ uint64_t gt_warp_long(const struct gh_lane *c, const struct gt_ld &ld, size_t len)
+{
+    uint64_t a = gh_init_acc(2 * c->q), b = gh_init_acc(2 * c->q + 1);
+    size_t nb = (len - 1) / GH_BLOCK;
+    for (size_t k = 0; k < nb; k++) {
+        uint64_t u0a, u0b, u1a, u1b, pa = 0, pb = 0;
+        ld(k * GH_BLOCK + 16 * (size_t)c->lane, &u0a, &u0b);
+        ld(k * GH_BLOCK + 512 + 16 * (size_t)c->lane, &u1a, &u1b);
+        gh_lane_block(c, u0a, u0b, u1a, u1b, &pa, &pb);
+        gt_sum_q(&pa, &pb);
+        a = gh_scramble(a + pa, c->ca);
+        b = gh_scramble(b + pb, c->cb);
+    }
+    uint64_t pa = 0, pb = 0;
+    gh_lane_tail(c, ld, len, &pa, &pb);
+    gt_sum_q(&pa, &pb);
+    return gt_merge(c, a + pa, b + pb, len);
+}
+
+static __device__ __forceinline__ uint64_t gt_w(uint32_t lo, uint32_t hi)
+{
+    return (uint64_t)lo | (uint64_t)hi << 32;
+}
+
+/* Ask L2 for the 128-byte line at p (no register waits for it). */
+static __device__ __forceinline__ void gt_prefetch(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* A full, 16-byte aligned leaf: hash and statistics in one pass. m: the
+ * lane's sign words for this leaf; ahead: the bytes of the buffer from x
+ * on, the bound of the prefetches, which run GT_PREFETCH_BLOCKS blocks
+ * ahead of the loads (into the next leaf near the end): the warp's own
+ * registers only cover the block it works on. */
+static __device__ __forceinline__ uint64_t gt_leaf_full(const struct gh_lane *c, const float *x,
+                                                        size_t ahead, const uint32_t m[4],
+                                                        struct gh_lstats *st)
+{
+    const uint4 *v = (const uint4 *)x + c->lane;
+    uint64_t a = gh_init_acc(2 * c->q), b = gh_init_acc(2 * c->q + 1);
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        size_t pf = GH_BLOCK * (size_t)(k + GT_PREFETCH_BLOCKS) + 128 * (size_t)c->lane;
+        if (GT_PREFETCH_BLOCKS > 0 && c->lane < 8 && pf < ahead)
+            gt_prefetch((const char *)x + pf);
+        uint4 c0 = __ldcs(v + 64 * k), c1 = __ldcs(v + 64 * k + 32);
+        uint64_t pa = 0, pb = 0;
+        if (k < 15)
+            gh_lane_block(c, gt_w(c0.x, c0.y), gt_w(c0.z, c0.w), gt_w(c1.x, c1.y), gt_w(c1.z, c1.w),
+                          &pa, &pb);
+        else
+            gh_lane_leaf_end(c, gt_w(c0.x, c0.y), gt_w(c0.z, c0.w), gt_w(c1.x, c1.y),
+                             gt_w(c1.z, c1.w), &pa, &pb);
+        /* units j = 2k and 2k + 1: sign word j / 8, bits 4 (j % 8) + e */
+        gh_lstats_unit(st, c0.x, c0.y, c0.z, c0.w, m[(2 * k) >> 3], 4 * ((2 * k) & 7));
+        gh_lstats_unit(st, c1.x, c1.y, c1.z, c1.w, m[(2 * k + 1) >> 3], 4 * ((2 * k + 1) & 7));
+        gt_sum_q(&pa, &pb);
+        a += pa;
+        b += pb;
+        if (k < 15) {
+            a = gh_scramble(a, c->ca);
+            b = gh_scramble(b, c->cb);
+        }
+    }
+    return gt_merge(c, a, b, GH_LEAF);
+}
+
+/* A buffer's last leaf (ne < 4096 elements) or a leaf of a buffer that is
+ * not 16-byte aligned: statistics over the same units as above, then the
+ * hash in a second pass (from cache). */
+static __device__ uint64_t gt_leaf_part(const struct gh_lane *c, const float *x, uint32_t ne,
+                                        int a16, const uint32_t m[4], struct gh_lstats *st)
+{
+    const uint32_t *u = (const uint32_t *)x;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        uint32_t base = 128u * j + 4u * (uint32_t)c->lane;
+        if (128u * j >= ne)
+            break;
+        if (a16 && base + 4 <= ne) {
+            uint4 v = __ldg((const uint4 *)x + 32 * j + c->lane);
+            gh_lstats_unit(st, v.x, v.y, v.z, v.w, m[j >> 3], 4 * (j & 7));
+        } else {
+            for (int e = 0; e < 4; e++)
+                if (base + e < ne)
+                    gh_lstats_one(st, e, u[base + e], gh_neg(m[j >> 3], 4 * (j & 7), e));
+        }
+    }
+    size_t len = 4 * (size_t)ne;
+    if (len <= GH_MIDSIZE_MAX)
+        return gh_xxh3_64(x, len);
+    struct gt_ld ld = {(const uint8_t *)x, a16};
+    return gt_warp_long(c, ld, len);
+}
+
+/* Combine the 32 lanes' statistics: all lanes end with the warp's sums,
+ * lane l's sk[e] being element class 4 (l % 4) + e. */
+static __device__ void gt_lstats_reduce(struct gh_lstats *s)
+{
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+        s->sq += __shfl_xor_sync(GT_FULL, s->sq, m);
+        s->mn = fminf(s->mn, __shfl_xor_sync(GT_FULL, s->mn, m));
+        s->mx = fmaxf(s->mx, __shfl_xor_sync(GT_FULL, s->mx, m));
+        s->nan += __shfl_xor_sync(GT_FULL, s->nan, m);
+        s->inf += __shfl_xor_sync(GT_FULL, s->inf, m);
+    }
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1)
+        for (int e = 0; e < 4; e++)
+            s->sk[e] += __shfl_xor_sync(GT_FULL, s->sk[e], m);
+}
+
+__global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
+gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
+               struct gt_part *part, /* (ntiles) */
+               const struct gt_desc *desc, const uint32_t *tile_buf, /* (ntiles): buffer of a tile */
+               uint32_t ntiles)
+{
+    uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
+    int lane = (int)(threadIdx.x & 31);
+    if (g >= ntiles)
+        return; /* the whole warp */
+    const struct gt_desc d = desc[tile_buf[g]];
+    struct gh_lane c;
+    gh_lane_init(&c, lane);
+    struct gh_lstats st;
+    gh_lstats_init(&st);
+    uint32_t m[4], flip = 0; /* the lane's sign words, of leaf l once flipped */
+    gh_lane_sign_row(lane, m);
+    uint32_t l = (g - d.tile0) * GT_TILE_LEAVES; /* leaf index in the buffer */
+    uint32_t nl = d.nleaves - l < GT_TILE_LEAVES ? (uint32_t)(d.nleaves - l) : GT_TILE_LEAVES;
+    const float *x = d.ptr + (size_t)l * GT_LEAF_FLOATS;
+    uint64_t left = d.count - (uint64_t)l * GT_LEAF_FLOATS; /* elements from x on */
+    uint64_t *out = dig + d.leaf0 + l;
+    int a16 = (int)d.aligned;
+    /* the first blocks of the tile, which no earlier load prefetched */
+    for (size_t pf = 128 * (size_t)lane; a16 && pf < GH_BLOCK * (size_t)GT_PREFETCH_BLOCKS && pf < 4 * left;
+         pf += 32 * 128)
+        gt_prefetch((const char *)x + pf);
+    for (uint32_t i = 0; i < nl; i++, l++, x += GT_LEAF_FLOATS, left -= GT_LEAF_FLOATS) {
+        uint32_t f = gh_leaf_flip(l);
+        for (int r = 0; r < 4; r++)
+            m[r] ^= f ^ flip;
+        flip = f;
+        uint64_t h = left >= GT_LEAF_FLOATS && a16
+                         ? gt_leaf_full(&c, x, 4 * (size_t)left, m, &st)
+                         : gt_leaf_part(&c, x, left < GT_LEAF_FLOATS ? (uint32_t)left : GT_LEAF_FLOATS,
+                                        a16, m, &st);
+        if (lane == 0)
+            out[i] = h;
+    }
+    gt_lstats_reduce(&st);
+    struct gt_part *o = part + g;
+    if (lane == 0) {
+        o->sq = st.sq;
+        o->mn = st.mn;
+        o->mx = st.mx;
+        o->nan = st.nan;
+        o->inf = st.inf;
+    }
+    if (lane < 4)
+        for (int e = 0; e < 4; e++)
+            o->sk[4 * lane + e] = st.sk[e];
+}
+
+/* XXH3 of the m leaf digests at leaves (16-byte aligned) by the whole
+ * block; the digest is valid in warp 0. */
+static __device__ uint64_t gt_root_hash(const uint64_t *leaves, uint64_t m,
+                                        uint64_t (*share)[8] /* (GT_ROOT_CHUNK, 8) shared */)
+{
+    size_t len = 8 * m;
+    const uint8_t *p = (const uint8_t *)leaves;
+    if (len <= GH_MIDSIZE_MAX)
+        return gh_xxh3_64(p, len);
+    int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    struct gh_lane c;
+    gh_lane_init(&c, lane);
+    struct gt_ld ld = {p, 1};
+    size_t nb = (len - 1) / GH_BLOCK;
+    /* thread i < 8 carries acc[i] through the scrambles */
+    uint64_t acc = tid < 8 ? gh_init_acc(tid) : 0, sc = tid < 8 ? gh_secret_word(GH_SEC_SCRAMBLE / 8 + tid) : 0;
+    for (size_t c0 = 0; c0 < nb; c0 += GT_ROOT_CHUNK) {
+        size_t cn = nb - c0 < GT_ROOT_CHUNK ? nb - c0 : GT_ROOT_CHUNK;
+#pragma unroll 4
+        for (size_t i = (size_t)warp; i < cn; i += GT_ROOT_THREADS / 32) {
+            uint64_t u0a, u0b, u1a, u1b, pa = 0, pb = 0;
+            size_t off = (c0 + i) * GH_BLOCK + 16 * (size_t)lane;
+            ld(off, &u0a, &u0b);
+            ld(off + 512, &u1a, &u1b);
+            gh_lane_block(&c, u0a, u0b, u1a, u1b, &pa, &pb);
+            gt_sum_q(&pa, &pb);
+            if (lane < 4) {
+                share[i][2 * lane] = pa;
+                share[i][2 * lane + 1] = pb;
+            }
+        }
+        __syncthreads();
+        if (tid < 8)
+            for (size_t i = 0; i < cn; i++)
+                acc = gh_scramble(acc + share[i][tid], sc);
+        __syncthreads();
+    }
+    if (warp != 0)
+        return 0;
+    uint64_t pa = 0, pb = 0;
+    gh_lane_tail(&c, ld, len, &pa, &pb);
+    gt_sum_q(&pa, &pb);
+    uint64_t a = __shfl_sync(GT_FULL, acc, 2 * c.q), b = __shfl_sync(GT_FULL, acc, 2 * c.q + 1);
+    return gt_merge(&c, a + pa, b + pb, len);
+}
+
+/* A record's statistics while tiles are summed. */
+struct gt_acc {
+    double sq, sk[TRACE_SKETCH_LEN];
+    float mn, mx;
+    unsigned long long nan, inf;
+};
+
+static __device__ void gt_acc_init(struct gt_acc *a)
+{
+    a->sq = 0;
+    for (int k = 0; k < TRACE_SKETCH_LEN; k++)
+        a->sk[k] = 0;
+    a->mn = gh_as_float(0x7f800000u);
+    a->mx = gh_as_float(0xff800000u);
+    a->nan = a->inf = 0;
+}
+
+static __device__ __forceinline__ void gt_acc_part(struct gt_acc *a, const struct gt_part *p)
+{
+    a->sq += p->sq;
+    for (int k = 0; k < TRACE_SKETCH_LEN; k++)
+        a->sk[k] += p->sk[k];
+    a->mn = fminf(a->mn, p->mn);
+    a->mx = fmaxf(a->mx, p->mx);
+    a->nan += p->nan;
+    a->inf += p->inf;
+}
+
+static __device__ void gt_acc_add(struct gt_acc *a, const struct gt_acc *b)
+{
+    a->sq += b->sq;
+    for (int k = 0; k < TRACE_SKETCH_LEN; k++)
+        a->sk[k] += b->sk[k];
+    a->mn = fminf(a->mn, b->mn);
+    a->mx = fmaxf(a->mx, b->mx);
+    a->nan += b->nan;
+    a->inf += b->inf;
+}
+
+/* Butterfly over lanes 0 .. width-1 (a power of two): all end with the sum. */
+static __device__ void gt_acc_warp(struct gt_acc *a, int width)
+{
+    for (int m = 1; m < width; m <<= 1) {
+        a->sq += __shfl_xor_sync(GT_FULL, a->sq, m);
+        for (int k = 0; k < TRACE_SKETCH_LEN; k++)
+            a->sk[k] += __shfl_xor_sync(GT_FULL, a->sk[k], m);
+        a->mn = fminf(a->mn, __shfl_xor_sync(GT_FULL, a->mn, m));
+        a->mx = fmaxf(a->mx, __shfl_xor_sync(GT_FULL, a->mx, m));
+        a->nan += __shfl_xor_sync(GT_FULL, a->nan, m);
+        a->inf += __shfl_xor_sync(GT_FULL, a->inf, m);
+    }
+}
+
+static __device__ void gt_record(struct trace_oprec *out, const struct gt_acc *a, uint64_t hash)
+{
+    struct trace_oprec r;
+    memset(&r, 0, sizeof r);
+    int any = a->mn <= a->mx;
+    r.hash = hash;
+    r.l2 = sqrt(a->sq);
+    r.min = any ? (double)a->mn : 0.0;
+    r.max = any ? (double)a->mx : 0.0;
+    r.nan = a->nan;
+    r.inf = a->inf;
+    for (int k = 0; k < TRACE_SKETCH_LEN; k++)
+        r.sketch[k] = (float)a->sk[k];
+    *out = r;
+}
+
+/* What one block of the root kernel finishes: one large buffer (n = 0,
+ * k[0]) with the whole block, or up to four small ones (n = 1..4), one per
+ * warp. Small: at most GT_SMALL_LEAVES leaves, a root of at most 240 bytes
+ * (one thread) and at most 4 tiles (one lane each). */
+#define GT_SMALL_LEAVES 30u
+struct gt_item {
+    uint32_t n, k[4];
+};
+
+/* A small buffer by one warp. */
+static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_desc *desc,
+                                     const uint64_t *dig, const struct gt_part *part, uint32_t k, int lane)
+{
+    const struct gt_desc d = desc[k];
+    struct gt_acc a;
+    gt_acc_init(&a);
+    if ((uint32_t)lane < d.ntiles)
+        gt_acc_part(&a, part + d.tile0 + lane);
+    int width = 1;
+    while ((uint32_t)width < d.ntiles)
+        width <<= 1;
+    gt_acc_warp(&a, width);
+    if (lane == 0)
+        gt_record(&rec[k], &a, gh_xxh3_64(dig + d.leaf0, 8 * (size_t)d.nleaves));
+}
+
+__global__ void __launch_bounds__(GT_ROOT_THREADS)
+gt_root_kernel(struct trace_oprec *rec, /* (n) */
+               const struct gt_item *items, const struct gt_desc *desc, const uint64_t *dig,
+               const struct gt_part *part)
+{
+    __shared__ uint64_t share[GT_ROOT_CHUNK][8];
+    __shared__ struct gt_acc wacc[GT_ROOT_THREADS / 32];
+    const struct gt_item it = items[blockIdx.x];
+    int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (it.n) {
+        if ((uint32_t)warp < it.n)
+            gt_root_small(rec, desc, dig, part, it.k[warp], lane);
+        return; /* the whole block */
+    }
+    const struct gt_desc d = desc[it.k[0]];
+
+    /* statistics: thread t sums tiles t, t + 128, ... in order */
+    struct gt_acc a;
+    gt_acc_init(&a);
+#pragma unroll 4
+    for (uint32_t t = (uint32_t)tid; t < d.ntiles; t += GT_ROOT_THREADS)
+        gt_acc_part(&a, part + d.tile0 + t);
+    gt_acc_warp(&a, 32);
+    if (lane == 0)
+        wacc[warp] = a;
+
+    uint64_t h = gt_root_hash(dig + d.leaf0, d.nleaves, share); /* syncs the block */
+    __syncthreads();
+    if (tid == 0) {
+        a = wacc[0];
+        for (int w = 1; w < GT_ROOT_THREADS / 32; w++)
+            gt_acc_add(&a, &wacc[w]);
+        gt_record(&rec[it.k[0]], &a, h);
+    }
+}
+
+/* ---- host ---- */
+
+static size_t gt_align(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+struct gpu_trace *gpu_trace_new(cudaStream_t stream)
+{
+    struct gpu_trace *t = (struct gpu_trace *)dt_calloc(1, sizeof *t);
+    t->stream = stream;
+    return t;
+}
+
+void gpu_trace_free(struct gpu_trace *t)
+{
+    if (!t)
+        return;
+    GPU_CHECK(cudaStreamSynchronize(t->stream));
+    if (t->dev)
+        GPU_CHECK(cudaFree(t->dev));
+    if (t->host)
+        GPU_CHECK(cudaFreeHost(t->host));
+    free(t);
+}
+
+/* Scratch of at least the given sizes, kept across calls; the previous
+ * call has synchronised, so nothing in flight uses the old buffers. */
+static void gt_reserve(struct gpu_trace *t, size_t dev_bytes, size_t host_bytes)
+{
+    if (dev_bytes > t->dev_bytes) {
+        if (t->dev)
+            GPU_CHECK(cudaFree(t->dev));
+        t->dev_bytes = dev_bytes + dev_bytes / 4;
+        GPU_CHECK(cudaMalloc((void **)&t->dev, t->dev_bytes));
+    }
+    if (host_bytes > t->host_bytes) {
+        if (t->host)
+            GPU_CHECK(cudaFreeHost(t->host));
+        t->host_bytes = host_bytes + host_bytes / 4;
+        GPU_CHECK(cudaMallocHost((void **)&t->host, t->host_bytes));
+    }
+}
+
+void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
+                     struct trace_oprec *rec)
+{
+    DT_ASSERT(t && n >= 0, "gpu_trace_batch: no tracer or n = %d", n);
+    if (n == 0)
+        return;
+    uint64_t ntiles = 0, nslots = 0;
+    for (int k = 0; k < n; k++) {
+        uint64_t leaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
+        ntiles += (leaves + GT_TILE_LEAVES - 1) / GT_TILE_LEAVES;
+        nslots += leaves + (leaves & 1);
+        DT_ASSERT(((uintptr_t)bufs[k] & 3) == 0, "gpu_trace_batch: buffer %d is not float-aligned", k);
+    }
+    DT_ASSERT(ntiles < UINT32_MAX / 32, "gpu_trace_batch: %llu tiles", (unsigned long long)ntiles);
+
+    /* device: descriptors | tile map | digests | partials | records;
+     * host: descriptors | tile map (one copy in) | records (one copy out) */
+    size_t o_map = gt_align((size_t)n * sizeof(struct gt_desc), 16);
+    size_t o_items = gt_align(o_map + 4 * (size_t)ntiles, 16);
+    size_t in_bytes = o_items + (size_t)n * sizeof(struct gt_item);
+    size_t o_dig = gt_align(in_bytes, 256);
+    size_t o_part = gt_align(o_dig + 8 * (size_t)nslots, 256);
+    size_t o_rec = gt_align(o_part + sizeof(struct gt_part) * (size_t)ntiles, 256);
+    size_t h_rec = gt_align(in_bytes, 64);
+    gt_reserve(t, o_rec + (size_t)n * sizeof(struct trace_oprec),
+               h_rec + (size_t)n * sizeof(struct trace_oprec));
+
+    struct gt_desc *desc = (struct gt_desc *)t->host;
+    uint32_t *map = (uint32_t *)(t->host + o_map);
+    struct gt_item *items = (struct gt_item *)(t->host + o_items), *small = NULL;
+    uint64_t tile = 0, slot = 0;
+    unsigned nitems = 0;
+    for (int k = 0; k < n; k++) {
+        struct gt_desc *d = &desc[k];
+        memset(d, 0, sizeof *d);
+        d->ptr = bufs[k];
+        d->count = counts[k];
+        d->nleaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
+        d->leaf0 = slot;
+        d->tile0 = (uint32_t)tile;
+        d->ntiles = (uint32_t)((d->nleaves + GT_TILE_LEAVES - 1) / GT_TILE_LEAVES);
+        d->aligned = ((uintptr_t)bufs[k] & 15) == 0;
+        for (uint32_t i = 0; i < d->ntiles; i++)
+            map[tile + i] = (uint32_t)k;
+        tile += d->ntiles;
+        slot += d->nleaves + (d->nleaves & 1);
+        if (d->nleaves > GT_SMALL_LEAVES) {
+            items[nitems].n = 0;
+            items[nitems++].k[0] = (uint32_t)k;
+        } else {
+            if (!small || small->n == 4) {
+                small = &items[nitems++];
+                small->n = 0;
+            }
+            small->k[small->n++] = (uint32_t)k;
+        }
+    }
+
+    cudaStream_t s = t->stream;
+    const struct gt_desc *ddesc = (const struct gt_desc *)t->dev;
+    uint64_t *dig = (uint64_t *)(t->dev + o_dig);
+    struct gt_part *part = (struct gt_part *)(t->dev + o_part);
+    struct trace_oprec *drec = (struct trace_oprec *)(t->dev + o_rec);
+    GPU_CHECK(cudaMemcpyAsync(t->dev, t->host, in_bytes, cudaMemcpyHostToDevice, s));
+    if (ntiles) {
+        unsigned grid = (unsigned)((ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32));
+        gt_leaf_kernel<<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc,
+                                                        (const uint32_t *)(t->dev + o_map),
+                                                        (uint32_t)ntiles);
+        GPU_LAUNCHED();
+    }
+    gt_root_kernel<<<nitems, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(t->dev + o_items),
+                                                      ddesc, dig, part);
+    GPU_LAUNCHED();
+    struct trace_oprec *hrec = (struct trace_oprec *)(t->host + h_rec);
+    GPU_CHECK(cudaMemcpyAsync(hrec, drec, (size_t)n * sizeof *hrec, cudaMemcpyDeviceToHost, s));
+    GPU_CHECK(cudaStreamSynchronize(s));
+    for (int k = 0; k < n; k++) {
+        uint32_t op = rec[k].op;
+        rec[k] = hrec[k];
+        rec[k].op = op;
+    }
+}

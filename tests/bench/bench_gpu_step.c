@@ -1,0 +1,130 @@
+/* bench_gpu_step.c: training step time on the GPU backends (cuda tree,
+ * cudnn deterministic) with tracing off and at trace level op, for the
+ * configurations of the PyTorch comparison (tests/bench/torch_models.py):
+ * the autoencoder at batch 100, PredNet 1,16,32,64 at 64x64 (nt 20, batch 1
+ * and 4) and the KITTI-sized PredNet 3,48,96,192 at 128x160 (nt 10, batch
+ * 4, on random 3-channel frames written to a temporary .npy). Rounds
+ * alternate tracing off and on. The IDX data directory is the default one
+ * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "train.h"
+#include "util.h"
+#include "bench_util.h"
+
+struct conf {
+    const char *what, *model, *stack, *size;
+    uint32_t nt, batch;
+    int video; /* random 3-channel frames */
+};
+
+/* A random uint8 NPY of (N, T, H, W, C). */
+static int write_npy(const char *path, uint32_t n, uint32_t t, uint32_t h, uint32_t w, uint32_t c)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    char hdr[128];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '|u1', 'fortran_order': False, 'shape': (%u, %u, %u, %u, %u), }",
+                       n, t, h, w, c);
+    int total = len + 1;
+    while ((10 + total) % 64)
+        total++;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned char hl[2] = {(unsigned char)(total & 255), (unsigned char)(total >> 8)};
+    fwrite(hl, 1, 2, f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int k = len; k < total - 1; k++)
+        fputc(' ', f);
+    fputc('\n', f);
+    uint64_t s = 12345;
+    for (size_t k = 0; k < (size_t)n * t * h * w * c; k++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        fputc((int)(s >> 56), f);
+    }
+    return fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    const struct backend_ops *probe = backend_find("cuda");
+    void *ctx;
+    struct backend_options bo = {.threads = 1};
+    if (!probe || probe->init(&ctx, &bo) < 0) {
+        printf("bench_gpu_step: skipped: %s\n", dt_error());
+        return 77;
+    }
+    probe->free(ctx);
+    const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char path[512], npy[512];
+    snprintf(path, sizeof path, "%s/bench_gpu_step.dtr", dir);
+    snprintf(npy, sizeof npy, "%s/bench_gpu_kitti.npy", dir);
+    if (write_npy(npy, 8, 10, 128, 160, 3) < 0) {
+        fprintf(stderr, "bench_gpu_step: cannot write %s\n", npy);
+        return 2;
+    }
+    static const struct conf confs[] = {
+        {"autoencoder 784-128-32-128-784, batch 100", "autoencoder", NULL, NULL, 0, 100, 0},
+        {"PredNet 1,16,32,64 @ 64x64, nt 20, batch 1", "prednet", "1,16,32,64", "64x64", 20, 1, 0},
+        {"PredNet 1,16,32,64 @ 64x64, nt 20, batch 4", "prednet", "1,16,32,64", "64x64", 20, 4, 0},
+        {"PredNet 3,48,96,192 @ 128x160, nt 10, batch 4", "prednet", "3,48,96,192", "128x160", 10, 4, 1},
+    };
+    static const char *const backends[] = {"cuda", "cudnn"};
+    int rounds = quick ? 1 : 3;
+    printf("| configuration | backend | median ms/step, tracing off | trace level op | overhead |\n");
+    printf("| --- | --- | ---: | ---: | ---: |\n");
+    for (size_t ci = 0; ci < sizeof confs / sizeof confs[0]; ci++)
+        for (int bi = 0; bi < 2; bi++) {
+            const struct conf *cf = &confs[ci];
+            double ms[2][8];
+            for (int r = 0; r < rounds; r++)
+                for (int traced = 0; traced < 2; traced++) {
+                    struct train_config tc;
+                    train_config_defaults(&tc);
+                    if (model_parse_layers(tc.layers, &tc.model) < 0)
+                        return 2;
+                    tc.model.name = cf->model;
+                    tc.backend = backends[bi];
+                    tc.model.batch = cf->batch;
+                    tc.batch_given = 1;
+                    tc.stack = cf->stack;
+                    tc.size = cf->size;
+                    tc.model.nt = cf->nt;
+                    tc.video = cf->video ? npy : NULL;
+                    if (getenv("DIVTRACE_DATA"))
+                        tc.data_dir = getenv("DIVTRACE_DATA");
+                    if (cf->video)
+                        tc.npy_layout = "tnhw";
+                    uint64_t steps = strcmp(cf->model, "autoencoder") == 0 ? (quick ? 100 : 400) : (quick ? 5 : 20);
+                    tc.steps = steps;
+                    tc.steps_given = 1;
+                    tc.quiet = 1;
+                    tc.out = path;
+                    tc.notrace = !traced;
+                    tc.ckpt_every = 100000;
+                    if (train_finish_config(&tc) < 0) {
+                        fprintf(stderr, "bench_gpu_step: %s\n", dt_error());
+                        return 2;
+                    }
+                    struct train_result res;
+                    if (train_run(&tc, &res) < 0) {
+                        fprintf(stderr, "bench_gpu_step: %s: %s\n", cf->what, dt_error());
+                        return 2;
+                    }
+                    ms[traced][r] = 1e3 * res.seconds / (double)res.steps;
+                }
+            double off = bench_median(ms[0], rounds), on = bench_median(ms[1], rounds);
+            printf("| %s | %s | %.3f | %.3f | %+.1f%% |\n", cf->what, backends[bi], off, on,
+                   100.0 * (on / off - 1.0));
+            fflush(stdout);
+        }
+    remove(path);
+    remove(npy);
+    printf("\n(%d alternating rounds; each round's time per step includes its first step)\n", rounds);
+    return 0;
+}

@@ -1,0 +1,22 @@
+#!/bin/sh
+# pack.sh: gather what tests/gpu/run-all.sh needs on the GPU machine into one
+# folder (default build-gpu/, ignored by git) from a build made here with
+# --with-cuda: the program, the GPU test and benchmark programs, CMocka's
+# shared library (the GPU machine has none) and the IDX training images
+# (it has no data set either). Usage: tests/gpu/pack.sh [BUILD [DEST]]
+set -eu
+B=${1:-build}
+D=${2:-build-gpu}
+rm -rf "$D"
+mkdir -p "$D/bin" "$D/lib" "$D/data"
+make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash \
+    tests/gpu/test_gpu_trace tests/gpu/test_gpu_ops tests/gpu/test_gpu_dnn >/dev/null
+cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" \
+    "$B/tests/gpu/test_gpu_trace" "$B/tests/gpu/test_gpu_ops" "$B/tests/gpu/test_gpu_dnn" "$D/bin/"
+for l in libcmocka.so.0; do
+    p=$(ldconfig -p | awk -v l="$l" '$1 == l { print $NF; exit }')
+    [ -n "$p" ] && cp -L "$p" "$D/lib/"
+done
+cp /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$D/data/"
+cp tests/gpu/run-all.sh tests/bench/torch_models.py tests/bench/torch_compare.sh "$D/" 2>/dev/null || true
+du -sh "$D"

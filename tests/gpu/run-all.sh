@@ -1,0 +1,118 @@
+#!/bin/bash
+# run-all.sh: every GPU test and benchmark of divtrace in one run on the GPU
+# machine, from the folder tests/gpu/pack.sh made here (the GPU machine has
+# the CUDA, cuBLAS, cuDNN, OpenBLAS, MPFR and GMP run-time libraries, but no
+# compiler toolchain for this project, no CMocka and no data set). Writes the
+# whole log and one file per test under OUTDIR, and prints a summary table
+# last. Usage: tests/gpu/run-all.sh [PACKED [OUTDIR]]
+#   (on the device tool: tests/gpu/run-all.sh build-gpu "$OUT")
+set -u
+P=$(cd "${1:-build-gpu}" && pwd)
+O=${2:-${OUT:-/tmp/divtrace-gpu}}
+mkdir -p "$O"
+T=$(mktemp -d "${TMPDIR:-/tmp}/divtrace-gpu-XXXXXX")
+L=$T/logs
+mkdir -p "$L"
+export TMPDIR=$T
+export LD_LIBRARY_PATH="$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN may live in the Python wheels rather than the toolkit's folder
+if ! ldconfig -p | grep -q 'libcudnn.so.9 '; then
+    d=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(os.path.dirname(nvidia.cudnn.__file__), "lib"))' 2>/dev/null)
+    [ -n "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+fi
+export DIVTRACE_DATA="$P/data"
+DT="$P/bin/divtrace"
+SUMMARY="$O/summary.md"
+: >"$SUMMARY"
+exec > >(tee "$O/gpu-log.txt") 2>&1
+
+note() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" >>"$SUMMARY"; }
+# check NAME WANT-EXIT -- COMMAND...: run, log, record PASS/FAIL with the time
+check() {
+    name=$1 want=$2
+    shift 3
+    s=$(date +%s.%N)
+    "$@" >"$L/$name.log" 2>&1
+    rc=$?
+    e=$(date +%s.%N)
+    t=$(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.1f s", e - s }')
+    if [ "$rc" -eq "$want" ]; then r=PASS; elif [ "$rc" -eq 77 ]; then r=SKIP; else r="FAIL (exit $rc)"; fi
+    note "$name" "$r" "$t"
+    echo "== $name: $r"
+    tail -n 30 "$L/$name.log"
+}
+# grep_in NAME PATTERN WHAT: the log of NAME has PATTERN
+grep_in() {
+    if grep -Eq -- "$2" "$L/$1.log"; then note "$1: $3" PASS ""; else note "$1: $3" FAIL ""; fi
+}
+
+echo "## divtrace GPU run, $(date -u '+%Y-%m-%d %H:%M UTC')"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+"$DT" --version
+R="$DT record -q --data $DIVTRACE_DATA"
+
+# --- unit tests of the GPU code (CMocka, built here, run there)
+check test_gpu_trace 0 -- "$P/bin/test_gpu_trace"
+check test_gpu_ops_cuda 0 -- env DIVTRACE_GPU_BACKEND=cuda "$P/bin/test_gpu_ops"
+check test_gpu_ops_cudnn 0 -- env DIVTRACE_GPU_BACKEND=cudnn "$P/bin/test_gpu_ops"
+check test_gpu_ops_cuda_atomic 0 -- env DIVTRACE_GPU_BACKEND=cuda DIVTRACE_GPU_REDUCE=atomic "$P/bin/test_gpu_ops"
+check test_gpu_dnn 0 -- "$P/bin/test_gpu_dnn"
+
+# --- determinism and nondeterminism, autoencoder (200 steps)
+A="$R --steps 200"
+check ae_cuda_tree_a 0 -- $A --backend cuda -o "$T/ct1.dtr"
+check ae_cuda_tree_b 0 -- $A --backend cuda -o "$T/ct2.dtr"
+check ae_cuda_tree_identical 0 -- "$DT" diff "$T/ct1.dtr" "$T/ct2.dtr"
+check ae_cudnn_det_a 0 -- $A --backend cudnn -o "$T/cd1.dtr"
+check ae_cudnn_det_b 0 -- $A --backend cudnn -o "$T/cd2.dtr"
+check ae_cudnn_det_identical 0 -- "$DT" diff "$T/cd1.dtr" "$T/cd2.dtr"
+check ae_cuda_atomic_a 0 -- $A --backend cuda --reduce atomic -o "$T/ca1.dtr"
+check ae_cuda_atomic_b 0 -- $A --backend cuda --reduce atomic -o "$T/ca2.dtr"
+check ae_cuda_atomic_diverge 1 -- "$DT" diff "$T/ca1.dtr" "$T/ca2.dtr"
+grep_in ae_cuda_atomic_diverge "origin ops" "names origin ops"
+check ae_cpu 0 -- $A -o "$T/cpu.dtr"
+check ae_cpu_vs_cuda 1 -- "$DT" diff "$T/cpu.dtr" "$T/ct1.dtr"
+if grep -q "op lists differ" "$L/ae_cpu_vs_cuda.log"; then note "ae_cpu_vs_cuda: op lists align" FAIL ""; else note "ae_cpu_vs_cuda: op lists align" PASS ""; fi
+# the autoencoder has no image ops: cudnn runs exactly the cuda kernels
+check ae_cuda_vs_cudnn_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/cd1.dtr"
+check ae_cuda_replay_oracle 0 -- "$DT" replay "$T/ct1.dtr" --step 150 --against mpfr
+grep_in ae_cuda_replay_oracle " 0 SEMANTIC" "no SEMANTIC op"
+check ae_cuda_replay_same 0 -- "$DT" replay "$T/ct1.dtr" --step 150 --steps 3
+
+# --- PredNet (small: 1,8,16 at 64x64, nt 10, batch 2, 10 steps)
+Q="$R --model prednet --stack 1,8,16 --size 64x64 --nt 10 --batch 2 --steps 10"
+check pn_cudnn_det_a 0 -- $Q --backend cudnn -o "$T/pd1.dtr"
+check pn_cudnn_det_b 0 -- $Q --backend cudnn -o "$T/pd2.dtr"
+check pn_cudnn_det_identical 0 -- "$DT" diff "$T/pd1.dtr" "$T/pd2.dtr"
+check pn_cuda_tree_a 0 -- $Q --backend cuda -o "$T/pc1.dtr"
+check pn_cuda_tree_b 0 -- $Q --backend cuda -o "$T/pc2.dtr"
+check pn_cuda_tree_identical 0 -- "$DT" diff "$T/pc1.dtr" "$T/pc2.dtr"
+check pn_cudnn_fastest_a 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf1.dtr"
+check pn_cudnn_fastest_b 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf2.dtr"
+check pn_cudnn_fastest_diff 1 -- "$DT" diff "$T/pf1.dtr" "$T/pf2.dtr"
+check pn_cudnn_bwdfilter0_a 0 -- $Q --backend cudnn --cudnn-algo 0 -o "$T/p01.dtr"
+check pn_cudnn_bwdfilter0_b 0 -- $Q --backend cudnn --cudnn-algo 0 -o "$T/p02.dtr"
+check pn_cudnn_bwdfilter0_diff 1 -- "$DT" diff "$T/p01.dtr" "$T/p02.dtr"
+check pn_cpu 0 -- $Q -o "$T/pcpu.dtr"
+check pn_cpu_vs_cudnn 1 -- "$DT" diff "$T/pcpu.dtr" "$T/pd1.dtr"
+grep_in pn_cpu_vs_cudnn "^first divergence: step 0, layer L[0-9]+, time step [0-9]+" "names layer and time step"
+check pn_cudnn_replay_oracle 0 -- "$DT" replay "$T/pd1.dtr" --step 5 --against mpfr
+grep_in pn_cudnn_replay_oracle " 0 SEMANTIC" "no SEMANTIC op"
+
+# --- benchmarks (QUICK=1: short ones, no PyTorch)
+if [ "${QUICK:-0}" = 1 ]; then
+    check bench_gpu_hash 0 -- "$P/bin/bench_gpu_hash" --quick
+    check bench_gpu_step 0 -- "$P/bin/bench_gpu_step" --quick
+else
+    check bench_gpu_hash 0 -- "$P/bin/bench_gpu_hash"
+    check bench_gpu_step 0 -- "$P/bin/bench_gpu_step"
+    check torch_compare 0 -- sh "$P/torch_compare.sh" "$O/torch_compare.md"
+fi
+
+echo
+echo "## summary"
+echo "| check | result | time |"
+echo "| --- | --- | --- |"
+cat "$SUMMARY"
+tar -C "$T" -czf "$O/logs.tar.gz" logs
+rm -rf "$T"
