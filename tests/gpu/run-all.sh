@@ -99,6 +99,20 @@ grep_in pn_cpu_vs_cudnn "^first divergence: step 0, layer L[0-9]+, time step [0-
 check pn_cudnn_replay_oracle 0 -- "$DT" replay "$T/pd1.dtr" --step 5 --against mpfr
 grep_in pn_cudnn_replay_oracle " 0 SEMANTIC" "no SEMANTIC op"
 
+# --- examples for the README (EXAMPLES=1): the default autoencoder run on
+# cpu and on cuda, and the 2021 PredNet protocol on cudnn in its
+# deterministic and fastest modes
+if [ "${EXAMPLES:-0}" = 1 ]; then
+    E="$DT record --data $DIVTRACE_DATA"
+    check ex_ae_cpu 0 -- $E -o "$T/ex_cpu.dtr"
+    check ex_ae_cuda 0 -- $E --backend cuda -o "$T/ex_cuda.dtr"
+    check ex_ae_cpu_vs_cuda 1 -- "$DT" diff "$T/ex_cpu.dtr" "$T/ex_cuda.dtr"
+    check ex_pn_det 0 -- $E --model prednet --protocol paper --backend cudnn -o "$T/ex_pd.dtr"
+    check ex_pn_fastest 0 -- $E --model prednet --protocol paper --backend cudnn --cudnn-algo fastest -o "$T/ex_pf.dtr"
+    check ex_pn_det_vs_fastest 1 -- "$DT" diff "$T/ex_pd.dtr" "$T/ex_pf.dtr"
+    check ex_pn_replay 0 -- "$DT" replay "$T/ex_pf.dtr" --step 100 --against mpfr
+fi
+
 # --- benchmarks (QUICK=1: short ones, no PyTorch)
 if [ "${QUICK:-0}" = 1 ]; then
     check bench_gpu_hash 0 -- "$P/bin/bench_gpu_hash" --quick
