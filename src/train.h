@@ -59,6 +59,9 @@ struct train_result {
     double mean_last50;
     int nonfinite;              /* a NaN/Inf was produced */
     double seconds;             /* wall time of the training loop */
+    double warm_seconds;        /* wall time of its steps after the first two (whose
+                                 * work a GPU backend also spends on warming up and
+                                 * capturing), or NaN with fewer than 3 steps */
     double cpu_seconds;         /* CPU time of the process (all threads) in the loop */
 };
 
