@@ -78,6 +78,14 @@ check ae_cuda_vs_cudnn_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/cd1.dtr"
 check ae_cuda_replay_oracle 0 -- "$DT" replay "$T/ct1.dtr" --step 150 --against mpfr
 grep_in ae_cuda_replay_oracle " 0 SEMANTIC" "no SEMANTIC op"
 check ae_cuda_replay_same 0 -- "$DT" replay "$T/ct1.dtr" --step 150 --steps 3
+# every op launched on its own (no CUDA graph) gives the same trace
+check ae_cuda_nograph 0 -- $A --backend cuda --cuda-graph off -o "$T/cn.dtr"
+check ae_cuda_graph_vs_nograph 0 -- "$DT" diff "$T/ct1.dtr" "$T/cn.dtr"
+# a fault planted in one op of a GPU run is SEMANTIC there, and only there
+check ae_cuda_inject 0 -- $R --steps 20 --backend cuda --inject dec1.matmul:scale -o "$T/cf.dtr"
+check ae_cuda_inject_replay 1 -- "$DT" replay "$T/cf.dtr" --step 10 --against mpfr
+grep_in ae_cuda_inject_replay "^ +[0-9]+  dec1\.matmul +matmul .* SEMANTIC$" "the planted op is SEMANTIC"
+grep_in ae_cuda_inject_replay "summary: .* 1 SEMANTIC$" "and no other"
 
 # --- PredNet (small: 1,8,16 at 64x64, nt 10, batch 2, 10 steps)
 Q="$R --model prednet --stack 1,8,16 --size 64x64 --nt 10 --batch 2 --steps 10"
