@@ -59,9 +59,10 @@ struct train_result {
     double mean_last50;
     int nonfinite;              /* a NaN/Inf was produced */
     double seconds;             /* wall time of the training loop */
-    double warm_seconds;        /* wall time of its steps after the first two (whose
-                                 * work a GPU backend also spends on warming up and
-                                 * capturing), or NaN with fewer than 3 steps */
+    double warm_seconds;        /* wall time of its steps after the first two (a GPU
+                                 * backend runs the first eagerly and captures the
+                                 * second; it captures step 2 too, for the other
+                                 * buffer arrangement), or NaN with fewer than 3 steps */
     double cpu_seconds;         /* CPU time of the process (all threads) in the loop */
 };
 
