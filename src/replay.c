@@ -209,7 +209,9 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
     double t0 = dt_now();
     for (uint64_t step = ck.step; step <= res->last; step++) {
         run_step_begin(&s.r, step);
-        if (s.tc.flip_set && step == s.tc.flip_step) {
+        /* the recording flipped the bit before it took that step's
+         * checkpoint: a replay from that very checkpoint has it already */
+        if (s.tc.flip_set && step == s.tc.flip_step && step > ck.step) {
             int i = graph_find(&s.r.g, s.tc.flip_tensor);
             exec_get(&s.r.e, i, s.r.host);
             uint32_t u;

@@ -148,6 +148,10 @@ has "$T/out" "^reproduced: every replayed step matches the recording bitwise" "r
 has "$T/out" "replayed from the checkpoint at step 4" "replay: starts at the checkpoint before step 5"
 expect 1 "replay with a fault does not reproduce" -- "$DT" replay "$T/rp.dtr" --step 5 --inject enc2.matmul:scale
 has "$T/out" "^not reproduced: step 4 differs from the recording first in op [0-9]+ enc2\.matmul$" "replay: names the faulty op"
+# a bit flipped at a checkpointed step is in that checkpoint: replay from it reproduces
+expect 0 "record a flip at a checkpointed step" -- $R --steps 8 --batch 10 --checkpoint-every 4 --flip-bit 4:enc2.W:100:22 -o "$T/fl4.dtr"
+expect 0 "replay from the flip's own checkpoint reproduces" -- "$DT" replay "$T/fl4.dtr" --step 4 --steps 2
+expect 0 "replay from the checkpoint before the flip reproduces" -- "$DT" replay "$T/fl4.dtr" --step 3 --steps 3
 expect 2 "replay past the end" -- "$DT" replay "$T/rp.dtr" --step 7 --steps 2
 one_line "replay past the end"
 expect 2 "replay without --step" -- "$DT" replay "$T/rp.dtr"
