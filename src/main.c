@@ -18,6 +18,7 @@ static void main_usage(FILE *f)
           "  diff     compare two traces: first divergence, origin ops, timeline\n"
           "  replay   re-execute recorded steps: reproducibility, or each op against\n"
           "           the exact oracle and its error bound\n"
+          "  escape   plateaus of each run's loss curve and the steps that escape them\n"
           "\n"
           "Options:\n"
           "  -h, --help     show this help and exit\n"
@@ -49,6 +50,7 @@ int main(int argc, char **argv)
         {"show", cmd_show},
         {"diff", cmd_diff},
         {"replay", cmd_replay},
+        {"escape", cmd_escape},
     };
     cli_argv = argv;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

@@ -1,0 +1,300 @@
+/* cmd_escape.c: `divtrace escape`: plateaus of the loss curve of each run and
+ * the steps where training escapes them (the method is in escape.c). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "curvature.h"
+#include "escape.h"
+#include "trace.h"
+#include "util.h"
+
+/* --curvature STEP asks curvature.h for the Hessian's extreme eigenvalues
+ * at a checkpoint: a saddle when the lowest is negative beyond its residual.
+ * Room is left for --plot DIR (not implemented). */
+
+static void escape_usage(FILE *f)
+{
+    fputs("Usage: divtrace escape [OPTION]... RUN.dtr...\n"
+          "Find the plateaus of each run's loss curve and the steps where training\n"
+          "escapes them (a saddle-point plateau, then a drop); count the phases.\n"
+          "\n"
+          "  -w, --window N   smoothing and slope window, odd (default N/25, at least 5)\n"
+          "      --min-len N  shortest plateau in steps (default 2 windows)\n"
+          "      --max-gap N  longest wiggle that two plateaus merge across (default 1 window)\n"
+          "      --horizon N  steps after a plateau within which the drop must come\n"
+          "                   (default 3 windows)\n"
+          "      --flat X     flat: slope at most X times a power law's rate (default 0.25)\n"
+          "      --noise X    ... or at most X standard deviations of noise (default 3)\n"
+          "      --drop X     escape: the smoothed loss falls by X, relative (default 0.05)\n"
+          "      --curvature S  also the Hessian's extreme eigenvalues at the checkpoint\n"
+          "                   of step S: a saddle (negative curvature) or a minimum\n"
+          "      --json       one JSON object instead of text\n"
+          "  -h, --help       show this help and exit\n"
+          "  -V, --version    show the version and exit\n"
+          "\n"
+          "Exit status: 0 analyzed (a trace cut short is analyzed over its complete\n"
+          "steps), 2 trouble (a bad option, a file that is not a readable trace).\n",
+          f);
+}
+
+struct escape_run_out {
+    struct trace_file *tf;
+    struct escape_result r;
+    int has_curv;
+    struct curvature_result curv;
+};
+
+static int escape_is_saddle(const struct curvature_result *c)
+{
+    return c->lo < 0 && -c->lo > c->lo_resid;
+}
+
+static void escape_print_text(const struct escape_run_out *o)
+{
+    const struct trace_file *tf = o->tf;
+    const struct escape_result *r = &o->r;
+    const struct trace_step *st = tf->steps;
+    printf("%s: %" PRIu64 " steps", tf->path, tf->nsteps);
+    if (!tf->complete)
+        printf(" (%s: analyzed over the complete steps)", tf->note);
+    printf("\n  method: window %d, min-len %d, max-gap %d, horizon %d, flat %g, noise %g, drop %g\n",
+           r->used.window, r->used.min_len, r->used.max_gap, r->used.horizon, r->used.flat,
+           r->used.noise_k, r->used.drop);
+    printf("  rate %.4g (power-law exponent through the ends), noise %.4g (log loss)\n", r->rate,
+           r->noise);
+    if (r->nplateaus == 0)
+        printf("  no plateau%s\n", r->n < (size_t)r->used.min_len ? " (the curve is shorter than --min-len)" : "");
+    for (size_t i = 0; i < r->nplateaus; i++) {
+        const struct escape_plateau *p = &r->plateaus[i];
+        printf("  plateau %zu: steps %" PRIu64 "-%" PRIu64 ", level %.6g, grad norm %.6g, ", i + 1,
+               st[p->start].step, st[p->end].step, p->level, p->grad_norm);
+        if (p->escaped)
+            printf("escape at step %" PRIu64 " (drop %.1f%%)\n", st[p->escape].step, 100 * p->drop);
+        else if (p->end + 1 >= r->n)
+            printf("not escaped (lasts to the end)\n");
+        else
+            printf("ends without an escape (drop %.1f%%)\n", 100 * p->drop);
+    }
+    printf("  escapes:");
+    if (r->nescapes == 0)
+        printf(" none");
+    for (size_t i = 0; i < r->nplateaus; i++)
+        if (r->plateaus[i].escaped)
+            printf(" %" PRIu64, st[r->plateaus[i].escape].step);
+    printf("\n  phases: %d (%s)\n", r->phases, escape_phase_name(r->phases));
+    if (o->has_curv)
+        printf("  Hessian at step %" PRIu64 ": lowest eigenvalue %.6g, highest %.6g: %s\n",
+               o->curv.step, o->curv.lo, o->curv.hi,
+               escape_is_saddle(&o->curv) ? "a saddle (negative curvature)"
+                                          : "a minimum (no negative eigenvalue within the residual)");
+}
+
+static void escape_print_json(const struct escape_run_out *o, size_t nruns)
+{
+    FILE *f = stdout;
+    fputs("{\"runs\": [", f);
+    for (size_t k = 0; k < nruns; k++) {
+        const struct trace_file *tf = o[k].tf;
+        const struct escape_result *r = &o[k].r;
+        const struct trace_step *st = tf->steps;
+        fprintf(f, "%s\n {\"path\": ", k ? "," : "");
+        cli_json_str(f, tf->path);
+        fprintf(f, ", \"steps\": %" PRIu64 ", \"complete\": %s, \"note\": ", tf->nsteps,
+                tf->complete ? "true" : "false");
+        cli_json_str(f, tf->note);
+        fprintf(f, ",\n  \"params\": {\"window\": %d, \"min_len\": %d, \"max_gap\": %d, \"horizon\": %d, \"flat\": ",
+                r->used.window, r->used.min_len, r->used.max_gap, r->used.horizon);
+        cli_json_num(f, r->used.flat);
+        fputs(", \"noise\": ", f);
+        cli_json_num(f, r->used.noise_k);
+        fputs(", \"drop\": ", f);
+        cli_json_num(f, r->used.drop);
+        fputs("},\n  \"rate\": ", f);
+        cli_json_num(f, r->rate);
+        fputs(", \"noise\": ", f);
+        cli_json_num(f, r->noise);
+        fputs(",\n  \"plateaus\": [", f);
+        for (size_t i = 0; i < r->nplateaus; i++) {
+            const struct escape_plateau *p = &r->plateaus[i];
+            fprintf(f, "%s\n   {\"start\": %" PRIu64 ", \"end\": %" PRIu64 ", \"level\": ", i ? "," : "",
+                    st[p->start].step, st[p->end].step);
+            cli_json_num(f, p->level);
+            fputs(", \"grad_norm\": ", f);
+            cli_json_num(f, p->grad_norm);
+            fputs(", \"escape\": ", f);
+            if (p->escaped)
+                fprintf(f, "%" PRIu64, st[p->escape].step);
+            else
+                fputs("null", f);
+            fputs(", \"drop\": ", f);
+            cli_json_num(f, p->drop);
+            fputc('}', f);
+        }
+        fputs("],\n  \"escapes\": [", f);
+        int first = 1;
+        for (size_t i = 0; i < r->nplateaus; i++)
+            if (r->plateaus[i].escaped) {
+                fprintf(f, "%s%" PRIu64, first ? "" : ", ", st[r->plateaus[i].escape].step);
+                first = 0;
+            }
+        fprintf(f, "], \"phases\": %d, \"phase_name\": \"%s\"", r->phases,
+                escape_phase_name(r->phases));
+        if (o[k].has_curv) {
+            const struct curvature_result *cv = &o[k].curv;
+            fprintf(f, ",\n  \"curvature\": {\"step\": %" PRIu64 ", \"lowest\": ", cv->step);
+            cli_json_num(f, cv->lo);
+            fputs(", \"highest\": ", f);
+            cli_json_num(f, cv->hi);
+            fputs(", \"lowest_residual\": ", f);
+            cli_json_num(f, cv->lo_resid);
+            fprintf(f, ", \"saddle\": %s}", escape_is_saddle(cv) ? "true" : "false");
+        }
+        fputc('}', f);
+    }
+    fputs("]}\n", f);
+}
+
+/* An option's integer argument into *out (0 = automatic). */
+static int escape_opt_int(const char *opt, const char *s, int *out)
+{
+    if (cli_int(opt, s, 0, 100000000, out) < 0) {
+        cli_error("escape", "%s", dt_error());
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_escape(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"window", required_argument, NULL, 'w'},
+        {"min-len", required_argument, NULL, 'm'},
+        {"max-gap", required_argument, NULL, 'g'},
+        {"horizon", required_argument, NULL, 'H'},
+        {"flat", required_argument, NULL, 'f'},
+        {"noise", required_argument, NULL, 'n'},
+        {"drop", required_argument, NULL, 'd'},
+        {"json", no_argument, NULL, 'j'},
+        {"curvature", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    struct escape_params p;
+    escape_params_defaults(&p);
+    int json = 0, has_curv = 0, c;
+    uint64_t curv_step = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "w:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'w':
+            if (escape_opt_int("--window", optarg, &p.window) < 0)
+                return CLI_EXIT_TROUBLE;
+            break;
+        case 'm':
+            if (escape_opt_int("--min-len", optarg, &p.min_len) < 0)
+                return CLI_EXIT_TROUBLE;
+            break;
+        case 'g':
+            if (escape_opt_int("--max-gap", optarg, &p.max_gap) < 0)
+                return CLI_EXIT_TROUBLE;
+            break;
+        case 'H':
+            if (escape_opt_int("--horizon", optarg, &p.horizon) < 0)
+                return CLI_EXIT_TROUBLE;
+            break;
+        case 'f':
+        case 'n':
+        case 'd': {
+            const char *name = c == 'f' ? "--flat" : c == 'n' ? "--noise" : "--drop";
+            double *dst = c == 'f' ? &p.flat : c == 'n' ? &p.noise_k : &p.drop;
+            if (cli_double(name, optarg, dst) < 0) {
+                cli_error("escape", "%s", dt_error());
+                return CLI_EXIT_TROUBLE;
+            }
+            break;
+        }
+        case 'j': json = 1; break;
+        case 'c':
+            if (cli_u64("--curvature", optarg, &curv_step) < 0) {
+                cli_error("escape", "%s", dt_error());
+                return CLI_EXIT_TROUBLE;
+            }
+            has_curv = 1;
+            break;
+        case 'h': escape_usage(stdout); return 0;
+        case 'V': return cli_version();
+        default: return cli_usage_error("escape");
+        }
+    }
+    char msg[160];
+    if (escape_params_check(&p, msg, sizeof msg) < 0) {
+        cli_error("escape", "%s", msg);
+        return CLI_EXIT_TROUBLE;
+    }
+    if (argc - optind < 1) {
+        cli_error("escape", "expected at least one trace file");
+        return cli_usage_error("escape");
+    }
+    size_t nruns = (size_t)(argc - optind);
+    struct escape_run_out *out = dt_calloc(nruns, sizeof *out);
+    int rc = 0;
+    size_t opened = 0;
+    for (; opened < nruns; opened++) {
+        struct trace_file *tf;
+        if (trace_open(&tf, argv[optind + (int)opened]) < 0) {
+            cli_error("escape", "%s", dt_error());
+            rc = CLI_EXIT_TROUBLE;
+            break;
+        }
+        out[opened].tf = tf;
+        if (strstr(tf->note, "corrupt")) {
+            cli_error("escape", "%s: %s", tf->path, tf->note);
+            opened++;
+            rc = CLI_EXIT_TROUBLE;
+            break;
+        }
+        size_t n = (size_t)tf->nsteps;
+        double *loss = dt_malloc((n ? n : 1) * sizeof *loss);
+        double *gn = dt_malloc((n ? n : 1) * sizeof *gn);
+        for (size_t s = 0; s < n; s++) {
+            loss[s] = tf->steps[s].loss;
+            gn[s] = tf->steps[s].grad_norm;
+        }
+        escape_analyze(loss, gn, n, &p, &out[opened].r);
+        free(loss);
+        free(gn);
+        if (has_curv) {
+            struct curvature_params cp;
+            curvature_params_defaults(&cp);
+            if (curvature_at_step(tf->path, curv_step, &cp, &out[opened].curv) < 0) {
+                cli_error("escape", "%s", dt_error());
+                opened++;
+                rc = CLI_EXIT_TROUBLE;
+                break;
+            }
+            out[opened].has_curv = 1;
+        }
+    }
+    if (rc == 0) {
+        if (json)
+            escape_print_json(out, nruns);
+        else
+            for (size_t k = 0; k < nruns; k++)
+                escape_print_text(&out[k]);
+    }
+    for (size_t k = 0; k < opened; k++) {
+        escape_result_free(&out[k].r);
+        trace_close(out[k].tf);
+    }
+    free(out);
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
+        cli_error("escape", "write error on standard output");
+        return CLI_EXIT_TROUBLE;
+    }
+    return rc;
+}
