@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "diff.h"
+#include "escape.h"
 #include "trace.h"
 #include "util.h"
 
@@ -78,6 +79,9 @@ static void diff_json_change(void *arg, const char *key, const char *va, const c
     if (vb) cli_json_str(stdout, vb); else fputs("null", stdout);
     putchar('}');
 }
+
+static void diff_print_escapes(const struct trace_file *a, const struct trace_file *b,
+                               const struct diff_result *r);
 
 static void diff_op_line(const struct trace_file *a, int op, const char *indent)
 {
@@ -185,6 +189,97 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
     }
     printf("final loss: A %.6f (mean of last %d steps %.6f), B %.6f (mean of last %d steps %.6f)\n",
            r->final_a, diff_last(a), r->mean50_a, r->final_b, diff_last(b), r->mean50_b);
+    diff_print_escapes(a, b, r);
+}
+
+/* The loss curve of a trace and its plateaus (divtrace escape's defaults). */
+static int diff_escapes(const struct trace_file *t, struct escape_result *er)
+{
+    double *loss = dt_malloc((t->nsteps ? t->nsteps : 1) * sizeof *loss);
+    double *gn = dt_malloc((t->nsteps ? t->nsteps : 1) * sizeof *gn);
+    for (uint64_t k = 0; k < t->nsteps; k++) {
+        loss[k] = t->steps[k].loss;
+        gn[k] = t->steps[k].grad_norm;
+    }
+    struct escape_params p;
+    escape_params_defaults(&p);
+    int rc = escape_analyze(loss, gn, (size_t)t->nsteps, &p, er);
+    free(loss);
+    free(gn);
+    return rc;
+}
+
+/* Whether step s lies inside one of the plateaus. */
+static int diff_in_plateau(const struct escape_result *er, uint64_t s)
+{
+    for (size_t k = 0; k < er->nplateaus; k++)
+        if (s >= er->plateaus[k].start && s <= er->plateaus[k].end)
+            return 1;
+    return 0;
+}
+
+/* When both runs sit on plateaus: their escapes, where the distance
+ * thresholds are crossed relative to them, and how fast the log distance
+ * grows per step inside plateaus (of run A) and outside. */
+static void diff_print_escapes(const struct trace_file *a, const struct trace_file *b,
+                               const struct diff_result *r)
+{
+    struct escape_result ea, eb;
+    if (diff_escapes(a, &ea) < 0)
+        return;
+    if (diff_escapes(b, &eb) < 0) {
+        escape_result_free(&ea);
+        return;
+    }
+    if (ea.nplateaus && eb.nplateaus) {
+        printf("saddle plateaus and escapes (divtrace escape's defaults):\n");
+        const struct escape_result *e[2] = {&ea, &eb};
+        int64_t first[2] = {-1, -1};
+        for (int k = 0; k < 2; k++)
+            for (size_t q = 0; q < e[k]->nplateaus; q++) {
+                const struct escape_plateau *pl = &e[k]->plateaus[q];
+                printf("  %c: plateau at loss %.4g from step %zu to %zu", k ? 'B' : 'A', pl->level,
+                       pl->start, pl->end);
+                if (pl->escaped) {
+                    printf(", escape at step %zu\n", pl->escape);
+                    if (first[k] < 0)
+                        first[k] = (int64_t)pl->escape;
+                } else {
+                    printf(", not escaped\n");
+                }
+            }
+        if (first[0] >= 0 && first[1] >= 0)
+            printf("  first escapes differ by %" PRId64 " steps (B - A)\n", first[1] - first[0]);
+        for (int t = 0; t < DIFF_NTHRESH; t++) {
+            int64_t c = r->cross_ckpt[t] >= 0 ? r->cross_ckpt[t] : r->sketch_ok ? r->cross_sketch[t] : -1;
+            if (c < 0 || first[0] < 0)
+                continue;
+            printf("  distance exceeds %g at step %" PRId64 ": %" PRId64 " steps %s A's first escape\n",
+                   diff_thresholds[t], c, c <= first[0] ? first[0] - c : c - first[0],
+                   c <= first[0] ? "before" : "after");
+        }
+        /* growth of ln(distance) per step between consecutive checkpoints,
+         * by where the interval lies */
+        double g[2] = {0, 0};
+        uint64_t n[2] = {0, 0};
+        for (int k = 1; k < r->npoints; k++) {
+            const struct diff_point *p0 = &r->points[k - 1], *p1 = &r->points[k];
+            if (!(p0->dist > 0) || !(p1->dist > 0) || p1->step <= p0->step)
+                continue;
+            int in = diff_in_plateau(&ea, (p0->step + p1->step) / 2);
+            g[in] += log(p1->dist / p0->dist);
+            n[in] += p1->step - p0->step;
+        }
+        printf("  growth of ln(distance) per step: on A's plateaus ");
+        if (n[1]) printf("%.3g", g[1] / (double)n[1]); else printf("(no interval)");
+        printf(", elsewhere ");
+        if (n[0]) printf("%.3g", g[0] / (double)n[0]); else printf("(no interval)");
+        if (n[0] && n[1] && g[0] != 0)
+            printf(" (%.2gx)", (g[1] / (double)n[1]) / (g[0] / (double)n[0]));
+        putchar('\n');
+    }
+    escape_result_free(&ea);
+    escape_result_free(&eb);
 }
 
 static void diff_json_events(const struct trace_file *t)

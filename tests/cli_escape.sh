@@ -31,6 +31,13 @@ if command -v python3 >/dev/null 2>&1; then
         bad "--json does not parse or disagrees"
     fi
 fi
+# diff of two runs that sit on the plateau: their escapes beside the divergence
+expect 0 "record the same run on two threads" -- "$DT" record -q --steps 3000 --threads 2 -o "$T/run2.dtr"
+expect 1 "diff of two runs with plateaus" -- "$DT" diff "$T/run.dtr" "$T/run2.dtr"
+has "$T/out" "^saddle plateaus and escapes" "diff: the plateaus and escapes of both runs"
+has "$T/out" "^  A: plateau at loss 0\.08[5-9][0-9]* from step [0-9]+ to [0-9]+, escape at step [0-9]+$" "diff: A's plateau and escape"
+has "$T/out" "^  first escapes differ by -?[0-9]+ steps \(B - A\)$" "diff: the difference of the escapes"
+has "$T/out" "^  growth of ln\(distance\) per step: on A's plateaus " "diff: distance growth on and off the plateaus"
 expect 0 "two runs at once" -- "$DT" escape "$T/run.dtr" "$T/run.dtr"
 n=$(grep -c "^  phases: " "$T/out")
 [ "$n" -eq 2 ] && ok "one block per run" || bad "$n blocks for 2 runs"
