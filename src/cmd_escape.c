@@ -9,12 +9,13 @@
 #include "cli.h"
 #include "curvature.h"
 #include "escape.h"
+#include "plot.h"
 #include "trace.h"
 #include "util.h"
 
 /* --curvature STEP asks curvature.h for the Hessian's extreme eigenvalues
  * at a checkpoint: a saddle when the lowest is negative beyond its residual.
- * Room is left for --plot DIR (not implemented). */
+ * --plot DIR draws the curves, plateaus and escapes as PNGs (plot.h). */
 
 static void escape_usage(FILE *f)
 {
@@ -32,6 +33,8 @@ static void escape_usage(FILE *f)
           "      --drop X     escape: the smoothed loss falls by X, relative (default 0.05)\n"
           "      --curvature S  also the Hessian's extreme eigenvalues at the checkpoint\n"
           "                   of step S: a saddle (negative curvature) or a minimum\n"
+          "      --plot DIR   also write PNG plots into DIR (with gnuplot): loss.png;\n"
+          "                   for two runs distance.png and first-divergence.png\n"
           "      --json       one JSON object instead of text\n"
           "  -h, --help       show this help and exit\n"
           "  -V, --version    show the version and exit\n"
@@ -180,6 +183,7 @@ int cmd_escape(int argc, char **argv)
         {"drop", required_argument, NULL, 'd'},
         {"json", no_argument, NULL, 'j'},
         {"curvature", required_argument, NULL, 'c'},
+        {"plot", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -188,6 +192,7 @@ int cmd_escape(int argc, char **argv)
     escape_params_defaults(&p);
     int json = 0, has_curv = 0, c;
     uint64_t curv_step = 0;
+    const char *plot_dir = NULL;
     optind = 0;
     while ((c = getopt_long(argc, argv, "w:hV", opts, NULL)) != -1) {
         switch (c) {
@@ -226,6 +231,7 @@ int cmd_escape(int argc, char **argv)
             }
             has_curv = 1;
             break;
+        case 'p': plot_dir = optarg; break;
         case 'h': escape_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("escape");
@@ -239,6 +245,10 @@ int cmd_escape(int argc, char **argv)
     if (argc - optind < 1) {
         cli_error("escape", "expected at least one trace file");
         return cli_usage_error("escape");
+    }
+    if (plot_dir && plot_check() < 0) {
+        cli_error("escape", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
     }
     size_t nruns = (size_t)(argc - optind);
     struct escape_run_out *out = dt_calloc(nruns, sizeof *out);
@@ -286,6 +296,17 @@ int cmd_escape(int argc, char **argv)
         else
             for (size_t k = 0; k < nruns; k++)
                 escape_print_text(&out[k]);
+    }
+    if (rc == 0 && plot_dir) {
+        struct plot_run *pr = dt_calloc(nruns, sizeof *pr);
+        for (size_t k = 0; k < nruns; k++)
+            pr[k] = (struct plot_run){.tf = out[k].tf, .r = &out[k].r};
+        /* with --json, stdout holds only the JSON object */
+        if (plot_escape(plot_dir, pr, nruns, json ? stderr : stdout) < 0) {
+            cli_error("escape", "%s", dt_error());
+            rc = CLI_EXIT_TROUBLE;
+        }
+        free(pr);
     }
     for (size_t k = 0; k < opened; k++) {
         escape_result_free(&out[k].r);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # cli_escape.sh: end-to-end tests of `divtrace escape` on a recorded
 # autoencoder run (its plateau near loss 0.087 and the escape from it), the
-# JSON output, a trace cut short, and bad options and files (exit 2, one
-# line). Needs Debian's dataset-fashion-mnist (./bootstrap installs it).
+# JSON output, --plot (PNGs by gnuplot), a trace cut short, and bad options
+# and files (exit 2, one line). Needs Debian's dataset-fashion-mnist
+# (./bootstrap installs it).
 set -u
 NAME=cli_escape.sh
 . "$(dirname "$0")/cli_lib.sh"
@@ -41,6 +42,40 @@ has "$T/out" "^  growth of ln\(distance\) per step: on A's plateaus " "diff: dis
 expect 0 "two runs at once" -- "$DT" escape "$T/run.dtr" "$T/run.dtr"
 n=$(grep -c "^  phases: " "$T/out")
 [ "$n" -eq 2 ] && ok "one block per run" || bad "$n blocks for 2 runs"
+
+# --plot DIR: PNGs drawn by gnuplot (CI installs gnuplot-nox)
+# png FILE NAME: FILE exists, is non-empty and starts with the PNG signature
+png() {
+    sig=$(head -c 8 "$1" 2>/dev/null | od -An -tx1 | tr -d ' \n')
+    if [ -s "$1" ] && [ "$sig" = "89504e470d0a1a0a" ]; then ok "$2"; else bad "$2 ($1: signature '$sig')"; fi
+}
+if command -v gnuplot >/dev/null 2>&1; then
+    expect 0 "escape --plot of two runs" -- "$DT" escape --plot "$T/plots" "$T/run.dtr" "$T/run2.dtr"
+    png "$T/plots/loss.png" "--plot: loss.png is a PNG"
+    png "$T/plots/distance.png" "--plot: distance.png is a PNG"
+    has "$T/out" "^plot: $T/plots/loss\.png$" "--plot: the paths written"
+    has "$T/out" "^plot: $T/plots/first-divergence\.png skipped: not PredNet" "--plot: no heatmap for the autoencoder"
+    Q="$DT record -q --model prednet --stack 1,4 --size 64x64 --nt 3 --batch 1 --steps 1"
+    expect 0 "prednet --threads 1" -- $Q --threads 1 -o "$T/p1.dtr"
+    expect 0 "prednet --threads 2" -- $Q --threads 2 -o "$T/p2.dtr"
+    expect 0 "escape --plot of a PredNet pair" -- "$DT" escape --plot "$T/pplots" "$T/p1.dtr" "$T/p2.dtr"
+    png "$T/pplots/first-divergence.png" "--plot: first-divergence.png is a PNG"
+    expect 0 "escape --json --plot" -- "$DT" escape --json --plot "$T/jplots" "$T/run.dtr"
+    png "$T/jplots/loss.png" "--json --plot: loss.png"
+    if python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/out" 2>/dev/null || ! command -v python3 >/dev/null 2>&1; then
+        ok "--json --plot: stdout holds only the JSON"
+    else
+        bad "--json --plot: stdout is not JSON"
+    fi
+    printf 'x' >"$T/afile"
+    expect 2 "--plot into a directory that cannot be made" -- "$DT" escape --plot "$T/afile/plots" "$T/run.dtr"
+    one_line "--plot unwritable"
+else
+    echo "gnuplot is not installed: skipping the --plot checks (install gnuplot-nox)"
+fi
+mkdir "$T/nognuplot"
+expect 2 "--plot without gnuplot on PATH" -- env PATH="$T/nognuplot" "$DT" escape --plot "$T/np" "$T/run.dtr"
+one_line "--plot without gnuplot"
 
 # a trace cut short: analyzed over its complete steps, with a note
 size=$(wc -c <"$T/run.dtr")

@@ -1,0 +1,31 @@
+/* plot.h: PNG plots of `divtrace escape --plot DIR`: loss curves with their
+ * plateaus and escapes, the parameter distance of two runs, and where a
+ * PredNet pair first diverges (layer x time step).
+ * Drawn by gnuplot (Debian's gnuplot-nox) through a pipe, data inline: a plain
+ * Debian package, scriptable through popen, that makes readable PNGs with
+ * axes, labels and legends without adding a C library dependency. */
+#ifndef DT_PLOT_H
+#define DT_PLOT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "escape.h"
+#include "trace.h"
+
+struct plot_run {
+    struct trace_file *tf;
+    const struct escape_result *r; /* the plateaus of tf's loss curve */
+};
+
+/* 0 when a gnuplot program is on PATH, else -1 with dt_error set. */
+int plot_check(void);
+
+/* Into dir (created if missing): loss.png for all runs; with two runs,
+ * distance.png when they share checkpoints and first-divergence.png when
+ * they are PredNet runs that diverge. Each path written, and each plot
+ * skipped with the reason, is one line on log. 0, or -1 with dt_error set
+ * (dir not writable, unreadable checkpoint, gnuplot failed). */
+int plot_escape(const char *dir, struct plot_run *runs, size_t nruns, FILE *log);
+
+#endif
