@@ -368,6 +368,28 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
     cli_json_num(stdout, r->mean50_a);
     printf(", \"b\": ");
     cli_json_num(stdout, r->mean50_b);
+    printf("},\n \"plateaus\": {");
+    const struct trace_file *t[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        struct escape_result er;
+        printf("%s\"%c\": ", k ? ", " : "", k ? 'b' : 'a');
+        if (diff_escapes(t[k], &er) < 0) {
+            fputs("null", stdout);
+            continue;
+        }
+        putchar('[');
+        for (size_t q = 0; q < er.nplateaus; q++) {
+            const struct escape_plateau *pl = &er.plateaus[q];
+            printf("%s{\"start\": %zu, \"end\": %zu, \"level\": ", q ? ", " : "", pl->start, pl->end);
+            cli_json_num(stdout, pl->level);
+            if (pl->escaped)
+                printf(", \"escape\": %zu}", pl->escape);
+            else
+                printf(", \"escape\": null}");
+        }
+        putchar(']');
+        escape_result_free(&er);
+    }
     printf("}}\n");
 }
 

@@ -39,6 +39,8 @@ has "$T/out" "^saddle plateaus and escapes" "diff: the plateaus and escapes of b
 has "$T/out" "^  A: plateau at loss 0\.08[5-9][0-9]* from step [0-9]+ to [0-9]+, escape at step [0-9]+$" "diff: A's plateau and escape"
 has "$T/out" "^  first escapes differ by -?[0-9]+ steps \(B - A\)$" "diff: the difference of the escapes"
 has "$T/out" "^  growth of ln\(distance\) per step: on A's plateaus " "diff: distance growth on and off the plateaus"
+expect 1 "diff --json of two runs with plateaus" -- "$DT" diff --json "$T/run.dtr" "$T/run2.dtr"
+has "$T/out" '"plateaus": \{"a": \[\{"start": [0-9]+, "end": [0-9]+, "level": 0\.08[0-9]*, "escape": [0-9]+\}' "diff --json: the plateaus and escapes"
 expect 0 "two runs at once" -- "$DT" escape "$T/run.dtr" "$T/run.dtr"
 n=$(grep -c "^  phases: " "$T/out")
 [ "$n" -eq 2 ] && ok "one block per run" || bad "$n blocks for 2 runs"
