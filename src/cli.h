@@ -12,6 +12,8 @@ int cmd_show(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_escape(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 /* The whole command line, for re-executing the program. */
 extern char **cli_argv;

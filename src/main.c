@@ -19,6 +19,8 @@ static void main_usage(FILE *f)
           "  replay   re-execute recorded steps: reproducibility, or each op against\n"
           "           the exact oracle and its error bound\n"
           "  escape   plateaus of each run's loss curve and the steps that escape them\n"
+          "  sweep    run a study's grid of trials (or emit a Makefile or Slurm array)\n"
+          "  report   tables, tests and plots of a sweep's trials\n"
           "\n"
           "Options:\n"
           "  -h, --help     show this help and exit\n"
@@ -51,6 +53,8 @@ int main(int argc, char **argv)
         {"diff", cmd_diff},
         {"replay", cmd_replay},
         {"escape", cmd_escape},
+        {"sweep", cmd_sweep},
+        {"report", cmd_report},
     };
     cli_argv = argv;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

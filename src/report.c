@@ -1,0 +1,2 @@
+/* report.c: being written. */
+#include "report.h"

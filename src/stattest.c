@@ -1,0 +1,2 @@
+/* stattest.c: being written. */
+#include "stattest.h"

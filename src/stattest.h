@@ -1,0 +1,4 @@
+/* stattest.h: being written. */
+#ifndef DT_STATTEST_H
+#define DT_STATTEST_H
+#endif

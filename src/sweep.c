@@ -1,0 +1,2 @@
+/* sweep.c: being written. */
+#include "sweep.h"
