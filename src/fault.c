@@ -5,6 +5,7 @@
 #include "fault.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,6 +328,53 @@ static int fault_number(const char *spec, const char *s, double lo, double hi, d
     return DT_OK;
 }
 
+/* The wrong formula for op type t, or NULL. */
+static backend_op_fn fault_formula_for(enum op_type t)
+{
+    for (size_t k = 0; k < FAULT_N; k++)
+        if (fault_table[k].type == t)
+            return fault_table[k].fn;
+    return NULL;
+}
+
+/* A pattern (fnmatch(3) syntax) in place of the op name: a systematic bug,
+ * the same wrong formula in every op it matches (e.g. every gate of a
+ * recurrent cell at every time step, as a framework's code path would
+ * have it). Only formula faults take a pattern. */
+static int fault_install_glob(struct run *r, const char *spec, const char *pattern,
+                              const char *kind, int nparts)
+{
+    if (strcmp(kind, "formula") != 0 || nparts != 2) {
+        dt_error_set("--inject '%s': a pattern of op names takes KIND formula only", spec);
+        return DT_ERR;
+    }
+    if (strcmp(r->be->name, "cpu") != 0) {
+        dt_error_set("--inject '%s': wrong formulas exist for the cpu backend only", spec);
+        return DT_ERR;
+    }
+    int matched = 0;
+    for (int i = 0; i < r->g.n; i++) {
+        const struct node *nd = &r->g.nodes[i];
+        if (nd->type == OP_INPUT || nd->type == OP_PARAM || nd->type == OP_STATE ||
+            fnmatch(pattern, nd->name, 0) != 0)
+            continue;
+        backend_op_fn fn = fault_formula_for(nd->type);
+        if (!fn) {
+            dt_error_set("--inject '%s': '%s' matches %s, a %s op, which has no wrong formula",
+                         spec, pattern, nd->name, op_type_name(nd->type));
+            return DT_ERR;
+        }
+        r->e.override[i] = fn;
+        matched++;
+    }
+    if (!matched) {
+        dt_error_set("--inject '%s': '%s' matches no op of this model (see divtrace show --ops)",
+                     spec, pattern);
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
 int fault_install(struct run *r, const char *spec)
 {
     char buf[256];
@@ -339,6 +387,8 @@ int fault_install(struct run *r, const char *spec)
         dt_error_set("--inject '%s': expected OP:KIND, KIND bitflip, scale or formula", spec);
         return DT_ERR;
     }
+    if (strpbrk(parts[0], "*?["))
+        return fault_install_glob(r, spec, parts[0], n > 1 ? parts[1] : "", n);
     int i = graph_find(&r->g, parts[0]);
     const struct node *nd = i >= 0 ? &r->g.nodes[i] : NULL;
     if (!nd || nd->type == OP_INPUT || nd->type == OP_PARAM || nd->type == OP_STATE) {

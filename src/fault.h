@@ -5,7 +5,10 @@
  *                             (default 0) of OP's output, every step
  *   OP:scale[:FACTOR]         multiply OP's output by FACTOR (default 1.001)
  *   OP:formula                compute OP with a plausible wrong formula
- *                             (fault_formulas() lists them; cpu backend only)
+ *                             (fault_formulas() lists them; cpu backend only);
+ *                             OP may be an fnmatch(3) pattern: every op it
+ *                             matches (a systematic bug, as in a framework's
+ *                             code path)
  */
 #ifndef DT_FAULT_H
 #define DT_FAULT_H

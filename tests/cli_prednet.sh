@@ -141,4 +141,25 @@ semantic_at L0.t02.loss:formula
 semantic_at L0.conv_o.W.grad@L0.t01.conv_o:formula
 semantic_at L0.t02.conv_ahat:bitflip:3:21
 
+# a pattern: the same wrong formula in every gate of every layer and time
+# step (a systematic framework bug); replay finds SEMANTIC ops, each one a
+# gate the pattern names, and gates of all three kinds among them
+expect 0 "--inject with a pattern" -- $R --steps 2 --inject 'L*.t*.[ifo]:formula' -o "$T/g.dtr"
+"$DT" replay "$T/g.dtr" --step 1 --against mpfr >"$T/out" 2>"$T/err"
+sem=$(awk '$NF == "SEMANTIC" && $1 ~ /^[0-9]+$/ { print $2 }' "$T/out")
+nsem=$(printf '%s\n' "$sem" | grep -c .)
+nother=$(printf '%s\n' "$sem" | grep -Evc '^L[0-9]+\.t[0-9]+\.[ifo]$')
+kinds=$(printf '%s\n' "$sem" | sed 's/.*\.//' | sort -u | tr -d '\n')
+if [ "$nsem" -ge 3 ] && [ "$nother" -eq 0 ] && [ "$kinds" = "fio" ]; then
+    ok "pattern fault: $nsem SEMANTIC ops, every one a gate"
+else
+    bad "pattern fault: $nsem SEMANTIC, $nother not gates, kinds '$kinds'"; head -30 "$T/out"
+fi
+expect 2 "a pattern with a kind other than formula" -- $R --steps 1 --inject 'L*.t*.i:scale' -o "$T/x.dtr"
+one_line "a pattern with a kind other than formula"
+expect 2 "a pattern that matches an op without a wrong formula" -- $R --steps 1 --inject 'L*.t*.*:formula' -o "$T/x.dtr"
+has "$T/err" "which has no wrong formula" "pattern over ops without a formula: named"
+expect 2 "a pattern that matches nothing" -- $R --steps 1 --inject 'zz*:formula' -o "$T/x.dtr"
+one_line "a pattern that matches nothing"
+
 finish
