@@ -24,7 +24,9 @@
  * are none) crossed with every factor's levels. A condition's name is its
  * explicit name and its levels joined by '-' ("cpu1", "random-det").
  * Its attributes are group=G (explicit, default the condition's name) and
- * FACTOR=LEVEL for each factor; a selector KEY=VALUE picks the conditions
+ * FACTOR=LEVEL for each factor (the default group of an explicit condition
+ * crossed with factors is its explicit name: "condition gpu" crossed with
+ * init gives gpu-random and gpu-fixed, both group=gpu); a selector KEY=VALUE picks the conditions
  * with that attribute, "*" picks all. Record options are the common ones,
  * then the condition's, then each level's, in file order; in them
  * {trial} is the trial number (1-based), {cond} the condition's name.
