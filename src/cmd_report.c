@@ -1,9 +1,74 @@
-/* cmd_report.c: being written. */
+/* cmd_report.c: `divtrace report DIR`: option parsing; the work is in
+ * report.c (statistics, tables, markdown), report_summary.c (the cached
+ * summaries) and report_plot.c (the PNGs). */
+#include <getopt.h>
+#include <stdio.h>
+
 #include "cli.h"
+#include "report.h"
+#include "util.h"
+
+static void report_usage(FILE *f)
+{
+    fputs("Usage: divtrace report [OPTION]... DIR\n"
+          "Summarize the study in DIR (made by divtrace sweep): per condition the trials,\n"
+          "the final loss (mean of the last 50 steps), the first escape and the phases;\n"
+          "the sweep file's compare lines as Welch's t-test and the Mann-Whitney U test\n"
+          "with effect sizes; its pair lines as the first divergence, origin ops,\n"
+          "distance crossings, escapes and an exact-oracle replay of each run at the\n"
+          "first divergent step; the machines. Writes DIR/report.md, DIR/report/*.csv\n"
+          "and PNG plots (with gnuplot), after turning the traces into summaries under\n"
+          "DIR/summary/ (reused while current; enough on their own without the traces).\n"
+          "\n"
+          "  -o, --output FILE  write the markdown to FILE instead of DIR/report.md\n"
+          "      --rebuild      re-read every trace, even where its summary is current\n"
+          "      --no-replay    skip the oracle replays of the pairs (they can be slow)\n"
+          "      --json         also print the tables as one JSON object on stdout\n"
+          "  -q, --quiet        no progress or file lines on stderr\n"
+          "  -h, --help         show this help and exit\n"
+          "  -V, --version      show the version and exit\n"
+          "\n"
+          "Exit status: 0 report written, 2 trouble (not a study directory, a bad sweep\n"
+          "file, a trace or summary that cannot be read, an unwritable output).\n",
+          f);
+}
+
 int cmd_report(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_error("report", "not built yet");
-    return CLI_EXIT_TROUBLE;
+    enum { OPT_REBUILD = 256, OPT_NO_REPLAY, OPT_JSON };
+    static const struct option opts[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"rebuild", no_argument, NULL, OPT_REBUILD},
+        {"no-replay", no_argument, NULL, OPT_NO_REPLAY},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    struct report_options o = {.argc = argc, .argv = argv};
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "o:qhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': o.output = optarg; break;
+        case OPT_REBUILD: o.rebuild = 1; break;
+        case OPT_NO_REPLAY: o.no_replay = 1; break;
+        case OPT_JSON: o.json = 1; break;
+        case 'q': o.quiet = 1; break;
+        case 'h': report_usage(stdout); return 0;
+        case 'V': return cli_version();
+        default: return cli_usage_error("report");
+        }
+    }
+    if (argc - optind != 1) {
+        cli_error("report", "expected one study directory");
+        return cli_usage_error("report");
+    }
+    o.dir = argv[optind];
+    if (report_run(&o) < 0) {
+        cli_error("report", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
+    return 0;
 }

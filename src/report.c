@@ -1,2 +1,802 @@
-/* report.c: being written. */
+/* report.c: `divtrace report DIR`: per-condition statistics of a study's
+ * trials, the tests its compare directives ask for, its run pairs, the
+ * machines, written as DIR/report.md, the CSV tables and PNG plots of DIR/report/, or as
+ * one JSON object. Everything is computed from the summaries (report.h), so
+ * a directory that holds only summaries gives the same report. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "escape.h"
+
 #include "report.h"
+#include "stattest.h"
+#include "util.h"
+
+#define REPORT_MAX_PHASES 8     /* phase counts 1..7, and 8 or more */
+
+struct report_cstat {
+    int ntrials, nhave;
+    double final_mean, final_sd;
+    int nesc;
+    double esc_mean, esc_sd;
+    int phases[REPORT_MAX_PHASES + 1];
+};
+
+struct report_test {
+    const struct sweep_compare *c;
+    enum sweep_metric metric;
+    struct stattest_welch w;
+    struct stattest_mwu m;
+};
+
+struct report_study {
+    const struct report_options *o;
+    struct sweep_spec spec;
+    int ntr;
+    struct report_trial *tr;
+    int *first;                 /* (ncond + 1) index of each condition's first trial */
+    int npr;
+    struct report_pair *pr;
+    struct report_cstat *cs;    /* (ncond) */
+    int ntest;
+    struct report_test *test;
+    char **plots;
+    int nplots;
+    int progress;               /* a progress line on stderr (a terminal) */
+};
+
+static const char *report_metric_name(enum sweep_metric m)
+{
+    static const char *const names[] = {"final", "escape", "phases"};
+    return names[m];
+}
+
+/* The metric of a trial, NaN when the trial has none (no summary, no escape). */
+static double report_metric(const struct report_trial *t, enum sweep_metric m)
+{
+    if (t->src == REPORT_SRC_NONE)
+        return NAN;
+    switch (m) {
+    case SWEEP_METRIC_FINAL: return t->mean50;
+    case SWEEP_METRIC_ESCAPE: return t->first_escape >= 0 ? (double)t->first_escape : NAN;
+    case SWEEP_METRIC_PHASES: return t->phases;
+    }
+    return NAN;
+}
+
+/* The values of metric m over the trials of the conditions sel picks. */
+static double *report_sample(const struct report_study *st, const char *sel,
+                             enum sweep_metric m, size_t *n)
+{
+    double *x = dt_malloc(((size_t)st->ntr + 1) * sizeof *x);
+    *n = 0;
+    for (int k = 0; k < st->ntr; k++) {
+        if (!sweep_cond_matches(&st->spec.cond[st->tr[k].ci], sel))
+            continue;
+        double v = report_metric(&st->tr[k], m);
+        if (isfinite(v))
+            x[(*n)++] = v;
+    }
+    return x;
+}
+
+static void report_stats(struct report_study *st)
+{
+    const struct sweep_spec *s = &st->spec;
+    st->cs = dt_calloc((size_t)s->ncond + 1, sizeof *st->cs);
+    for (int ci = 0; ci < s->ncond; ci++) {
+        struct report_cstat *c = &st->cs[ci];
+        int a = st->first[ci], b = st->first[ci + 1];
+        double *f = dt_malloc(((size_t)(b - a) + 1) * sizeof *f);
+        double *e = dt_malloc(((size_t)(b - a) + 1) * sizeof *e);
+        size_t nf = 0, ne = 0;
+        c->ntrials = b - a;
+        for (int k = a; k < b; k++) {
+            const struct report_trial *t = &st->tr[k];
+            if (t->src == REPORT_SRC_NONE)
+                continue;
+            c->nhave++;
+            if (isfinite(t->mean50))
+                f[nf++] = t->mean50;
+            if (t->first_escape >= 0)
+                e[ne++] = (double)t->first_escape;
+            c->phases[t->phases < REPORT_MAX_PHASES ? (t->phases > 0 ? t->phases : 0)
+                                                    : REPORT_MAX_PHASES]++;
+        }
+        stattest_mean_sd(f, nf, &c->final_mean, &c->final_sd);
+        stattest_mean_sd(e, ne, &c->esc_mean, &c->esc_sd);
+        c->nesc = (int)ne;
+        free(f);
+        free(e);
+    }
+    for (int i = 0; i < s->ncompare; i++)
+        st->ntest += s->compare[i].nmetrics ? s->compare[i].nmetrics : 1;
+    st->test = dt_calloc((size_t)st->ntest + 1, sizeof *st->test);
+    int k = 0;
+    for (int i = 0; i < s->ncompare; i++) {
+        const struct sweep_compare *c = &s->compare[i];
+        int nm = c->nmetrics ? c->nmetrics : 1;
+        for (int j = 0; j < nm; j++, k++) {
+            struct report_test *t = &st->test[k];
+            t->c = c;
+            t->metric = c->nmetrics ? c->metric[j] : SWEEP_METRIC_FINAL;
+            size_t n1, n2;
+            double *x = report_sample(st, c->sel[0], t->metric, &n1);
+            double *y = report_sample(st, c->sel[1], t->metric, &n2);
+            stattest_welch(x, n1, y, n2, &t->w);
+            stattest_mann_whitney(x, n1, y, n2, &t->m);
+            free(x);
+            free(y);
+        }
+    }
+}
+
+/* ---- text helpers ---- */
+
+/* v with prec significant digits (fixed with one decimal when prec is 0) */
+static const char *report_g(char *buf, size_t n, int prec, double v)
+{
+    if (!isfinite(v))
+        snprintf(buf, n, "n/a");
+    else if (prec == 0)
+        snprintf(buf, n, "%.1f", v);
+    else
+        snprintf(buf, n, "%.*g", prec, v);
+    return buf;
+}
+
+static const char *report_i64(char *buf, size_t n, int64_t v)
+{
+    if (v < 0)
+        snprintf(buf, n, "none");
+    else
+        snprintf(buf, n, "%" PRId64, v);
+    return buf;
+}
+
+/* "biphasic 9 (75%), triphasic 3 (25%)" */
+static void report_phase_text(char *buf, size_t n, const struct report_cstat *c)
+{
+    buf[0] = 0;
+    for (int p = 0; p <= REPORT_MAX_PHASES; p++) {
+        if (!c->phases[p])
+            continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s%s %d (%.0f%%)", len ? ", " : "",
+                 p == REPORT_MAX_PHASES ? "8+ phases" : escape_phase_name(p), "", c->phases[p],
+                 100.0 * c->phases[p] / c->nhave);
+    }
+    if (!buf[0])
+        snprintf(buf, n, "n/a");
+}
+
+static void report_mwu_text(char *buf, size_t n, const struct stattest_mwu *m)
+{
+    if (!m->ok)
+        snprintf(buf, n, "no test: %s", m->why);
+    else
+        snprintf(buf, n, "U = %g, p = %.3g (%s), r = %.3f", m->u, m->p,
+                 m->exact ? "exact" : "normal approx.", m->r);
+}
+
+static void report_welch_text(char *buf, size_t n, const struct stattest_welch *w)
+{
+    if (!w->ok)
+        snprintf(buf, n, "no test: %s", w->why);
+    else
+        snprintf(buf, n, "t = %.3f, df = %.1f, p = %.3g, g = %.3f", w->t, w->df, w->p, w->g);
+}
+
+/* The machines: distinct (host_cpu, device, cuda_driver, cudnn,
+ * openblas_config) over the trials, with the conditions that ran on each. */
+enum { M_HOST = 5, M_CPU = 6, M_DEV = 7, M_DRV = 8, M_DNN = 9, M_BLAS = 10 };
+static const int report_mach_keys[] = {M_HOST, M_CPU, M_DEV, M_DRV, M_DNN, M_BLAS};
+#define REPORT_NMACH 6
+
+static int report_same_machine(const struct report_trial *a, const struct report_trial *b)
+{
+    for (int k = 0; k < REPORT_NMACH; k++)
+        if (strcmp(a->meta[report_mach_keys[k]], b->meta[report_mach_keys[k]]) != 0)
+            return 0;
+    return 1;
+}
+
+/* Indices of the first trial of each distinct machine; *n of them. */
+static int *report_machines(const struct report_study *st, int *n)
+{
+    int *m = dt_malloc(((size_t)st->ntr + 1) * sizeof *m);
+    *n = 0;
+    for (int k = 0; k < st->ntr; k++) {
+        if (st->tr[k].src == REPORT_SRC_NONE)
+            continue;
+        int seen = 0;
+        for (int j = 0; j < *n && !seen; j++)
+            seen = report_same_machine(&st->tr[m[j]], &st->tr[k]);
+        if (!seen)
+            m[(*n)++] = k;
+    }
+    return m;
+}
+
+static void report_machine_conds(char *buf, size_t n, const struct report_study *st, int k)
+{
+    buf[0] = 0;
+    for (int ci = 0; ci < st->spec.ncond; ci++)
+        for (int j = st->first[ci]; j < st->first[ci + 1]; j++)
+            if (st->tr[j].src != REPORT_SRC_NONE && report_same_machine(&st->tr[j], &st->tr[k])) {
+                size_t len = strlen(buf);
+                snprintf(buf + len, n - len, "%s%s", len ? " " : "", st->spec.cond[ci].name);
+                break;
+            }
+}
+
+static const char *report_or(const char *s, const char *dflt)
+{
+    return s && *s ? s : dflt;
+}
+
+static void report_replay_text(char *buf, size_t n, const struct report_replay *r)
+{
+    if (strcmp(r->status, "ok") != 0)
+        snprintf(buf, n, "%s", r->status);
+    else if (r->semantic)
+        snprintf(buf, n, "%" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64 " SEMANTIC (%s)",
+                 r->exact, r->rounding, r->semantic, r->semantic_ops);
+    else
+        snprintf(buf, n, "%" PRIu64 " exact, %" PRIu64 " rounding, 0 SEMANTIC", r->exact,
+                 r->rounding);
+}
+
+/* ---- markdown ---- */
+
+static void report_markdown(const struct report_study *st, FILE *f, const char *plotdir)
+{
+    const struct sweep_spec *s = &st->spec;
+    char b1[64], b2[64], b3[64], b4[64], big[2048];
+    fprintf(f, "# Study %s\n\n", report_or(s->name, "(unnamed)"));
+    fprintf(f, "%d conditions, %d trials. Final loss: the mean loss of the last 50 steps. "
+               "Escapes and phases: `divtrace escape` with its default parameters.\n\n",
+            s->ncond, st->ntr);
+    fputs("## Conditions\n\n| condition | group | trials | final loss, mean | sd | first escape, "
+          "mean | sd | with an escape | phases |\n|---|---|---|---|---|---|---|---|---|\n", f);
+    for (int ci = 0; ci < s->ncond; ci++) {
+        const struct report_cstat *c = &st->cs[ci];
+        report_phase_text(big, sizeof big, c);
+        fprintf(f, "| %s | %s | %d/%d | %s | %s | %s | %s | %d | %s |\n", s->cond[ci].name,
+                s->cond[ci].group, c->nhave, c->ntrials,
+                report_g(b1, sizeof b1, 6, c->final_mean),
+                report_g(b2, sizeof b2, 3, c->final_sd),
+                report_g(b3, sizeof b3, 0, c->esc_mean),
+                report_g(b4, sizeof b4, 0, c->esc_sd), c->nesc, big);
+    }
+    fputs("\n## Comparisons\n\n", f);
+    if (st->ntest == 0)
+        fputs("The sweep file has no compare directive.\n", f);
+    else
+        fputs("Two-sided tests. Welch's t-test (t, df, p) with Hedges' g; Mann-Whitney U with its "
+              "p (exact without ties and up to 50 values, else the normal approximation with tie "
+              "and continuity correction) and the rank-biserial correlation r (positive: A "
+              "tends to exceed B).\n\n| line | A | B | metric | n A | mean A | n B | mean B | "
+              "Welch | Mann-Whitney |\n|---|---|---|---|---|---|---|---|---|---|\n", f);
+    for (int k = 0; k < st->ntest; k++) {
+        const struct report_test *t = &st->test[k];
+        char w[256], m[256];
+        report_welch_text(w, sizeof w, &t->w);
+        report_mwu_text(m, sizeof m, &t->m);
+        fprintf(f, "| %d | `%s` | `%s` | %s | %zu | %s | %zu | %s | %s | %s |\n", t->c->line,
+                t->c->sel[0], t->c->sel[1], report_metric_name(t->metric), t->w.n1,
+                report_g(b1, sizeof b1, 6, t->w.mean1), t->w.n2,
+                report_g(b2, sizeof b2, 6, t->w.mean2), w, m);
+    }
+    fputs("\n## Pairs\n\n", f);
+    if (st->npr == 0)
+        fputs("The sweep file has no pair directive.\n", f);
+    else
+        fputs("Trial t of A against trial t of B: the first divergent step and op, the origin "
+              "ops of that step, the steps where the parameter distance first exceeds 1e-6, "
+              "1e-3 and 1e-1, the first escapes, and each run's ops at the first divergent step "
+              "against the exact oracle (`divtrace replay --against mpfr`).\n\n| A | B | trial | "
+              "first divergence | first op | origins | 1e-6 | 1e-3 | 1e-1 | escape A | escape B "
+              "| B - A | replay A | replay B |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+              "---|---|\n", f);
+    for (int k = 0; k < st->npr; k++) {
+        const struct report_pair *p = &st->pr[k];
+        char c[3][32], e[3][32], ra[400], rb[400];
+        for (int j = 0; j < DIFF_NTHRESH; j++)
+            report_i64(c[j], sizeof c[j], p->cross[j]);
+        report_i64(e[0], sizeof e[0], p->escape[0]);
+        report_i64(e[1], sizeof e[1], p->escape[1]);
+        if (p->escape[0] >= 0 && p->escape[1] >= 0)
+            snprintf(e[2], sizeof e[2], "%" PRId64, p->escape[1] - p->escape[0]);
+        else
+            snprintf(e[2], sizeof e[2], "n/a");
+        report_replay_text(ra, sizeof ra, &p->replay[0]);
+        report_replay_text(rb, sizeof rb, &p->replay[1]);
+        if (strcmp(p->status, "compared") != 0)
+            snprintf(b1, sizeof b1, "%s", p->status);
+        else if (!p->diverged)
+            snprintf(b1, sizeof b1, "identical");
+        else
+            snprintf(b1, sizeof b1, "step %" PRIu64, p->first_step);
+        fprintf(f, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                s->cond[p->ca].name, s->cond[p->cb].name, p->t, b1, report_or(p->first_op, "-"),
+                report_or(p->origins, "-"), c[0], c[1], c[2], e[0], e[1], e[2], ra, rb);
+    }
+    fputs("\n## Machines\n\nFrom the trace headers.\n\n| host | CPU | GPU | CUDA driver | cuDNN | "
+          "OpenBLAS | conditions |\n|---|---|---|---|---|---|---|\n", f);
+    int nm, *m = report_machines(st, &nm);
+    for (int j = 0; j < nm; j++) {
+        const struct report_trial *t = &st->tr[m[j]];
+        report_machine_conds(big, sizeof big, st, m[j]);
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s |\n", report_or(t->meta[M_HOST], "-"),
+                report_or(t->meta[M_CPU], "-"), report_or(t->meta[M_DEV], "-"),
+                report_or(t->meta[M_DRV], "-"), report_or(t->meta[M_DNN], "-"),
+                report_or(t->meta[M_BLAS], "-"), big);
+    }
+    free(m);
+    fputs("\n## Plots\n\n", f);
+    if (st->nplots == 0)
+        fputs("None (gnuplot is not installed, or nothing to plot).\n", f);
+    for (int j = 0; j < st->nplots; j++)
+        fprintf(f, "![%s](%s/%s)\n\n", st->plots[j], plotdir, st->plots[j]);
+    fputs("\n## Commands\n\n```\n", f);
+    for (int ci = 0; ci < s->ncond; ci++) {
+        fputs("divtrace record", f);
+        for (int a = 0; a < s->cond[ci].nargs; a++)
+            fprintf(f, " %s", s->cond[ci].args[a]);
+        fprintf(f, " -o runs/%s/tNN.dtr    # trials 1..%d\n", s->cond[ci].name,
+                s->cond[ci].trials);
+    }
+    fputs(st->o->argv[0], f); /* "divtrace report" */
+    for (int a = 1; a < st->o->argc; a++)
+        fprintf(f, " %s", st->o->argv[a]);
+    fputs("\n```\n", f);
+}
+
+/* ---- the tables of DIR/report/ ---- */
+
+/* a number (empty when not finite) and a separator */
+static void report_csv_g(FILE *f, double v, const char *sep)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    fputs(sep, f);
+}
+
+static int report_tables(const struct report_study *st, const char *dir)
+{
+    const struct sweep_spec *s = &st->spec;
+    char path[4096];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/report/conditions.csv", dir);
+    if (report_mkdirs(path) < 0 || !(f = fopen(path, "w")))
+        goto bad;
+    fputs("condition,group,trials,with_summary,final_mean,final_sd,with_escape,escape_mean,"
+          "escape_sd,monophasic,biphasic,triphasic,tetraphasic,pentaphasic,more_phases\n", f);
+    for (int ci = 0; ci < s->ncond; ci++) {
+        const struct report_cstat *c = &st->cs[ci];
+        report_csv_field(f, s->cond[ci].name);
+        fputc(',', f);
+        report_csv_field(f, s->cond[ci].group);
+        fprintf(f, ",%d,%d,", c->ntrials, c->nhave);
+        report_csv_g(f, c->final_mean, ",");
+        report_csv_g(f, c->final_sd, ",");
+        fprintf(f, "%d,", c->nesc);
+        report_csv_g(f, c->esc_mean, ",");
+        report_csv_g(f, c->esc_sd, "");
+        int more = c->phases[6] + c->phases[7] + c->phases[8];
+        fprintf(f, ",%d,%d,%d,%d,%d,%d\n", c->phases[1], c->phases[2], c->phases[3],
+                c->phases[4], c->phases[5], more);
+    }
+    if (fclose(f) != 0)
+        goto bad;
+    snprintf(path, sizeof path, "%s/report/comparisons.csv", dir);
+    if (!(f = fopen(path, "w")))
+        goto bad;
+    fputs("line,sel_a,sel_b,metric,n_a,mean_a,sd_a,n_b,mean_b,sd_b,welch_t,welch_df,welch_p,"
+          "cohen_d,hedges_g,welch_note,mwu_u,mwu_p,mwu_method,rank_biserial,mwu_note\n", f);
+    for (int k = 0; k < st->ntest; k++) {
+        const struct report_test *t = &st->test[k];
+        fprintf(f, "%d,", t->c->line);
+        report_csv_field(f, t->c->sel[0]);
+        fputc(',', f);
+        report_csv_field(f, t->c->sel[1]);
+        fprintf(f, ",%s,%zu,", report_metric_name(t->metric), t->w.n1);
+        report_csv_g(f, t->w.mean1, ",");
+        report_csv_g(f, t->w.sd1, ",");
+        fprintf(f, "%zu,", t->w.n2);
+        const double wv[] = {t->w.mean2, t->w.sd2, t->w.t, t->w.df, t->w.p, t->w.d, t->w.g};
+        for (size_t j = 0; j < sizeof wv / sizeof wv[0]; j++)
+            report_csv_g(f, wv[j], ",");
+        report_csv_field(f, t->w.why);
+        fputc(',', f);
+        report_csv_g(f, t->m.u, ",");
+        report_csv_g(f, t->m.p, ",");
+        fprintf(f, "%s,", !t->m.ok ? "" : t->m.exact ? "exact" : "normal");
+        report_csv_g(f, t->m.r, ",");
+        report_csv_field(f, t->m.why);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0)
+        goto bad;
+    snprintf(path, sizeof path, "%s/report/pairs.csv", dir);
+    if (!(f = fopen(path, "w")))
+        goto bad;
+    report_pair_header(f);
+    for (int k = 0; k < st->npr; k++)
+        report_pair_row(f, s, &st->pr[k]);
+    if (fclose(f) != 0)
+        goto bad;
+    snprintf(path, sizeof path, "%s/report/machines.csv", dir);
+    if (!(f = fopen(path, "w")))
+        goto bad;
+    fputs("host,host_cpu,device,cuda_driver,cudnn,openblas_config,conditions\n", f);
+    int nm, *m = report_machines(st, &nm);
+    for (int j = 0; j < nm; j++) {
+        char conds[2048];
+        for (int i = 0; i < REPORT_NMACH; i++) {
+            report_csv_field(f, st->tr[m[j]].meta[report_mach_keys[i]]);
+            fputc(',', f);
+        }
+        report_machine_conds(conds, sizeof conds, st, m[j]);
+        report_csv_field(f, conds);
+        fputc('\n', f);
+    }
+    free(m);
+    if (fclose(f) != 0)
+        goto bad;
+    return DT_OK;
+bad:
+    dt_error_set("cannot write %s: %s", path, strerror(errno));
+    return DT_ERR;
+}
+
+/* summary/trials.csv, pairs.csv and replays.csv: the per-trial files in one table each */
+static int report_summary_tables(const struct report_study *st, const char *dir)
+{
+    char path[4096];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/summary/trials.csv", dir);
+    if (report_mkdirs(path) < 0 || !(f = fopen(path, "w")))
+        goto bad;
+    report_trial_header(f);
+    for (int k = 0; k < st->ntr; k++)
+        report_trial_row(f, &st->spec, &st->tr[k]);
+    if (fclose(f) != 0)
+        goto bad;
+    snprintf(path, sizeof path, "%s/summary/pairs.csv", dir);
+    if (!(f = fopen(path, "w")))
+        goto bad;
+    report_pair_header(f);
+    for (int k = 0; k < st->npr; k++)
+        report_pair_row(f, &st->spec, &st->pr[k]);
+    if (fclose(f) != 0)
+        goto bad;
+    snprintf(path, sizeof path, "%s/summary/replays.csv", dir);
+    if (!(f = fopen(path, "w")))
+        goto bad;
+    fputs("condition,trial,step,status,exact,rounding,semantic,semantic_ops\n", f);
+    for (int k = 0; k < st->npr; k++) {
+        const struct report_pair *p = &st->pr[k];
+        if (!p->diverged)
+            continue;
+        for (int j = 0; j < 2; j++) {
+            const struct report_replay *r = &p->replay[j];
+            report_csv_field(f, st->spec.cond[j ? p->cb : p->ca].name);
+            fprintf(f, ",%d,%" PRIu64 ",", p->t, p->first_step);
+            report_csv_field(f, r->status);
+            if (strcmp(r->status, "ok") == 0)
+                fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",", r->exact, r->rounding,
+                        r->semantic);
+            else
+                fputs(",,,,", f);
+            report_csv_field(f, r->semantic_ops);
+            fputc('\n', f);
+        }
+    }
+    if (fclose(f) != 0)
+        goto bad;
+    return DT_OK;
+bad:
+    dt_error_set("cannot write %s: %s", path, strerror(errno));
+    return DT_ERR;
+}
+
+/* ---- JSON ---- */
+
+static void report_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void report_json_num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
+static void report_json_i64(FILE *f, int64_t v)
+{
+    if (v >= 0)
+        fprintf(f, "%" PRId64, v);
+    else
+        fputs("null", f);
+}
+
+static void report_json(const struct report_study *st, FILE *f)
+{
+    const struct sweep_spec *s = &st->spec;
+    fputs("{\"study\": ", f);
+    report_json_str(f, s->name);
+    fputs(",\n \"conditions\": [", f);
+    for (int ci = 0; ci < s->ncond; ci++) {
+        const struct report_cstat *c = &st->cs[ci];
+        fprintf(f, "%s\n  {\"condition\": ", ci ? "," : "");
+        report_json_str(f, s->cond[ci].name);
+        fputs(", \"group\": ", f);
+        report_json_str(f, s->cond[ci].group);
+        fprintf(f, ", \"trials\": %d, \"with_summary\": %d, \"final_mean\": ", c->ntrials, c->nhave);
+        report_json_num(f, c->final_mean);
+        fputs(", \"final_sd\": ", f);
+        report_json_num(f, c->final_sd);
+        fprintf(f, ", \"with_escape\": %d, \"escape_mean\": ", c->nesc);
+        report_json_num(f, c->esc_mean);
+        fputs(", \"escape_sd\": ", f);
+        report_json_num(f, c->esc_sd);
+        fputs(", \"phases\": {", f);
+        int any = 0;
+        for (int p = 0; p <= REPORT_MAX_PHASES; p++)
+            if (c->phases[p]) {
+                fprintf(f, "%s\"%d\": %d", any++ ? ", " : "", p, c->phases[p]);
+            }
+        fputs("}, \"trial_list\": [", f);
+        for (int k = st->first[ci]; k < st->first[ci + 1]; k++) {
+            const struct report_trial *t = &st->tr[k];
+            fprintf(f, "%s{\"trial\": %d, \"status\": \"%s\", \"mean_last50\": ",
+                    k > st->first[ci] ? ", " : "", t->t, t->status);
+            report_json_num(f, t->mean50);
+            fputs(", \"first_escape\": ", f);
+            report_json_i64(f, t->first_escape);
+            fprintf(f, ", \"phases\": %d}", t->phases);
+        }
+        fputs("]}", f);
+    }
+    fputs("],\n \"comparisons\": [", f);
+    for (int k = 0; k < st->ntest; k++) {
+        const struct report_test *t = &st->test[k];
+        fprintf(f, "%s\n  {\"line\": %d, \"a\": ", k ? "," : "", t->c->line);
+        report_json_str(f, t->c->sel[0]);
+        fputs(", \"b\": ", f);
+        report_json_str(f, t->c->sel[1]);
+        fprintf(f, ", \"metric\": \"%s\", \"n_a\": %zu, \"n_b\": %zu, \"mean_a\": ",
+                report_metric_name(t->metric), t->w.n1, t->w.n2);
+        report_json_num(f, t->w.mean1);
+        fputs(", \"mean_b\": ", f);
+        report_json_num(f, t->w.mean2);
+        fputs(", \"sd_a\": ", f);
+        report_json_num(f, t->w.sd1);
+        fputs(", \"sd_b\": ", f);
+        report_json_num(f, t->w.sd2);
+        fputs(",\n   \"welch\": {\"t\": ", f);
+        report_json_num(f, t->w.t);
+        fputs(", \"df\": ", f);
+        report_json_num(f, t->w.df);
+        fputs(", \"p\": ", f);
+        report_json_num(f, t->w.p);
+        fputs(", \"cohen_d\": ", f);
+        report_json_num(f, t->w.d);
+        fputs(", \"hedges_g\": ", f);
+        report_json_num(f, t->w.g);
+        fputs(", \"note\": ", f);
+        report_json_str(f, t->w.why);
+        fputs("},\n   \"mann_whitney\": {\"u\": ", f);
+        report_json_num(f, t->m.u);
+        fputs(", \"p\": ", f);
+        report_json_num(f, t->m.p);
+        fprintf(f, ", \"method\": \"%s\", \"rank_biserial\": ",
+                !t->m.ok ? "" : t->m.exact ? "exact" : "normal");
+        report_json_num(f, t->m.r);
+        fputs(", \"note\": ", f);
+        report_json_str(f, t->m.why);
+        fputs("}}", f);
+    }
+    fputs("],\n \"pairs\": [", f);
+    for (int k = 0; k < st->npr; k++) {
+        const struct report_pair *p = &st->pr[k];
+        fprintf(f, "%s\n  {\"a\": ", k ? "," : "");
+        report_json_str(f, s->cond[p->ca].name);
+        fputs(", \"b\": ", f);
+        report_json_str(f, s->cond[p->cb].name);
+        fprintf(f, ", \"trial\": %d, \"status\": \"%s\", \"diverged\": %s, \"first_step\": ",
+                p->t, p->status, p->diverged ? "true" : "false");
+        report_json_i64(f, p->diverged ? (int64_t)p->first_step : -1);
+        fputs(", \"first_op\": ", f);
+        report_json_str(f, p->first_op);
+        fputs(", \"origins\": ", f);
+        report_json_str(f, p->origins);
+        fputs(", \"cross\": [", f);
+        for (int j = 0; j < DIFF_NTHRESH; j++) {
+            fputs(j ? ", " : "", f);
+            report_json_i64(f, p->cross[j]);
+        }
+        fputs("], \"escape_a\": ", f);
+        report_json_i64(f, p->escape[0]);
+        fputs(", \"escape_b\": ", f);
+        report_json_i64(f, p->escape[1]);
+        fputs(", \"replay\": [", f);
+        for (int j = 0; j < 2; j++) {
+            const struct report_replay *r = &p->replay[j];
+            fprintf(f, "%s{\"status\": ", j ? ", " : "");
+            report_json_str(f, r->status);
+            fprintf(f, ", \"exact\": %" PRIu64 ", \"rounding\": %" PRIu64 ", \"semantic\": %" PRIu64
+                       ", \"semantic_ops\": ", r->exact, r->rounding, r->semantic);
+            report_json_str(f, r->semantic_ops);
+            fputc('}', f);
+        }
+        fputs("]}", f);
+    }
+    fputs("],\n \"machines\": [", f);
+    int nm, *m = report_machines(st, &nm);
+    static const char *const mk[] = {"host", "host_cpu", "device", "cuda_driver", "cudnn",
+                                     "openblas_config"};
+    for (int j = 0; j < nm; j++) {
+        fputs(j ? ",\n  {" : "\n  {", f);
+        for (int i = 0; i < REPORT_NMACH; i++) {
+            fprintf(f, "%s\"%s\": ", i ? ", " : "", mk[i]);
+            report_json_str(f, st->tr[m[j]].meta[report_mach_keys[i]]);
+        }
+        char conds[2048];
+        report_machine_conds(conds, sizeof conds, st, m[j]);
+        fputs(", \"conditions\": ", f);
+        report_json_str(f, conds);
+        fputc('}', f);
+    }
+    free(m);
+    fputs("]}\n", f);
+}
+
+/* ---- the whole report ---- */
+
+static int report_load(struct report_study *st)
+{
+    const struct report_options *o = st->o;
+    const struct sweep_spec *s = &st->spec;
+    st->first = dt_calloc((size_t)s->ncond + 1, sizeof *st->first);
+    for (int ci = 0; ci < s->ncond; ci++) {
+        st->first[ci] = st->ntr;
+        st->ntr += s->cond[ci].trials;
+    }
+    st->first[s->ncond] = st->ntr;
+    st->tr = dt_calloc((size_t)st->ntr + 1, sizeof *st->tr);
+    for (int ci = 0, k = 0; ci < s->ncond; ci++)
+        for (int t = 1; t <= s->cond[ci].trials; t++, k++) {
+            if (report_trial_load(o->dir, s, ci, t, o->rebuild, &st->tr[k]) < 0)
+                return DT_ERR;
+            if (st->progress)
+                fprintf(stderr, "\rdivtrace report: %d/%d trials", k + 1, st->ntr);
+        }
+    int cap = 0;
+    for (int i = 0; i < s->npair; i++) {
+        int (*pc)[2] = NULL;
+        int n = sweep_pair_conditions(s, &s->pair[i], &pc);
+        for (int j = 0; j < n; j++) {
+            int ca = pc[j][0], cb = pc[j][1], dup = 0;
+            for (int k = 0; k < st->npr && !dup; k++)
+                dup = st->pr[k].ca == ca && st->pr[k].cb == cb;
+            if (dup)
+                continue;
+            int nt = s->cond[ca].trials < s->cond[cb].trials ? s->cond[ca].trials
+                                                              : s->cond[cb].trials;
+            for (int t = 1; t <= nt; t++) {
+                if (st->npr == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    st->pr = dt_realloc(st->pr, (size_t)cap * sizeof *st->pr);
+                }
+                struct report_pair *p = &st->pr[st->npr];
+                if (report_pair_load(o->dir, s, ca, cb, t, o->rebuild, o->no_replay, p) < 0) {
+                    free(pc);
+                    return DT_ERR;
+                }
+                st->npr++;
+                p->escape[0] = st->tr[st->first[ca] + t - 1].first_escape;
+                p->escape[1] = st->tr[st->first[cb] + t - 1].first_escape;
+                if (st->progress)
+                    fprintf(stderr, "\rdivtrace report: %d/%d trials, %d pairs", st->ntr,
+                            st->ntr, st->npr);
+            }
+        }
+        free(pc);
+    }
+    if (st->progress)
+        fputc('\n', stderr);
+    return DT_OK;
+}
+
+static void report_study_free(struct report_study *st)
+{
+    for (int k = 0; k < st->ntr; k++)
+        report_trial_free(&st->tr[k]);
+    for (int k = 0; k < st->npr; k++)
+        report_pair_free(&st->pr[k]);
+    for (int k = 0; k < st->nplots; k++)
+        free(st->plots[k]);
+    free(st->plots);
+    free(st->tr);
+    free(st->pr);
+    free(st->first);
+    free(st->cs);
+    free(st->test);
+    sweep_spec_free(&st->spec);
+}
+
+int report_run(const struct report_options *o)
+{
+    struct stat sb;
+    if (stat(o->dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+        dt_error_set("%s: not a directory", o->dir);
+        return DT_ERR;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sweep.spec", o->dir);
+    if (access(path, R_OK) < 0) {
+        dt_error_set("%s: no sweep.spec (not a study directory made by divtrace sweep?)", o->dir);
+        return DT_ERR;
+    }
+    struct report_study st;
+    memset(&st, 0, sizeof st);
+    st.o = o;
+    st.progress = !o->quiet && isatty(2);
+    if (sweep_spec_load(&st.spec, path) < 0)
+        return DT_ERR;
+    int rc = DT_ERR;
+    if (report_load(&st) < 0 || report_summary_tables(&st, o->dir) < 0)
+        goto out;
+    report_stats(&st);
+    FILE *log = o->quiet || o->json ? NULL : stderr;
+    if (report_plot_all(o->dir, &st.spec, st.tr, st.ntr, st.pr, st.npr, log, &st.plots,
+                        &st.nplots) < 0)
+        goto out;
+    if (report_tables(&st, o->dir) < 0)
+        goto out;
+    char md[4096], plotdir[4096];
+    snprintf(md, sizeof md, "%s/report.md", o->dir);
+    if (o->output)
+        snprintf(plotdir, sizeof plotdir, "%s/report", o->dir);
+    else
+        snprintf(plotdir, sizeof plotdir, "report");
+    const char *mdpath = o->output ? o->output : md;
+    FILE *f = fopen(mdpath, "w");
+    if (!f) {
+        dt_error_set("cannot write %s: %s", mdpath, strerror(errno));
+        goto out;
+    }
+    report_markdown(&st, f, plotdir);
+    if (fclose(f) != 0) {
+        dt_error_set("cannot write %s", mdpath);
+        goto out;
+    }
+    if (o->json)
+        report_json(&st, stdout);
+    else if (!o->quiet)
+        fprintf(stderr, "divtrace report: wrote %s and %s/report/\n", mdpath, o->dir);
+    rc = DT_OK;
+out:
+    report_study_free(&st);
+    return rc;
+}
