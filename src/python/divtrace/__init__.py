@@ -1,0 +1,22 @@
+"""divtrace: record PyTorch training runs as divtrace traces (.dtr).
+
+    import divtrace
+    with divtrace.record(model, "run.dtr", config={"seed": 1}, optimizer=opt) as rec:
+        for x, y in data:
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(loss)
+
+Then `divtrace show run.dtr`, `divtrace diff a.dtr b.dtr` and `divtrace escape
+run.dtr` work on the run as on the divtrace program's own. The recording is
+done by libdivtrace (found through DIVTRACE_LIB, the build tree next to this
+package, or the system's library path). The API is documented in
+divtrace-python(7).
+"""
+from ._lib import DivtraceError, library_path
+from ._record import Recorder, record
+
+__version__ = "0.1.0"
+__all__ = ["record", "Recorder", "DivtraceError", "library_path", "__version__"]

@@ -1,0 +1,140 @@
+# _lib.py: ctypes bindings of libdivtrace (src/divtrace.h, API version 1):
+# finding the shared object, declaring the functions, and turning a negative
+# status into a DivtraceError that carries divtrace_errmsg()'s text.
+import ctypes
+import ctypes.util
+import os
+
+API_VERSION = 1
+
+# enum divtrace_kind, the same values as the trace format's kinds
+INPUT, PARAM, STATE, FORWARD, BACKWARD, GRAD, OPTIMIZER = range(7)
+# enum divtrace_where
+HOST, DEVICE = 0, 1
+
+_STATUS_NAMES = {
+    -1: "DIVTRACE_EINVAL", -2: "DIVTRACE_EIO", -3: "DIVTRACE_ENOMEM", -4: "DIVTRACE_ESTATE",
+    -5: "DIVTRACE_EOPS", -6: "DIVTRACE_ENOCUDA", -7: "DIVTRACE_ECUDA",
+}
+
+
+class DivtraceError(RuntimeError):
+    """A call into libdivtrace failed. ``status`` is the library's negative
+    status code (see divtrace.h), ``str(err)`` divtrace_errmsg()'s line."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.status_name = _STATUS_NAMES.get(status, str(status))
+
+
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    """Where to look, in order: DIVTRACE_LIB, the build trees next to this
+    source tree (build/ as ./bootstrap makes it, then an in-tree build), and
+    the system's library path."""
+    env = os.environ.get("DIVTRACE_LIB")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    top = os.path.normpath(os.path.join(here, "..", "..", ".."))  # src/python/divtrace -> top
+    out = [os.path.join(top, "build", "src", ".libs", "libdivtrace.so"),
+           os.path.join(top, "src", ".libs", "libdivtrace.so")]
+    out = [p for p in out if os.path.exists(p)]
+    found = ctypes.util.find_library("divtrace")
+    if found:
+        out.append(found)
+    return out, False
+
+
+def _declare(lib):
+    c_int, c_char_p, c_void_p = ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    strv = ctypes.POINTER(ctypes.c_char_p)
+    sig = {
+        "divtrace_api_version": (c_int, []),
+        "divtrace_strerror": (c_char_p, [c_int]),
+        "divtrace_errmsg": (c_char_p, [c_void_p]),
+        "divtrace_open": (c_int, [ctypes.POINTER(c_void_p), c_char_p, strv, c_char_p]),
+        "divtrace_close": (c_int, [c_void_p, c_int, c_char_p]),
+        "divtrace_step_begin": (c_int, [c_void_p, ctypes.c_uint64]),
+        # data as a plain address: a tensor's data_ptr() goes in without a cast
+        "divtrace_record": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_void_p, c_int, c_void_p,
+                                    c_int, i64p, strv, c_int]),
+        "divtrace_step_end": (c_int, [c_void_p, ctypes.c_double]),
+        "divtrace_checkpoint_begin": (c_int, [c_void_p, ctypes.c_uint64]),
+        "divtrace_checkpoint_add": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int, i64p]),
+        "divtrace_checkpoint_end": (c_int, [c_void_p]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+
+
+def load():
+    """The loaded library (loaded once). Raises ImportError naming every
+    place tried when there is none, or when its API version is not 1."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    paths, from_env = _candidates()
+    errors = []
+    for p in paths:
+        try:
+            lib = ctypes.CDLL(p)
+        except OSError as e:
+            errors.append("%s: %s" % (p, e))
+            continue
+        try:
+            _declare(lib)
+        except AttributeError as e:
+            errors.append("%s: not libdivtrace (%s)" % (p, e))
+            continue
+        v = lib.divtrace_api_version()
+        if v != API_VERSION:
+            errors.append("%s: API version %d, this package needs %d" % (p, v, API_VERSION))
+            continue
+        _lib, _lib_path = lib, p
+        return lib
+    if from_env:
+        why = "DIVTRACE_LIB=%s cannot be loaded: %s" % (paths[0], "; ".join(errors))
+    elif errors:
+        why = "no usable libdivtrace: %s; set DIVTRACE_LIB to the path of libdivtrace.so" % "; ".join(errors)
+    else:
+        why = ("libdivtrace.so not found: build divtrace (./bootstrap, or make in a build directory), "
+               "install it, or set DIVTRACE_LIB to the path of libdivtrace.so")
+    raise ImportError("divtrace: " + why)
+
+
+def library_path():
+    """The path of the loaded library (loading it if need be)."""
+    load()
+    return _lib_path
+
+
+def check(status, handle=None):
+    """Raise DivtraceError for a negative status, with the handle's message
+    (or, with no handle, divtrace_open's message for this thread)."""
+    if status >= 0:
+        return status
+    msg = _lib.divtrace_errmsg(handle)
+    text = msg.decode("utf-8", "replace") if msg else ""
+    if not text:
+        s = _lib.divtrace_strerror(status)
+        text = s.decode("utf-8", "replace") if s else "error %d" % status
+    raise DivtraceError(status, text)
+
+
+def strv(items):
+    """A char *[] of the encoded strings (kept alive by the returned array)."""
+    arr = (ctypes.c_char_p * len(items))()
+    arr[:] = [s.encode("utf-8") for s in items]
+    return arr
+
+
+def shape_array(shape):
+    return (ctypes.c_int64 * len(shape))(*shape)

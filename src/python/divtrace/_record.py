@@ -1,0 +1,535 @@
+# _record.py: divtrace.record(), a PyTorch training run written as a divtrace
+# trace through libdivtrace: module forward hooks for every module's output,
+# optimizer step hooks for gradients and updated parameters, checkpoints.
+#
+# What must stay true: every step records the same names in the same order
+# (the library checks it), so names depend only on the model's structure and
+# the order of calls, never on values, ids or timing.
+import ctypes
+
+import torch
+
+from . import _lib
+from ._lib import DivtraceError, FORWARD, GRAD, INPUT, OPTIMIZER, PARAM
+
+__all__ = ["record", "Recorder"]
+
+LEVELS = ("op", "param", "step")
+ROOT_NAME = "model"
+
+
+def _flatten(obj, prefix, out):
+    """(suffix, tensor) pairs of a module's output: a tensor has the suffix
+    "", the elements of a tuple or list ".0", ".1", ..., those of a dict
+    ".KEY" (insertion order), nested as deep as they go."""
+    if isinstance(obj, torch.Tensor):
+        out.append((prefix, obj))
+    elif isinstance(obj, (tuple, list)):
+        for i, v in enumerate(obj):
+            _flatten(v, "%s.%d" % (prefix, i), out)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, "%s.%s" % (prefix, k), out)
+    return out
+
+
+def _tensors(obj, out):
+    """The tensors in a module's arguments, in order (nested sequences and
+    dicts included)."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            _tensors(v, out)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _tensors(v, out)
+    return out
+
+
+def _shape(t):
+    """The record shape: 1 to 4 dimensions; a scalar is (1,), dimensions past
+    the fourth are folded into the fourth."""
+    s = tuple(t.shape)
+    if not s:
+        return (1,)
+    if len(s) > 4:
+        n = 1
+        for d in s[3:]:
+            n *= d
+        s = s[:3] + (n,)
+    return s
+
+
+def _config_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return ",".join(_config_value(x) for x in v)
+    return str(v)
+
+
+class Recorder:
+    """A training run being written to a trace; made by :func:`record`."""
+
+    def __init__(self, model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
+                 record_no_grad=False):
+        if level not in LEVELS:
+            raise ValueError("level %r: expected one of %s" % (level, ", ".join(LEVELS)))
+        if checkpoint_every < 0:
+            raise ValueError("checkpoint_every must be >= 0")
+        self.model = model
+        self.path = str(path)
+        self.optimizer = optimizer
+        self.level = level
+        self.checkpoint_every = int(checkpoint_every)
+        self.record_no_grad = record_no_grad
+        self._user_config = dict(config or {})
+        self._h = None
+        self._closed = False
+        self._hooks = []
+        self._paused = 0
+        self.steps = 0              # steps ended so far (the next step's index)
+        self._in_step = False
+        self._last_ckpt = -1
+        self._cache = {}            # name -> (key, ctypes arguments) of its record
+        self._acc_type = None
+
+        # Static names. named_parameters() drops tied duplicates: a shared
+        # parameter is recorded once, under its first name.
+        self._params = list(model.named_parameters())
+        self._pname = {id(p): n for n, p in self._params}
+        self._pset = set(self._pname.values())
+        in_opt = set()
+        if optimizer is not None:
+            for g in optimizer.param_groups:
+                for p in g["params"]:
+                    in_opt.add(id(p))
+        self._in_opt = in_opt
+        self._opt_type = type(optimizer).__name__.lower() if optimizer is not None else None
+        self._owner = {}            # parameter name -> name of the module that holds it
+        for mname, m in model.named_modules():
+            for _, p in m.named_parameters(recurse=False):
+                self._owner.setdefault(self._pname.get(id(p), ""), mname or ROOT_NAME)
+        self._reset_step_state()
+
+    # ---- opening and closing
+
+    def _config(self):
+        m, opt = self.model, self.optimizer
+        dev = next((p.device for p in m.parameters()), torch.device("cpu"))
+        cfg = {
+            "model": type(m).__name__,
+            "framework": "pytorch",
+            "torch_version": torch.__version__,
+            "backend": "torch-" + dev.type,
+            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "torch_threads": str(torch.get_num_threads()),
+            "deterministic_algorithms": _config_value(torch.are_deterministic_algorithms_enabled()),
+        }
+        if dev.type == "cuda":
+            cfg["cuda_version"] = str(torch.version.cuda)
+            cfg["cudnn_version"] = str(torch.backends.cudnn.version())
+            cfg["cudnn_deterministic"] = _config_value(torch.backends.cudnn.deterministic)
+            cfg["cudnn_benchmark"] = _config_value(torch.backends.cudnn.benchmark)
+            cfg["matmul_allow_tf32"] = _config_value(torch.backends.cuda.matmul.allow_tf32)
+            cfg["cudnn_allow_tf32"] = _config_value(torch.backends.cudnn.allow_tf32)
+        cfg["parameters"] = str(sum(p.numel() for _, p in self._params))
+        if opt is not None:
+            cfg["optimizer"] = type(opt).__name__
+            g = opt.param_groups[0]
+            for k in ("lr", "momentum", "betas", "eps", "weight_decay"):
+                if k in g:
+                    cfg[k] = _config_value(g[k])
+        cfg["trace_level"] = self.level
+        cfg["checkpoint_every"] = str(self.checkpoint_every)
+        cfg["adapter"] = "divtrace-python"
+        for k, v in self._user_config.items():
+            cfg[str(k)] = _config_value(v)
+        return cfg
+
+    def open(self):
+        lib = _lib.load()
+        self._lib = lib
+        items = []
+        for k, v in self._config().items():
+            items += [k, v]
+        arr = (ctypes.c_char_p * (len(items) + 1))()
+        arr[:len(items)] = [s.encode("utf-8") for s in items]
+        arr[len(items)] = None
+        h = ctypes.c_void_p()
+        _lib.check(lib.divtrace_open(ctypes.byref(h), self.path.encode("utf-8"), arr,
+                                     self.level.encode()))
+        self._h = h
+        self._install_hooks()
+        return self
+
+    def close(self, status=0, why=None):
+        """Finish the trace: status 0 = the run completed, else it ended early
+        (why: the reason). A clean close takes a last checkpoint when
+        checkpoints were asked for. Safe to call twice."""
+        if self._closed or self._h is None:
+            return
+        self._remove_hooks()
+        err = None
+        if status == 0 and not self._in_step and self.checkpoint_every and self.steps > 0 \
+                and self._last_ckpt != self.steps:
+            try:
+                self._checkpoint(self.steps)
+            except DivtraceError as e:
+                err = e
+        self._closed = True
+        h, self._h = self._h, None
+        rc = self._lib.divtrace_close(h, int(status), why.encode("utf-8", "replace") if why else None)
+        self._reset_step_state()
+        if err is not None:
+            raise err
+        if rc < 0:
+            # the handle is freed: the message is the thread's last one
+            _lib.check(rc, None)
+
+    def __enter__(self):
+        if self._h is None:
+            self.open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close(0)
+            return False
+        try:
+            text = "%s: %s" % (exc_type.__name__, exc) if str(exc) else exc_type.__name__
+            self.close(1, text)
+        except DivtraceError:
+            pass  # the exception in flight is the one to report
+        return False
+
+    # ---- hooks
+
+    def _install_hooks(self):
+        m, opt = self.model, self.optimizer
+        if self.level == "op":
+            self._hooks.append(m.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
+            for mname, mod in m.named_modules():
+                own = tuple(self._pname[id(p)] for _, p in mod.named_parameters(recurse=False)
+                            if id(p) in self._pname)
+                self._hooks.append(mod.register_forward_hook(
+                    self._make_forward_hook(mname or ROOT_NAME, type(mod).__name__.lower(), own),
+                    with_kwargs=True))
+        if opt is not None and self.level != "step":
+            self._hooks.append(opt.register_step_pre_hook(self._opt_pre_hook))
+            self._hooks.append(opt.register_step_post_hook(self._opt_post_hook))
+
+    def _remove_hooks(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def _active(self):
+        return not self._paused and (self.record_no_grad or torch.is_grad_enabled())
+
+    def _root_pre_hook(self, module, args, kwargs):
+        if not self._active():
+            return None
+        self._begin()
+        ts = _tensors(args, [])
+        _tensors(kwargs, ts)
+        fresh = [t for t in ts if id(t) not in self._by_id]
+        for i, t in enumerate(fresh):
+            name = self._unique("input" if len(fresh) == 1 else "input.%d" % i)
+            self._record(name, b"input", INPUT, t, ())
+            self._track(t, name)
+        return None
+
+    def _make_forward_hook(self, mname, mtype, own_params):
+        mtype_b = mtype.encode()
+
+        def hook(module, args, kwargs, output):
+            if self._active():
+                self._forward(mname, mtype_b, own_params, args, kwargs, output)
+            return None
+        return hook
+
+    def _opt_pre_hook(self, optimizer, args, kwargs):
+        if self._paused:
+            return
+        self._begin()
+        self._record_grads()
+
+    def _opt_post_hook(self, optimizer, args, kwargs):
+        if self._paused:
+            return
+        self._begin()
+        t = self._opt_type.encode()
+        for name, p in self._params:
+            if id(p) not in self._in_opt:
+                continue
+            ins = (name, name + ".grad") if name in self._grads else (name,)
+            self._record(name + ".update", t, OPTIMIZER, p, ins)
+
+    # ---- steps
+
+    def _reset_step_state(self):
+        self._used = set()
+        self._calls = {}
+        self._by_id = {}        # id(tensor) -> (tensor, name): recorded outputs, kept alive
+        self._by_node = {}      # autograd node -> names of the recorded tensors it made
+        self._memo = {}         # autograd node -> names of its nearest recorded ancestors
+        self._mod_recs = {}     # module name -> names of its FORWARD records this step
+        self._last_forward = None
+        self._grads = set()
+        self._keep = []         # copies and device tensors the library may still read
+
+    def _begin(self):
+        if self._in_step:
+            return
+        if self._h is None:
+            raise RuntimeError("divtrace: the trace %s is not open (use it inside its with-block)"
+                               % self.path)
+        s = self.steps
+        if self.checkpoint_every and s % self.checkpoint_every == 0 and self._last_ckpt != s:
+            self._checkpoint(s)
+        _lib.check(self._lib.divtrace_step_begin(self._h, s), self._h)
+        self._in_step = True
+        if self.level == "step":
+            return
+        for name, p in self._params:
+            self._used.update((name, name + ".grad", name + ".update"))
+        for name, p in self._params:
+            ins = (name + ".update",) if id(p) in self._in_opt else ()
+            self._record(name, b"param", PARAM, p, ins)
+
+    def step(self, loss):
+        """End the current step with its loss (a tensor or a number); call it
+        once per training step, after optimizer.step()."""
+        if self._paused:
+            return
+        self._begin()
+        if self.optimizer is None and self.level != "step":
+            self._record_grads()
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach().float().item()  # one element, or ValueError
+        loss = float(loss)
+        rc = self._lib.divtrace_step_end(self._h, loss)
+        self._in_step = False
+        self._reset_step_state()
+        _lib.check(rc, self._h)
+        self.steps += 1
+
+    def paused(self):
+        """A context manager: nothing run inside it is recorded (an evaluation
+        pass between training steps, say)."""
+        rec = self
+
+        class _Paused:
+            def __enter__(self_):
+                rec._paused += 1
+                return rec
+
+            def __exit__(self_, *a):
+                rec._paused -= 1
+                return False
+        return _Paused()
+
+    # ---- records
+
+    def _unique(self, name):
+        """name, or name~1, name~2, ... if already taken in this step: the same
+        every step, because the calls come in the same order."""
+        if name in self._used:
+            i = 1
+            while "%s~%d" % (name, i) in self._used:
+                i += 1
+            name = "%s~%d" % (name, i)
+        self._used.add(name)
+        return name
+
+    def _track(self, t, name):
+        self._by_id[id(t)] = (t, name)
+
+    def _record(self, name, type_b, kind, t, inputs):
+        """Record tensor t under name. A host tensor is hashed before the
+        call returns; a device tensor is kept alive until the step ends."""
+        if t.is_sparse:
+            t = t.to_dense()
+        if t.dtype != torch.float32:
+            t = t.detach().float()
+        if not t.is_contiguous():
+            t = t.detach().contiguous()
+        if t.is_cuda:
+            where = _lib.DEVICE
+            stream = torch.cuda.current_stream(t.device).cuda_stream
+            self._keep.append(t)
+        else:
+            if t.device.type != "cpu":
+                t = t.detach().cpu()
+            where = _lib.HOST
+            stream = None
+        shape = _shape(t)
+        key = (type_b, kind, shape, inputs)
+        c = self._cache.get(name)
+        if c is None or c[0] != key:
+            c = (key, name.encode("utf-8"), _lib.shape_array(shape),
+                 _lib.strv(inputs) if inputs else None)
+            self._cache[name] = c
+        _lib.check(self._lib.divtrace_record(self._h, c[1], type_b, kind, t.data_ptr(), where, stream,
+                                             len(shape), c[2], c[3], len(inputs)), self._h)
+        return True
+
+    def _record_grads(self):
+        last = self._last_forward
+        for name, p in self._params:
+            g = p.grad
+            if g is None or not p.requires_grad:
+                continue
+            ins = [name]
+            for n in self._mod_recs.get(self._owner.get(name), ()):
+                if n not in ins:
+                    ins.append(n)
+            if last is not None and last not in ins:
+                ins.append(last)
+            self._record(name + ".grad", b"grad", GRAD, g, tuple(ins))
+            self._grads.add(name)
+
+    def _forward(self, mname, mtype_b, own_params, args, kwargs, output):
+        outs = _flatten(output, "", [])
+        if not outs:
+            return
+        self._begin()
+        k = self._calls.get(mname, 0)
+        self._calls[mname] = k + 1
+        base = mname if k == 0 else "%s.%d" % (mname, k)
+        ins = []
+        seen = set()
+
+        def add(n):
+            if n not in seen:
+                seen.add(n)
+                ins.append(n)
+        by_id = self._by_id
+        # the recorded tensors passed in (data without autograd history too)
+        for t in _tensors(kwargs, _tensors(args, [])):
+            e = by_id.get(id(t))
+            if e is not None and e[0] is t:
+                add(e[1])
+        # the recorded tensors the outputs were computed from, through
+        # functional code between modules (autograd's graph)
+        for _, t in outs:
+            g = t.grad_fn
+            if g is not None:
+                for n in self._sources(g):
+                    add(n)
+            else:
+                e = by_id.get(id(t))
+                if e is not None and e[0] is t:
+                    add(e[1])
+        # order: recorded tensors as found, then the module's own parameters in
+        # its order, then parameters used from elsewhere
+        pset = self._pset
+        ins = tuple([n for n in ins if n not in pset] + list(own_params)
+                    + [n for n in ins if n in pset and n not in own_params])
+        names = self._mod_recs.setdefault(mname, [])
+        made = {}
+        for suffix, t in outs:
+            name = self._unique(base + suffix)
+            self._record(name, mtype_b, FORWARD, t, ins)
+            self._track(t, name)
+            names.append(name)
+            self._last_forward = name
+            if t.grad_fn is not None:
+                made.setdefault(t.grad_fn, []).append(name)
+        for g, ns in made.items():
+            self._by_node[g] = tuple(ns)
+
+    def _param_node_names(self, node):
+        """For an AccumulateGrad node: the parameter's name, or ()."""
+        v = getattr(node, "variable", None)
+        n = self._pname.get(id(v)) if v is not None else None
+        return (n,) if n is not None else ()
+
+    def _sources(self, root):
+        """The names of the nearest recorded tensors (and parameters) that
+        autograd node root was computed from: a walk back through the graph
+        that stops at recorded tensors, memoized for the step."""
+        by_node, memo = self._by_node, self._memo
+        r = by_node.get(root)
+        if r is not None:
+            return r
+        r = memo.get(root)
+        if r is not None:
+            return r
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in memo:
+                continue
+            if not expanded:
+                if hasattr(node, "variable"):
+                    memo[node] = self._param_node_names(node)
+                    continue
+                stack.append((node, True))
+                for nxt, _ in node.next_functions:
+                    if nxt is not None and nxt not in by_node and nxt not in memo:
+                        stack.append((nxt, False))
+                continue
+            acc = []
+            for nxt, _ in node.next_functions:
+                if nxt is None:
+                    continue
+                r = by_node.get(nxt)
+                if r is None:
+                    r = memo.get(nxt, ())
+                for n in r:
+                    if n not in acc:
+                        acc.append(n)
+            memo[node] = tuple(acc)
+        return memo[root]
+
+    # ---- checkpoints
+
+    def _ckpt_add(self, name, t):
+        t = t.detach()
+        if t.dtype != torch.float32:
+            t = t.float()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        where = _lib.HOST
+        if t.is_cuda:
+            where = _lib.DEVICE
+        elif t.device.type != "cpu":
+            t = t.cpu()
+        shape = _shape(t)
+        _lib.check(self._lib.divtrace_checkpoint_add(self._h, name.encode("utf-8"), t.data_ptr(), where,
+                                                     len(shape), _lib.shape_array(shape)), self._h)
+
+    def _checkpoint(self, s):
+        """Parameters and optimizer state before step s, by the names the
+        records use; optimizer state as PARAM.KEY (fc1.weight.exp_avg)."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        lib, h = self._lib, self._h
+        _lib.check(lib.divtrace_checkpoint_begin(h, s), h)
+        for name, p in self._params:
+            self._ckpt_add(name, p)
+        if self.optimizer is not None:
+            for name, p in self._params:
+                st = self.optimizer.state.get(p)
+                if not st:
+                    continue
+                for key in sorted(st):
+                    v = st[key]
+                    if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.dim() == 0):
+                        self._ckpt_add("%s.%s" % (name, key), v)
+        _lib.check(lib.divtrace_checkpoint_end(h), h)
+        self._last_ckpt = s
+
+
+def record(model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
+           record_no_grad=False):
+    """Record the training of model to the trace file path.
+
+    Use it as ``with divtrace.record(model, "run.dtr", optimizer=opt) as rec:``
+    and call ``rec.step(loss)`` after each ``optimizer.step()``. See
+    divtrace-python(7)."""
+    return Recorder(model, path, config=config, optimizer=optimizer, level=level,
+                    checkpoint_every=checkpoint_every, record_no_grad=record_no_grad)

@@ -1,0 +1,30 @@
+#!/bin/sh
+# cli_torch.sh: the PyTorch adapter's tests (tests/torch/test_torch.py) from
+# make check. Skips (77) when python3 cannot import torch, when libdivtrace
+# was built without a shared library, or when it is built with
+# AddressSanitizer (whose runtime cannot be loaded into an uninstrumented
+# python3; the plain build runs these tests).
+# Environment: DIVTRACE (the program), DIVTRACE_LIB (libdivtrace.so) and
+# top_srcdir, as make check sets them; PYTHON (default python3).
+NAME=cli_torch.sh
+PY=${PYTHON:-python3}
+top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
+DIVTRACE=${DIVTRACE:-$top/build/src/divtrace}
+DIVTRACE_LIB=${DIVTRACE_LIB:-$top/build/src/.libs/libdivtrace.so}
+
+if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
+    echo "$NAME: $PY cannot import torch (pip install torch); skipping" >&2
+    exit 77
+fi
+if [ ! -r "$DIVTRACE_LIB" ]; then
+    echo "$NAME: no $DIVTRACE_LIB (configured with --disable-shared?); skipping" >&2
+    exit 77
+fi
+if ldd "$DIVTRACE_LIB" 2>/dev/null | grep -q 'libasan'; then
+    echo "$NAME: $DIVTRACE_LIB is built with AddressSanitizer; skipping" >&2
+    exit 77
+fi
+PYTHONPATH="$top/src/python${PYTHONPATH:+:$PYTHONPATH}"
+PYTHONDONTWRITEBYTECODE=1
+export DIVTRACE DIVTRACE_LIB PYTHONPATH PYTHONDONTWRITEBYTECODE top_srcdir="$top"
+exec "$PY" -W ignore::UserWarning "$top/tests/torch/test_torch.py"
