@@ -1,0 +1,131 @@
+#!/bin/sh
+# cli_report.sh: end-to-end tests of `divtrace report` on a tiny study made
+# by hand with `divtrace record` (2 conditions x 2 trials of a 784-8-784
+# autoencoder, one and two OpenBLAS threads): the per-condition means and
+# standard deviations against awk over `divtrace show`, the pair table's
+# first divergence against `divtrace diff`, the oracle replays, the PNGs,
+# the same report.md from the summaries alone once the traces are deleted,
+# --json, --no-replay, and the refusals (exit 2, one line). Needs Debian's
+# dataset-fashion-mnist (./bootstrap installs it).
+set -u
+NAME=cli_report.sh
+. "$(dirname "$0")/cli_lib.sh"
+
+S="$T/study"
+mkdir -p "$S/runs/one" "$S/runs/two"
+cat >"$S/sweep.spec" <<'EOF'
+# a tiny study: the same trials on one and on two OpenBLAS threads
+name tiny
+trials 2
+common --layers 784,8,784 --steps 60 --seed {trial}
+condition one group=one : --threads 1
+condition two group=two : --threads 2
+compare group=one group=two final escape phases
+pair group=one group=two
+EOF
+for t in 1 2; do
+    expect 0 "record one/t0$t" -- "$DT" record -q --layers 784,8,784 --steps 60 --seed $t --threads 1 -o "$S/runs/one/t0$t.dtr"
+    expect 0 "record two/t0$t" -- "$DT" record -q --layers 784,8,784 --steps 60 --seed $t --threads 2 -o "$S/runs/two/t0$t.dtr"
+done
+
+expect 0 "report" -- "$DT" report -q "$S"
+[ -s "$S/report.md" ] && ok "report.md written" || bad "no report.md"
+cp "$S/report.md" "$T/first.md"
+for f in summary/trials.csv summary/pairs.csv summary/replays.csv summary/curves/one/t01.csv \
+    summary/curves/two/t02.csv report/conditions.csv report/comparisons.csv report/pairs.csv \
+    report/machines.csv; do
+    [ -s "$S/$f" ] && ok "$f written" || bad "$f missing"
+done
+has "$S/summary/curves/one/t01.csv" "^step,loss,grad_norm$" "curves: header"
+n=$(($(wc -l <"$S/summary/curves/one/t01.csv") - 1))
+[ "$n" -eq 60 ] && ok "curves: one row per step" || bad "curves: $n rows for 60 steps"
+
+# the per-condition mean and sd of the mean loss of the last 50 steps, from
+# `divtrace show --summary` with awk (show prints 9 significant digits)
+col() { # col FILE CONDITION COLUMN-NAME: that cell of a CSV with a header
+    awk -F, -v c="$2" -v k="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == k) j = i; next }
+        $1 == c { print $j; exit }' "$1"
+}
+for c in one two; do
+    for t in 1 2; do
+        "$DT" show --summary "$S/runs/$c/t0$t.dtr" | awk '$1 == "step" { l[n++] = $4 }
+            END { s = 0; for (i = n - 50; i < n; i++) s += l[i]; printf "%.12g\n", s / 50 }'
+    done >"$T/m50.$c"
+    want=$(awk '{ x[NR] = $1; s += $1 } END { m = s / NR; v = 0; for (i = 1; i <= NR; i++) v += (x[i] - m) ^ 2;
+        printf "%.12g %.12g\n", m, sqrt(v / (NR - 1)) }' "$T/m50.$c")
+    got="$(col "$S/report/conditions.csv" $c final_mean) $(col "$S/report/conditions.csv" $c final_sd)"
+    if awk -v w="$want" -v g="$got" 'BEGIN { split(w, a, " "); split(g, b, " ");
+        exit !((a[1] - b[1]) ^ 2 <= (1e-7 * a[1]) ^ 2 && (a[2] - b[2]) ^ 2 <= (1e-5 * a[2] + 1e-9) ^ 2) }'; then
+        ok "condition $c: mean and sd of the final loss ($got) agree with show + awk ($want)"
+    else
+        bad "condition $c: report says $got, show + awk says $want"
+    fi
+done
+has "$S/report.md" "^\| one \| one \| 2/2 \| " "report.md: the condition table"
+has "$S/report.md" "^\| 7 \| \`group=one\` \| \`group=two\` \| final \| 2 \| " "report.md: the compare line"
+has "$S/report/comparisons.csv" "^7,group=one,group=two,escape,0,.*fewer than 2 values in a sample" "no test without escapes"
+has "$S/report/comparisons.csv" "^7,group=one,group=two,phases,.*zero variance in both samples, equal means" "phases: degenerate samples said so"
+
+# the pairs against divtrace diff
+for t in 1 2; do
+    "$DT" diff "$S/runs/one/t0$t.dtr" "$S/runs/two/t0$t.dtr" >"$T/diff" 2>&1
+    want=$(awk '/^first divergence: step/ { s = $4 } /^  first op: op/ { print s "," $5; exit }' "$T/diff")
+    got=$(awk -F, -v t=$t '$3 == t { print $6 "," $7 }' "$S/report/pairs.csv")
+    [ -n "$want" ] && [ "$want" = "$got" ] && ok "pair t0$t: first divergence $got as divtrace diff" \
+        || bad "pair t0$t: report says '$got', divtrace diff '$want'"
+done
+has "$S/report/pairs.csv" "^one,two,1,compared,1,[0-9]+,[^,]+,[^,]+,.*,ok,[0-9]+,[0-9]+,0,,ok,[0-9]+,[0-9]+,0,$" "pairs: both runs replayed, nothing SEMANTIC"
+has "$S/summary/replays.csv" "^one,1,[0-9]+,ok," "replays.csv: a row per run"
+
+# plots
+png() {
+    sig=$(head -c 8 "$1" 2>/dev/null | od -An -tx1 | tr -d ' \n')
+    if [ -s "$1" ] && [ "$sig" = "89504e470d0a1a0a" ]; then ok "$2"; else bad "$2 ($1: signature '$sig')"; fi
+}
+if command -v gnuplot >/dev/null 2>&1; then
+    png "$S/report/loss-one.png" "loss-one.png is a PNG"
+    png "$S/report/loss-two.png" "loss-two.png is a PNG"
+    png "$S/report/divergence-one--two.png" "divergence-one--two.png is a PNG"
+    has "$S/report.md" "^!\[loss-one.png\]\(report/loss-one.png\)$" "report.md links the plots"
+else
+    echo "gnuplot is not installed: skipping the plot checks (install gnuplot-nox)"
+fi
+
+expect 0 "report --json" -- "$DT" report -q --json "$S"
+if command -v python3 >/dev/null 2>&1; then
+    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["conditions"]) == 2 and len(d["pairs"]) == 2 and d["comparisons"][0]["metric"] == "final"' "$T/out"; then
+        ok "--json parses"
+    else
+        bad "--json does not parse"
+    fi
+fi
+
+# a cached summary is reused; a rerun gives the same report
+expect 0 "report again (from the cache)" -- "$DT" report -q "$S"
+cmp -s "$T/first.md" "$S/report.md" && ok "the cached report is identical" || bad "the cached report differs"
+
+# --no-replay on a copy
+cp -r "$S" "$T/nr"
+expect 0 "report --rebuild --no-replay" -- "$DT" report -q --rebuild --no-replay "$T/nr"
+has "$T/nr/report/pairs.csv" "^one,two,1,compared,1,.*,skipped,,,,,skipped,,,,$" "--no-replay: replays skipped"
+
+# without the traces: the same report from the summaries alone
+rm -f "$S"/runs/*/*.dtr
+expect 0 "report without traces" -- "$DT" report -q "$S"
+cmp -s "$T/first.md" "$S/report.md" && ok "report.md from summaries alone is identical" \
+    || { bad "report.md from summaries differs"; diff "$T/first.md" "$S/report.md" | head; }
+
+# refusals
+expect 2 "not a directory" -- "$DT" report "$T/nothing"
+one_line "not a directory"
+mkdir "$T/empty"
+expect 2 "no sweep.spec" -- "$DT" report "$T/empty"
+one_line "no sweep.spec"
+head -c 100 "$T/nr/runs/one/t01.dtr" >"$T/nr/runs/one/t02.dtr"
+expect 2 "a corrupt trace" -- "$DT" report --rebuild "$T/nr"
+one_line "a corrupt trace"
+expect 2 "no directory given" -- "$DT" report
+expect 2 "a bad option" -- "$DT" report --bogus "$S"
+expect 0 "--help" -- "$DT" report --help
+has "$T/out" "^Usage: divtrace report" "--help: usage"
+finish
