@@ -567,7 +567,12 @@ int sweep_spec_parse(struct sweep_spec *s, const char *text, const char *name)
         const char *e = strchr(q, '\n');
         if (!e)
             e = q + strlen(q);
-        rc = sweep_parse_line(&p, s, q, e);
+        for (const char *b = q; b < e && rc == DT_OK; b++)
+            if ((unsigned char)*b < 0x20 && *b != '\t' && *b != '\r')
+                rc = sweep_fail(&p, p.line, "control character 0x%02x: not a sweep file",
+                                (unsigned)(unsigned char)*b);
+        if (rc == DT_OK)
+            rc = sweep_parse_line(&p, s, q, e);
         q = *e ? e + 1 : e;
     }
     if (rc == DT_OK)

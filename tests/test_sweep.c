@@ -299,6 +299,7 @@ static void test_errors_directives(void **state)
                  "t.sweep:3: unknown directive 'bogus' (name, trials, common, condition, "
                  "factor, compare, pair)");
     ts_parse_err("common --x 'a\n", "t.sweep:1: unterminated quote");
+    ts_parse_err("common --x 1\ncommon \x1b[1m\n", "t.sweep:2: control character 0x1b: not a sweep file");
     ts_parse_err("factor f a : --x \"a\n", "t.sweep:1: unterminated quote");
     ts_parse_err("name a b\n", "t.sweep:1: name: expected one word");
     ts_parse_err("name a\nname b\n", "t.sweep:2: name given twice");
