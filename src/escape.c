@@ -272,3 +272,75 @@ void escape_result_free(struct escape_result *r)
     r->plateaus = NULL;
     r->nplateaus = 0;
 }
+
+double escape_corr_pearson(const double *x, const double *y, size_t n)
+{
+    if (n < 2)
+        return NAN;
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < n; i++) {
+        mx += x[i];
+        my += y[i];
+    }
+    mx /= (double)n;
+    my /= (double)n;
+    /* centred sums: no cancellation of large step numbers */
+    double sxy = 0, sxx = 0, syy = 0;
+    for (size_t i = 0; i < n; i++) {
+        double dx = x[i] - mx, dy = y[i] - my;
+        sxy += dx * dy;
+        sxx += dx * dx;
+        syy += dy * dy;
+    }
+    if (!(sxx > 0 && syy > 0))
+        return NAN;
+    double r = sxy / sqrt(sxx * syy);
+    return fmax(-1.0, fmin(1.0, r));
+}
+
+struct escape_ranked {
+    double v;
+    size_t i;
+};
+
+static int escape_cmp_ranked(const void *a, const void *b)
+{
+    const struct escape_ranked *x = a, *y = b;
+    if (x->v != y->v)
+        return (x->v > y->v) - (x->v < y->v);
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* rank[i] = 1-based rank of v[i]; a run of equal values gets the mean of
+ * the ranks it spans. */
+static void escape_ranks(double *rank, /* (n) */
+                         const double *v, size_t n)
+{
+    struct escape_ranked *s = dt_malloc((n ? n : 1) * sizeof *s);
+    for (size_t i = 0; i < n; i++)
+        s[i] = (struct escape_ranked){v[i], i};
+    qsort(s, n, sizeof *s, escape_cmp_ranked);
+    for (size_t a = 0; a < n;) {
+        size_t b = a;
+        while (b + 1 < n && s[b + 1].v == s[a].v)
+            b++;
+        double mean = 0.5 * (double)(a + b) + 1.0; /* ranks a+1 .. b+1 */
+        for (size_t k = a; k <= b; k++)
+            rank[s[k].i] = mean;
+        a = b + 1;
+    }
+    free(s);
+}
+
+double escape_corr_spearman(const double *x, const double *y, size_t n)
+{
+    if (n < 2)
+        return NAN;
+    double *rx = dt_malloc(n * sizeof *rx), *ry = dt_malloc(n * sizeof *ry);
+    escape_ranks(rx, x, n);
+    escape_ranks(ry, y, n);
+    double r = escape_corr_pearson(rx, ry, n);
+    free(rx);
+    free(ry);
+    return r;
+}

@@ -2,7 +2,8 @@
  * of training: the loss sits on a plateau near a saddle, then escapes with a
  * drop). Pure functions, no I/O; the method is described in escape.c and in
  * divtrace-escape(1).
- * Legend: N = steps of the curve, P = plateaus found. */
+ * Legend: N = steps of the curve, P = plateaus found, n = pairs of values
+ * correlated. */
 #ifndef DT_ESCAPE_H
 #define DT_ESCAPE_H
 
@@ -61,5 +62,16 @@ void escape_result_free(struct escape_result *r);
 /* "monophasic", "biphasic", "triphasic", "tetraphasic", "pentaphasic",
  * else "multiphasic"; "empty" for 0. */
 const char *escape_phase_name(int phases);
+
+/* Correlation of x[i] and y[i] over n pairs (`escape --pairs`: divergence
+ * onset against the escape difference). Pearson's r; Spearman's rho is
+ * Pearson's r of the ranks, tied values sharing the mean of the ranks they
+ * span. NaN when n < 2 or either variable is constant (no spread). */
+double escape_corr_pearson(const double *x, /* (n) */
+                           const double *y, /* (n) */
+                           size_t n);
+double escape_corr_spearman(const double *x, /* (n) */
+                            const double *y, /* (n) */
+                            size_t n);
 
 #endif

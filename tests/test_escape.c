@@ -1,7 +1,10 @@
 /* test_escape.c: escape_analyze on synthetic loss curves with known
  * plateaus and drops (biphasic, triphasic, with 5% and 20% multiplicative
- * log-normal noise over several seeds), a pure power law (no plateau), a
- * constant curve, very short curves, and the parameter checks. */
+ * log-normal noise over several seeds), a pure power law and a constant
+ * log-rate decline (no plateau), where the flatness test puts a plateau's
+ * end on a curve whose slope is known, a constant curve, very short curves,
+ * the parameter checks, and the correlations of `escape --pairs` against
+ * hand-derived values (ties included). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -273,6 +276,114 @@ static void test_params(void **state)
     assert_string_equal(escape_phase_name(9), "multiphasic");
 }
 
+
+/* A constant log-rate decline, loss = exp(-k t): no plateau anywhere (its
+ * slope k stays above a quarter of the power-law rate E/(t+1) beyond the
+ * first 0.25 N / ln N steps, fewer than min_len). */
+static void test_exponential(void **state)
+{
+    (void)state;
+    static double loss[N_LONG];
+    static const size_t ns[] = {400, 2000, N_LONG};
+    static const double ks[] = {2e-4, 1e-3, 5e-3};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            size_t n = ns[i];
+            for (size_t t = 0; t < n; t++)
+                loss[t] = 0.3 * exp(-ks[j] * (double)t);
+            struct escape_result r;
+            te_analyze(loss, n, &r);
+            if (r.nplateaus != 0)
+                fail_msg("exp(-%g t) over %zu steps: plateau %zu-%zu", ks[j], n, r.plateaus[0].start,
+                         r.plateaus[0].end);
+            assert_int_equal(r.phases, 1);
+            escape_result_free(&r);
+        }
+}
+
+/* Where the flatness test (step 5 of escape.c) ends a plateau, on a curve
+ * whose smoothed slope is known: ln loss = -k t is linear, so away from the
+ * ends z is linear too and its slope is exactly k; step t is flat exactly
+ * when k <= flat * E / (t+1), so with --flat F the first run of flat steps
+ * is [0, floor(F E / k - 1)]. E, the rate through the ends, is checked
+ * against the line's own k (N-1) / ln N first (the cut windows at the ends
+ * shift it by under 5%). Any other comparison (a constant rate, t for t+1,
+ * flat ignored, < for <=, the wrong side) moves the end. */
+static void test_flat_boundary(void **state)
+{
+    (void)state;
+    static double loss[2000];
+    const size_t n = 2000;
+    const double k = 1e-3;
+    for (size_t t = 0; t < n; t++)
+        loss[t] = exp(-k * (double)t);
+    static const double flats[] = {1.0, 2.0, 3.0};
+    for (int i = 0; i < 3; i++) {
+        struct escape_params p;
+        escape_params_defaults(&p);
+        p.flat = flats[i];
+        struct escape_result r;
+        assert_int_equal(escape_analyze(loss, NULL, n, &p, &r), 0);
+        double e_line = k * (double)(n - 1) / log((double)n);
+        if (fabs(r.rate / e_line - 1) > 0.05)
+            fail_msg("rate %g, the line's %g", r.rate, e_line);
+        double tstar = p.flat * r.rate / k - 1; /* last flat step */
+        assert_true(r.nplateaus >= 1);
+        assert_int_equal(r.plateaus[0].start, 0);
+        if ((double)r.plateaus[0].end != floor(tstar))
+            fail_msg("--flat %g: plateau ends at %zu, the criterion says %g", p.flat,
+                     r.plateaus[0].end, floor(tstar));
+        escape_result_free(&r);
+    }
+    /* flat 0.25 (default): the flat start is 0.25 E / k = 66 steps, under min_len */
+    struct escape_result r;
+    te_analyze(loss, n, &r);
+    assert_int_equal(r.nplateaus, 0);
+    escape_result_free(&r);
+}
+
+/* Pearson and Spearman against values worked out by hand. */
+static void test_correlation(void **state)
+{
+    (void)state;
+    const double eps = 1e-12;
+    /* x 1..5, y 2 4 5 4 5: deviations -2 -1 0 1 2 and -2 0 1 0 1,
+     * Sxy 6, Sxx 10, Syy 6: r = 6 / sqrt(60) */
+    const double x1[] = {1, 2, 3, 4, 5}, y1[] = {2, 4, 5, 4, 5};
+    assert_true(fabs(escape_corr_pearson(x1, y1, 5) - 6 / sqrt(60)) < eps);
+    /* ranks of y1 with ties: 1, 2.5, 4.5, 2.5, 4.5 (mean 3): deviations
+     * -2 -0.5 1.5 -0.5 1.5, Sxy = 4 + 0.5 + 0 - 0.5 + 3 = 7, Syy = 9:
+     * rho = 7 / sqrt(90) */
+    assert_true(fabs(escape_corr_spearman(x1, y1, 5) - 7 / sqrt(90)) < eps);
+    /* exact lines */
+    const double y2[] = {4, 7, 10, 13, 16}, y3[] = {-2, -4, -6, -8, -10};
+    assert_true(fabs(escape_corr_pearson(x1, y2, 5) - 1) < eps);
+    assert_true(fabs(escape_corr_pearson(x1, y3, 5) + 1) < eps);
+    /* monotone, not linear: Spearman 1, Pearson below */
+    const double y4[] = {1, 8, 27, 64, 125};
+    assert_true(fabs(escape_corr_spearman(x1, y4, 5) - 1) < eps);
+    assert_true(escape_corr_pearson(x1, y4, 5) < 0.99);
+    /* ties in x: ranks 1 2.5 2.5 4 against 1 3 2 4: Sxy 4.5, Sxx 4.5,
+     * Syy 5: rho = 3 / sqrt(10) */
+    const double x5[] = {1, 2, 2, 3}, y5[] = {1, 3, 2, 4};
+    assert_true(fabs(escape_corr_spearman(x5, y5, 4) - 3 / sqrt(10)) < eps);
+    /* ties in both: ranks 1 3 3 3 5 and 1.5 1.5 3 4.5 4.5: Sxy 6, Sxx 8,
+     * Syy 9: rho = 1 / sqrt(2); the order of the pairs does not matter */
+    const double x6[] = {10, 20, 20, 20, 30}, y6[] = {5, 5, 6, 7, 7};
+    const double x7[] = {20, 30, 10, 20, 20}, y7[] = {6, 7, 5, 5, 7};
+    assert_true(fabs(escape_corr_spearman(x6, y6, 5) - 1 / sqrt(2)) < eps);
+    assert_true(fabs(escape_corr_spearman(x7, y7, 5) - 1 / sqrt(2)) < eps);
+    /* step numbers far from 0: centred sums keep the exact 1 */
+    const double x8[] = {1e9, 1e9 + 1, 1e9 + 2}, y8[] = {0, 10, 20};
+    assert_true(fabs(escape_corr_pearson(x8, y8, 3) - 1) < eps);
+    /* no spread, too few values: NaN */
+    const double c[] = {3, 3, 3, 3, 3};
+    assert_true(isnan(escape_corr_pearson(x1, c, 5)));
+    assert_true(isnan(escape_corr_spearman(c, x1, 5)));
+    assert_true(isnan(escape_corr_pearson(x1, y1, 1)));
+    assert_true(isnan(escape_corr_spearman(x1, y1, 0)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +391,8 @@ int main(void)
         cmocka_unit_test(test_short_biphasic), cmocka_unit_test(test_power_law),
         cmocka_unit_test(test_constant),     cmocka_unit_test(test_short),
         cmocka_unit_test(test_invalid_values), cmocka_unit_test(test_params),
+        cmocka_unit_test(test_exponential),  cmocka_unit_test(test_flat_boundary),
+        cmocka_unit_test(test_correlation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
