@@ -1,0 +1,364 @@
+/* lib_gpu.cu: libdivtrace's device tensors (see lib_gpu.h). Each record is
+ * queued on the caller's stream by gpu_trace_one, into its own piece of
+ * scratch and its slot of a device array of records; the step's end makes
+ * the library's stream wait for every stream used and copies the records
+ * back in one transfer. Scratch is handed out from chunks that never move
+ * while a step is queued; only the record array, when a first step
+ * outgrows it, waits for the queued work before it is moved. Every CUDA
+ * failure comes back as a status and one line, never an abort. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+extern "C" {
+#include "lib_gpu.h"
+}
+
+#define LG_CHUNK_MIN ((size_t)4 << 20)
+
+struct lg_chunk {
+    unsigned char *p;
+    size_t size, used;
+};
+
+struct lib_gpu {
+    int device;
+    cudaStream_t stream;        /* the library's own (non-blocking): the one transfer */
+    cudaEvent_t ev;
+    struct lg_chunk *chunk;     /* scratch of the queued records */
+    int nchunk, cchunk;
+    struct trace_oprec *drec;   /* (rcap) on the device, by slot */
+    uint32_t rcap;
+    struct trace_oprec *hrec;   /* (hcap) pinned */
+    uint32_t hcap;
+    cudaStream_t *streams;      /* the callers' streams used since the last collect */
+    int nstreams, cstreams;
+    uint32_t nslots;            /* highest queued slot + 1 */
+    int pending;
+};
+
+static int lg_fail(char *msg, size_t n, int status, const char *what, cudaError_t e)
+{
+    snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
+    return status;
+}
+#define LG_CHECK(call)                                                                      \
+    do {                                                                                    \
+        cudaError_t lg_e_ = (call);                                                         \
+        if (lg_e_ != cudaSuccess)                                                           \
+            return lg_fail(msg, n, DIVTRACE_ECUDA, #call, lg_e_);                           \
+    } while (0)
+
+/* The device of a call, the caller's current device restored after it. */
+struct lg_on {
+    int prev, ok;
+    explicit lg_on(int dev)
+    {
+        ok = cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess;
+    }
+    ~lg_on()
+    {
+        if (ok)
+            cudaSetDevice(prev);
+    }
+};
+
+/* Whether CUDA has a device here; ENOCUDA with the reason otherwise. */
+static int lg_have_device(char *msg, size_t n)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return lg_fail(msg, n, DIVTRACE_ENOCUDA, "a device pointer, but no CUDA device is usable "
+                       "(cudaGetDeviceCount)", e);
+    }
+    if (ndev == 0) {
+        snprintf(msg, n, "a device pointer, but there is no CUDA device");
+        return DIVTRACE_ENOCUDA;
+    }
+    return DIVTRACE_OK;
+}
+
+/* The device of ptr, which must be device (or managed) memory. */
+static int lg_device_of(const void *ptr, int *dev, char *msg, size_t n)
+{
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return lg_fail(msg, n, DIVTRACE_EINVAL, "not a pointer CUDA knows (cudaPointerGetAttributes)", e);
+    }
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
+        snprintf(msg, n, "%p is host memory, not device memory (record it as DIVTRACE_HOST)", ptr);
+        return DIVTRACE_EINVAL;
+    }
+    *dev = a.device;
+    return DIVTRACE_OK;
+}
+
+int lib_gpu_new(struct lib_gpu **gp, const void *ptr, char *msg, size_t n)
+{
+    *gp = NULL;
+    int rc = lg_have_device(msg, n), dev = 0;
+    if (rc == DIVTRACE_OK)
+        rc = lg_device_of(ptr, &dev, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    lg_on on(dev);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    struct lib_gpu *g = (struct lib_gpu *)calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(msg, n, "out of memory");
+        return DIVTRACE_ENOMEM;
+    }
+    g->device = dev;
+    cudaError_t e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(g);
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaStreamCreateWithFlags", e);
+    }
+    e = cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaStreamDestroy(g->stream);
+        free(g);
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaEventCreateWithFlags", e);
+    }
+    *gp = g;
+    return DIVTRACE_OK;
+}
+
+void lib_gpu_free(struct lib_gpu *g)
+{
+    if (!g)
+        return;
+    lg_on on(g->device);
+    cudaStreamSynchronize(g->stream);
+    if (g->pending)
+        cudaDeviceSynchronize();
+    for (int i = 0; i < g->nchunk; i++)
+        cudaFree(g->chunk[i].p);
+    if (g->drec)
+        cudaFree(g->drec);
+    if (g->hrec)
+        cudaFreeHost(g->hrec);
+    cudaEventDestroy(g->ev);
+    cudaStreamDestroy(g->stream);
+    cudaGetLastError();
+    free(g->chunk);
+    free(g->streams);
+    free(g);
+}
+
+int lib_gpu_pending(const struct lib_gpu *g)
+{
+    return g && g->pending;
+}
+
+/* Wait for everything queued on the callers' streams. */
+static int lg_wait_queued(struct lib_gpu *g, char *msg, size_t n)
+{
+    for (int i = 0; i < g->nstreams; i++)
+        LG_CHECK(cudaStreamSynchronize(g->streams[i]));
+    return DIVTRACE_OK;
+}
+
+/* Scratch for one record, from a chunk that stays where it is. */
+static int lg_scratch(struct lib_gpu *g, size_t bytes, void **out, char *msg, size_t n)
+{
+    for (int i = 0; i < g->nchunk; i++) {
+        struct lg_chunk *c = &g->chunk[i];
+        if (c->size - c->used >= bytes) {
+            *out = c->p + c->used;
+            c->used += bytes;
+            return DIVTRACE_OK;
+        }
+    }
+    if (g->nchunk == g->cchunk) {
+        int cap = g->cchunk ? 2 * g->cchunk : 8;
+        struct lg_chunk *ch = (struct lg_chunk *)realloc(g->chunk, (size_t)cap * sizeof *ch);
+        if (!ch) {
+            snprintf(msg, n, "out of memory");
+            return DIVTRACE_ENOMEM;
+        }
+        g->chunk = ch;
+        g->cchunk = cap;
+    }
+    size_t total = 0;
+    for (int i = 0; i < g->nchunk; i++)
+        total += g->chunk[i].size;
+    size_t size = total > LG_CHUNK_MIN ? total : LG_CHUNK_MIN;
+    if (size < bytes)
+        size = bytes;
+    struct lg_chunk *c = &g->chunk[g->nchunk];
+    cudaError_t e = cudaMalloc((void **)&c->p, size);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaMalloc of hash scratch", e);
+    }
+    c->size = size;
+    c->used = bytes;
+    g->nchunk++;
+    *out = c->p;
+    return DIVTRACE_OK;
+}
+
+/* A record array of at least `need` slots; the queued records move along. */
+static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
+{
+    if (need <= g->rcap)
+        return DIVTRACE_OK;
+    uint32_t cap = g->rcap ? g->rcap : 256;
+    while (cap < need)
+        cap *= 2;
+    struct trace_oprec *d = NULL;
+    LG_CHECK(cudaMalloc((void **)&d, (size_t)cap * sizeof *d));
+    if (g->drec) {
+        int rc = lg_wait_queued(g, msg, n);
+        cudaError_t e = rc == DIVTRACE_OK
+                            ? cudaMemcpy(d, g->drec, (size_t)g->rcap * sizeof *d, cudaMemcpyDeviceToDevice)
+                            : cudaSuccess;
+        if (rc != DIVTRACE_OK || e != cudaSuccess) {
+            cudaFree(d);
+            return rc != DIVTRACE_OK ? rc : lg_fail(msg, n, DIVTRACE_ECUDA, "cudaMemcpy of records", e);
+        }
+        cudaFree(g->drec);
+    }
+    g->drec = d;
+    g->rcap = cap;
+    return DIVTRACE_OK;
+}
+
+int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
+                    char *msg, size_t n)
+{
+    int dev, rc = lg_device_of(x, &dev, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    if (dev != g->device) {
+        snprintf(msg, n, "on GPU %d, but this trace's device tensors are on GPU %d (one GPU a trace)",
+                 dev, g->device);
+        return DIVTRACE_EINVAL;
+    }
+    if (((uintptr_t)x & 3) != 0) {
+        snprintf(msg, n, "%p is not aligned to a float", (const void *)x);
+        return DIVTRACE_EINVAL;
+    }
+    size_t bytes = gpu_trace_one_bytes(count);
+    if (bytes == 0) {
+        snprintf(msg, n, "%zu elements are too many to hash on the device", count);
+        return DIVTRACE_EINVAL;
+    }
+    lg_on on(g->device);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    cudaStream_t s = (cudaStream_t)stream;
+    int known = 0;
+    for (int i = 0; i < g->nstreams && !known; i++)
+        known = g->streams[i] == s;
+    if (!known && g->nstreams == g->cstreams) {
+        int cap = g->cstreams ? 2 * g->cstreams : 4;
+        cudaStream_t *st = (cudaStream_t *)realloc(g->streams, (size_t)cap * sizeof *st);
+        if (!st) {
+            snprintf(msg, n, "out of memory");
+            return DIVTRACE_ENOMEM;
+        }
+        g->streams = st;
+        g->cstreams = cap;
+    }
+    void *scratch;
+    if ((rc = lg_scratch(g, bytes, &scratch, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_reserve_rec(g, slot + 1, msg, n)) != DIVTRACE_OK)
+        return rc;
+    LG_CHECK(gpu_trace_one(scratch, x, count, g->drec + slot, s));
+    if (!known)
+        g->streams[g->nstreams++] = s;
+    if (slot + 1 > g->nslots)
+        g->nslots = slot + 1;
+    g->pending = 1;
+    return DIVTRACE_OK;
+}
+
+/* After a collect or a discard: nothing is queued, the scratch is free
+ * (merged into one chunk, so that the next step needs no cudaMalloc). */
+static void lg_reset(struct lib_gpu *g)
+{
+    if (g->nchunk > 1) {
+        size_t total = 0;
+        for (int i = 0; i < g->nchunk; i++) {
+            total += g->chunk[i].size;
+            cudaFree(g->chunk[i].p);
+        }
+        g->nchunk = 0;
+        if (cudaMalloc((void **)&g->chunk[0].p, total) == cudaSuccess) {
+            g->chunk[0].size = total;
+            g->nchunk = 1;
+        }
+        cudaGetLastError();
+    }
+    for (int i = 0; i < g->nchunk; i++)
+        g->chunk[i].used = 0;
+    g->nstreams = 0;
+    g->nslots = 0;
+    g->pending = 0;
+}
+
+int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, char *msg, size_t n)
+{
+    lg_on on(g->device);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    uint32_t k = nslots < g->nslots ? nslots : g->nslots;
+    for (int i = 0; i < g->nstreams; i++) {
+        LG_CHECK(cudaEventRecord(g->ev, g->streams[i]));
+        LG_CHECK(cudaStreamWaitEvent(g->stream, g->ev, 0));
+    }
+    if (k > g->hcap) {
+        LG_CHECK(cudaStreamSynchronize(g->stream));
+        if (g->hrec)
+            cudaFreeHost(g->hrec);
+        g->hrec = NULL;
+        g->hcap = 0;
+        LG_CHECK(cudaMallocHost((void **)&g->hrec, (size_t)g->rcap * sizeof *g->hrec));
+        g->hcap = g->rcap;
+    }
+    if (k > 0)
+        LG_CHECK(cudaMemcpyAsync(g->hrec, g->drec, (size_t)k * sizeof *g->hrec,
+                                 cudaMemcpyDeviceToHost, g->stream));
+    LG_CHECK(cudaStreamSynchronize(g->stream));
+    memcpy(out, g->hrec, (size_t)k * sizeof *out);
+    lg_reset(g);
+    return DIVTRACE_OK;
+}
+
+void lib_gpu_discard(struct lib_gpu *g)
+{
+    if (!g || !g->pending)
+        return;
+    lg_on on(g->device);
+    /* a caller's stream may be gone by now: wait for the whole device */
+    cudaDeviceSynchronize();
+    cudaGetLastError();
+    lg_reset(g);
+}
+
+int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count, char *msg, size_t n)
+{
+    int dev, rc = lg_have_device(msg, n);
+    if (rc == DIVTRACE_OK)
+        rc = lg_device_of(x, &dev, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    (void)g;
+    lg_on on(dev);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    /* the tensor's producers may be on any stream: wait for all of them */
+    LG_CHECK(cudaDeviceSynchronize());
+    LG_CHECK(cudaMemcpy(dst, x, count * sizeof *dst, cudaMemcpyDeviceToHost));
+    return DIVTRACE_OK;
+}

@@ -1,0 +1,77 @@
+/* lib_gpu.h: libdivtrace's device tensors (src/gpu/lib_gpu.cu), plain C.
+ * A device tensor's record (hash.h's tree hash, stats.h's statistics) is
+ * computed by gpu_trace.cu's kernels on the caller's stream, into a slot of
+ * a device array of records; lib_gpu_collect brings the step's records back
+ * in one transfer. Every function returns a divtrace_status and, on an
+ * error, writes one line into msg. Built without CUDA, the functions below
+ * say so (DIVTRACE_ENOCUDA). */
+#ifndef DT_LIB_GPU_H
+#define DT_LIB_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "divtrace.h"
+#include "trace.h"
+
+struct lib_gpu;
+
+#ifdef HAVE_CUDA
+/* Bind to the device that holds ptr (a device pointer): own stream, scratch. */
+int lib_gpu_new(struct lib_gpu **g, const void *ptr, char *msg, size_t n);
+void lib_gpu_free(struct lib_gpu *g);
+/* Queue the record of x (count floats on the bound device) on stream
+ * (a cudaStream_t; NULL the default stream) into record slot `slot`. */
+int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
+                    char *msg, size_t n);
+/* Whether anything was queued since the last collect or discard. */
+int lib_gpu_pending(const struct lib_gpu *g);
+/* Wait for every queued record and copy slots 0 .. nslots-1 to out (one
+ * transfer); the slots not queued hold nothing useful. */
+int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, char *msg,
+                    size_t n);
+/* Drop what is queued (a step given up): waits for it to finish. */
+void lib_gpu_discard(struct lib_gpu *g);
+/* Copy count floats from device memory to dst (synchronous, after the
+ * device's queued work). g may be NULL. */
+int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count, char *msg,
+                     size_t n);
+#else
+#include <stdio.h>
+
+static inline int lib_gpu_nocuda(char *msg, size_t n)
+{
+    snprintf(msg, n, "a device pointer, but this libdivtrace was built without CUDA support "
+                     "(configure --with-cuda)");
+    return DIVTRACE_ENOCUDA;
+}
+static inline int lib_gpu_new(struct lib_gpu **g, const void *ptr, char *msg, size_t n)
+{
+    (void)ptr;
+    *g = NULL;
+    return lib_gpu_nocuda(msg, n);
+}
+static inline void lib_gpu_free(struct lib_gpu *g) { (void)g; }
+static inline int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *stream,
+                                  uint32_t slot, char *msg, size_t n)
+{
+    (void)g, (void)x, (void)count, (void)stream, (void)slot;
+    return lib_gpu_nocuda(msg, n);
+}
+static inline int lib_gpu_pending(const struct lib_gpu *g) { (void)g; return 0; }
+static inline int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,
+                                  char *msg, size_t n)
+{
+    (void)g, (void)out, (void)nslots;
+    return lib_gpu_nocuda(msg, n);
+}
+static inline void lib_gpu_discard(struct lib_gpu *g) { (void)g; }
+static inline int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count,
+                                   char *msg, size_t n)
+{
+    (void)g, (void)dst, (void)x, (void)count;
+    return lib_gpu_nocuda(msg, n);
+}
+#endif
+
+#endif

@@ -1,0 +1,850 @@
+/* libdivtrace.c: the public recording API (divtrace.h) over the trace
+ * writer (trace.h). Records are what the program's cpu backend computes
+ * (stats_compute), or on the GPU what its cuda backend computes
+ * (lib_gpu.h); step summaries are what run_summarize computes. Every
+ * argument is checked here, before the writer (which asserts) sees it, so
+ * that nothing a caller does ends the host program. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#include "divtrace.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash.h"
+#include "lib_gpu.h"
+#include "stats.h"
+#include "trace.h"
+#include "util.h"
+
+#define LIB_MSG 512
+
+struct divtrace {
+    pthread_mutex_t mu;
+    char err[LIB_MSG];
+    struct trace_writer *w;
+    enum trace_level level;
+    /* The op list: built by the first step, written at its end, then fixed. */
+    int fixed;
+    uint32_t nops, cap;
+    struct trace_opdef *ops;
+    char ***unres;           /* first step: per op and input, the name not yet resolved, or NULL */
+    uint32_t *slot;          /* name table (open addressing): op index + 1, 0 empty */
+    uint32_t nslot;          /* a power of two, more than twice nops */
+    /* The step being recorded. */
+    int in_step;
+    int failed;              /* an error in this step: it may be begun again */
+    int have_last;           /* a step has been written */
+    uint64_t step, last;
+    uint32_t nrec, rcap;     /* tensors recorded in this step */
+    struct trace_oprec *rec; /* (rcap) in op order */
+    char *on_dev;            /* (rcap) the record comes from the device at the step's end */
+    struct trace_oprec *tmp; /* (rcap) scratch: device records, kept records */
+    uint64_t *hashes;        /* (rcap) little-endian op hashes for the root */
+    /* Checkpoints: the one being assembled, and one given before the op list
+     * was written (the state before the first step), held until then. */
+    int in_ckpt;
+    struct trace_ckpt ck, early;
+    int have_early;
+    uint32_t ck_cap;
+    struct lib_gpu *gpu;
+};
+
+/* divtrace_open's failures (and divtrace_close's, whose handle is gone). */
+static _Thread_local char lib_err[LIB_MSG];
+
+static void lib_vset(char *buf, const char *fmt, va_list ap)
+{
+    vsnprintf(buf, LIB_MSG, fmt, ap);
+    /* one line */
+    for (char *p = buf; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+}
+
+__attribute__((format(printf, 3, 4)))
+static int lib_fail(divtrace *t, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lib_vset(t ? t->err : lib_err, fmt, ap);
+    va_end(ap);
+    if (t && t->in_step)
+        t->failed = 1;
+    return status;
+}
+
+int divtrace_api_version(void)
+{
+    return DIVTRACE_API_VERSION;
+}
+
+const char *divtrace_strerror(int status)
+{
+    switch (status) {
+    case DIVTRACE_OK: return "success";
+    case DIVTRACE_EINVAL: return "invalid argument";
+    case DIVTRACE_EIO: return "trace file not written";
+    case DIVTRACE_ENOMEM: return "out of memory";
+    case DIVTRACE_ESTATE: return "call out of order";
+    case DIVTRACE_EOPS: return "tensors differ from the first step's";
+    case DIVTRACE_ENOCUDA: return "no CUDA support or device";
+    case DIVTRACE_ECUDA: return "CUDA error";
+    }
+    return "unknown status";
+}
+
+const char *divtrace_errmsg(const divtrace *t)
+{
+    return t ? t->err : lib_err;
+}
+
+/* ---- the name table ------------------------------------------------------ */
+
+static uint32_t lib_name_hash(const char *name)
+{
+    return (uint32_t)hash_bytes(name, strlen(name));
+}
+
+/* The op of that name in the op list, or -1. */
+static int64_t lib_find(const divtrace *t, const char *name)
+{
+    if (t->nslot == 0)
+        return -1;
+    for (uint32_t i = lib_name_hash(name) & (t->nslot - 1);; i = (i + 1) & (t->nslot - 1)) {
+        uint32_t s = t->slot[i];
+        if (s == 0)
+            return -1;
+        if (strcmp(t->ops[s - 1].name, name) == 0)
+            return s - 1;
+    }
+}
+
+static void lib_insert(uint32_t *slot, uint32_t nslot, const char *name, uint32_t op)
+{
+    uint32_t i = lib_name_hash(name) & (nslot - 1);
+    while (slot[i])
+        i = (i + 1) & (nslot - 1);
+    slot[i] = op + 1;
+}
+
+/* Make room for one more op (and its name in the table). */
+static int lib_grow_ops(divtrace *t)
+{
+    if (t->nops == UINT32_MAX / 4)
+        return lib_fail(t, DIVTRACE_EINVAL, "more than %u tensors in a step", t->nops);
+    if (t->nops == t->cap) {
+        uint32_t cap = t->cap ? 2 * t->cap : 64;
+        struct trace_opdef *ops = realloc(t->ops, cap * sizeof *ops);
+        if (ops)
+            t->ops = ops;
+        char ***unres = realloc(t->unres, cap * sizeof *unres);
+        if (unres)
+            t->unres = unres;
+        if (!ops || !unres)
+            return lib_fail(t, DIVTRACE_ENOMEM, "out of memory for the op list (%u tensors)", cap);
+        t->cap = cap;
+    }
+    if (2 * (t->nops + 1) >= t->nslot) {
+        uint32_t nslot = t->nslot ? 2 * t->nslot : 256;
+        uint32_t *slot = calloc(nslot, sizeof *slot);
+        if (!slot)
+            return lib_fail(t, DIVTRACE_ENOMEM, "out of memory for the name table");
+        for (uint32_t i = 0; i < t->nops; i++)
+            lib_insert(slot, nslot, t->ops[i].name, i);
+        free(t->slot);
+        t->slot = slot;
+        t->nslot = nslot;
+    }
+    return DIVTRACE_OK;
+}
+
+static void lib_op_free(divtrace *t, uint32_t i)
+{
+    struct trace_opdef *o = &t->ops[i];
+    if (t->unres && t->unres[i]) {
+        for (uint32_t k = 0; k < o->ninputs; k++)
+            free(t->unres[i][k]);
+        free(t->unres[i]);
+        t->unres[i] = NULL;
+    }
+    free(o->name);
+    free(o->type);
+    free(o->inputs);
+}
+
+/* Forget the op list of a first step that is recorded again. */
+static void lib_ops_clear(divtrace *t)
+{
+    for (uint32_t i = 0; i < t->nops; i++)
+        lib_op_free(t, i);
+    t->nops = 0;
+    if (t->slot)
+        memset(t->slot, 0, t->nslot * sizeof *t->slot);
+}
+
+/* ---- opening and closing ------------------------------------------------- */
+
+static void lib_free(divtrace *t)
+{
+    if (t->gpu)
+        lib_gpu_free(t->gpu);
+    for (uint32_t i = 0; i < t->nops; i++)
+        lib_op_free(t, i);
+    free(t->ops);
+    free(t->unres);
+    free(t->slot);
+    free(t->rec);
+    free(t->on_dev);
+    free(t->tmp);
+    free(t->hashes);
+    trace_ckpt_free(&t->ck);
+    trace_ckpt_free(&t->early);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+int divtrace_open(divtrace **tp, const char *path, const char *const *config, const char *level)
+{
+    lib_err[0] = 0;
+    if (!tp)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_open: NULL handle pointer");
+    *tp = NULL;
+    if (!path || !*path)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_open: no path");
+    enum trace_level lv = TRACE_LEVEL_OP;
+    if (level && trace_level_parse(level, &lv) < 0)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_open: %s", dt_error());
+    struct trace_config cfg = {0};
+    for (size_t i = 0; config && config[i]; i += 2) {
+        if (!config[i + 1]) {
+            trace_config_free(&cfg);
+            return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_open: config key '%s' has no value "
+                            "(config is key, value, ..., NULL)", config[i]);
+        }
+        if (!*config[i]) {
+            trace_config_free(&cfg);
+            return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_open: empty config key");
+        }
+        trace_config_set(&cfg, config[i], config[i + 1]);
+    }
+    if (!trace_config_get(&cfg, "recorder"))
+        trace_config_setf(&cfg, "recorder", "libdivtrace %d", DIVTRACE_API_VERSION);
+    divtrace *t = calloc(1, sizeof *t);
+    if (!t) {
+        trace_config_free(&cfg);
+        return lib_fail(NULL, DIVTRACE_ENOMEM, "divtrace_open: out of memory");
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    t->level = lv;
+    int rc = trace_writer_open(&t->w, path, &cfg, lv);
+    trace_config_free(&cfg);
+    if (rc < 0) {
+        lib_fail(NULL, DIVTRACE_EIO, "divtrace_open: %s", dt_error());
+        lib_free(t);
+        return DIVTRACE_EIO;
+    }
+    *tp = t;
+    return DIVTRACE_OK;
+}
+
+static int lib_ckpt_write(divtrace *t, const struct trace_ckpt *c);
+
+/* The op list of a trace that never ended its first step: whatever it has
+ * (nothing), so that the file stays readable. */
+static int lib_ops_fallback(divtrace *t)
+{
+    if (t->fixed)
+        return DIVTRACE_OK;
+    static const struct trace_opdef none[1];
+    if (trace_writer_ops(t->w, none, 0) < 0)
+        return lib_fail(t, DIVTRACE_EIO, "divtrace_close: %s", dt_error());
+    t->fixed = 1;
+    if (t->have_early) {
+        int rc = lib_ckpt_write(t, &t->early);
+        trace_ckpt_free(&t->early);
+        t->have_early = 0;
+        return rc;
+    }
+    return DIVTRACE_OK;
+}
+
+int divtrace_close(divtrace *t, int status, const char *why)
+{
+    lib_err[0] = 0;
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_close: NULL handle");
+    pthread_mutex_lock(&t->mu);
+    if (t->gpu && lib_gpu_pending(t->gpu))
+        lib_gpu_discard(t->gpu); /* a step not ended: its records are not written */
+    int rc = DIVTRACE_OK;
+    if (t->w) {
+        if (!t->fixed && t->nops > 0)
+            lib_ops_clear(t); /* the first step never ended */
+        rc = lib_ops_fallback(t);
+        if (rc == DIVTRACE_OK && status != 0) {
+            char text[LIB_MSG];
+            if (why && *why)
+                snprintf(text, sizeof text, "%s", why);
+            else
+                snprintf(text, sizeof text, "the run ended early (status %d)", status);
+            uint64_t at = t->in_step ? t->step : t->have_last ? t->last : 0;
+            struct trace_event ev = {TRACE_EVENT_STOPPED, at, UINT32_MAX, text};
+            if (trace_writer_event(t->w, &ev) < 0)
+                rc = lib_fail(t, DIVTRACE_EIO, "divtrace_close: %s", dt_error());
+        }
+        if (rc == DIVTRACE_OK) {
+            if (trace_writer_close(t->w, status) < 0)
+                rc = lib_fail(t, DIVTRACE_EIO, "divtrace_close: %s", dt_error());
+        } else {
+            trace_writer_abandon(t->w);
+        }
+        t->w = NULL;
+    }
+    if (rc != DIVTRACE_OK)
+        memcpy(lib_err, t->err, sizeof lib_err); /* the handle is gone: errmsg(NULL) says it */
+    pthread_mutex_unlock(&t->mu);
+    lib_free(t);
+    return rc;
+}
+
+/* ---- steps and tensors --------------------------------------------------- */
+
+/* A status that ends the call; the trace may not be usable any more. */
+static int lib_usable(divtrace *t, const char *fn)
+{
+    if (!t->w)
+        return lib_fail(t, DIVTRACE_EIO, "%s: the trace file failed earlier", fn);
+    return DIVTRACE_OK;
+}
+
+int divtrace_step_begin(divtrace *t, uint64_t step)
+{
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_step_begin: NULL handle");
+    pthread_mutex_lock(&t->mu);
+    int rc = lib_usable(t, "divtrace_step_begin");
+    if (rc != DIVTRACE_OK)
+        goto out;
+    if (t->in_ckpt) {
+        rc = lib_fail(t, DIVTRACE_ESTATE, "divtrace_step_begin: checkpoint of step %" PRIu64
+                      " not ended", t->ck.step);
+        goto out;
+    }
+    if (t->have_last && step <= t->last) {
+        rc = lib_fail(t, DIVTRACE_ESTATE, "divtrace_step_begin: step %" PRIu64 " after step %"
+                      PRIu64 " (steps go up)", step, t->last);
+        goto out;
+    }
+    if (t->in_step && !t->failed) {
+        rc = lib_fail(t, DIVTRACE_ESTATE, "divtrace_step_begin: step %" PRIu64 " has not ended "
+                      "(only a step that failed may be begun again)", t->step);
+        t->failed = 0;
+        goto out;
+    }
+    /* A step begun again (after an error in it) starts from scratch. */
+    if (t->gpu && lib_gpu_pending(t->gpu))
+        lib_gpu_discard(t->gpu);
+    if (!t->fixed)
+        lib_ops_clear(t);
+    t->in_step = 1;
+    t->failed = 0;
+    t->step = step;
+    t->nrec = 0;
+    t->err[0] = 0;
+out:
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+/* Room for record nrec. */
+static int lib_grow_rec(divtrace *t)
+{
+    if (t->nrec < t->rcap)
+        return DIVTRACE_OK;
+    uint32_t cap = t->rcap ? 2 * t->rcap : 64;
+    if (t->fixed && cap > t->nops)
+        cap = t->nops;
+    struct trace_oprec *rec = realloc(t->rec, cap * sizeof *rec);
+    if (rec)
+        t->rec = rec;
+    char *on_dev = realloc(t->on_dev, cap);
+    if (on_dev)
+        t->on_dev = on_dev;
+    struct trace_oprec *tmp = realloc(t->tmp, cap * sizeof *tmp);
+    if (tmp)
+        t->tmp = tmp;
+    uint64_t *hashes = realloc(t->hashes, cap * sizeof *hashes);
+    if (hashes)
+        t->hashes = hashes;
+    if (!rec || !on_dev || !tmp || !hashes)
+        return lib_fail(t, DIVTRACE_ENOMEM, "out of memory for %u records", cap);
+    t->rcap = cap;
+    return DIVTRACE_OK;
+}
+
+/* Check a shape: ndim 1..4, dimensions 0..UINT32_MAX, bytes that fit. */
+static int lib_shape(divtrace *t, const char *fn, const char *name, int ndim, const int64_t *shape,
+                     uint32_t out[TRACE_MAX_DIM], size_t *count)
+{
+    if (ndim < 1 || ndim > TRACE_MAX_DIM)
+        return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': ndim %d (1 to %d)", fn, name, ndim,
+                        TRACE_MAX_DIM);
+    if (!shape)
+        return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': NULL shape", fn, name);
+    uint64_t n = 1;
+    for (int d = 0; d < TRACE_MAX_DIM; d++)
+        out[d] = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || shape[d] > (int64_t)UINT32_MAX)
+            return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': dimension %d is %" PRId64, fn, name, d,
+                            shape[d]);
+        out[d] = (uint32_t)shape[d];
+        if (out[d] && n > (SIZE_MAX / sizeof(float)) / out[d])
+            return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': too many elements", fn, name);
+        n *= out[d];
+    }
+    *count = (size_t)n;
+    return DIVTRACE_OK;
+}
+
+static void lib_shape_text(char *buf, size_t n, int ndim, const uint32_t *shape)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int d = 0; d < ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, d ? "x%" PRIu32 : "%" PRIu32, shape[d]);
+}
+
+/* Step > 0: the tensor must be the first step's tensor at this place. */
+static int lib_match(divtrace *t, const char *name, const char *type, int kind, int ndim,
+                     const uint32_t *shape)
+{
+    const char *fn = "divtrace_record";
+    if (t->nrec >= t->nops)
+        return lib_fail(t, DIVTRACE_EOPS, "%s: step %" PRIu64 ": '%s' is tensor %u, but the first "
+                        "step recorded only %u", fn, t->step, name, t->nrec + 1, t->nops);
+    const struct trace_opdef *o = &t->ops[t->nrec];
+    if (strcmp(o->name, name) != 0)
+        return lib_fail(t, DIVTRACE_EOPS, "%s: step %" PRIu64 ": tensor %u is '%s', but '%s' in "
+                        "the first step", fn, t->step, t->nrec, name, o->name);
+    if (strcmp(o->type, type) != 0 || o->kind != kind)
+        return lib_fail(t, DIVTRACE_EOPS, "%s: step %" PRIu64 ": '%s' is %s %s, but %s %s in the "
+                        "first step", fn, t->step, name, trace_kind_name((enum trace_kind)kind),
+                        type, trace_kind_name((enum trace_kind)o->kind), o->type);
+    int same = o->ndim == ndim;
+    for (int d = 0; d < ndim && same; d++)
+        same = o->shape[d] == shape[d];
+    if (!same) {
+        char a[96], b[96];
+        lib_shape_text(a, sizeof a, ndim, shape);
+        lib_shape_text(b, sizeof b, o->ndim, o->shape);
+        return lib_fail(t, DIVTRACE_EOPS, "%s: step %" PRIu64 ": '%s' has shape %s, but %s in the "
+                        "first step", fn, t->step, name, a, b);
+    }
+    return DIVTRACE_OK;
+}
+
+/* First step: append the op (lib_grow_ops made room), its inputs resolved
+ * where they can be now. */
+static int lib_add_op(divtrace *t, const char *name, const char *type, int kind, int ndim,
+                      const uint32_t *shape, const char *const *inputs, int ninputs)
+{
+    struct trace_opdef o = {.kind = (uint8_t)kind, .ndim = (uint8_t)ndim, .ninputs = (uint32_t)ninputs};
+    memcpy(o.shape, shape, sizeof o.shape);
+    char **unres = NULL;
+    o.name = strdup(name);
+    o.type = strdup(type);
+    if (ninputs > 0) {
+        o.inputs = calloc((size_t)ninputs, sizeof *o.inputs);
+        unres = calloc((size_t)ninputs, sizeof *unres);
+    }
+    int ok = o.name && o.type && (ninputs == 0 || (o.inputs && unres));
+    for (int k = 0; ok && k < ninputs; k++) {
+        int64_t j = lib_find(t, inputs[k]);
+        if (j >= 0)
+            o.inputs[k] = (uint32_t)j;
+        else
+            ok = (unres[k] = strdup(inputs[k])) != NULL; /* a later tensor: the previous step's */
+    }
+    t->ops[t->nops] = o;
+    t->unres[t->nops] = unres;
+    if (!ok) {
+        lib_op_free(t, t->nops);
+        return lib_fail(t, DIVTRACE_ENOMEM, "divtrace_record: out of memory for '%s'", name);
+    }
+    lib_insert(t->slot, t->nslot, name, t->nops);
+    t->nops++;
+    return DIVTRACE_OK;
+}
+
+int divtrace_record(divtrace *t, const char *name, const char *type, enum divtrace_kind kind,
+                    const float *data, enum divtrace_where where, void *stream, int ndim,
+                    const int64_t *shape, const char *const *inputs, int ninputs)
+{
+    const char *fn = "divtrace_record";
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
+    pthread_mutex_lock(&t->mu);
+    int rc = lib_usable(t, fn);
+    uint32_t sh[TRACE_MAX_DIM];
+    size_t count = 0;
+    if (rc != DIVTRACE_OK)
+        goto out;
+    if (!name || !*name) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: %s name", fn, name ? "empty" : "NULL");
+        goto out;
+    }
+    if (!type) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': NULL type", fn, name);
+        goto out;
+    }
+    if ((unsigned)kind >= TRACE_KIND_COUNT) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown kind %d", fn, name, (int)kind);
+        goto out;
+    }
+    if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown where %d", fn, name, (int)where);
+        goto out;
+    }
+    if ((rc = lib_shape(t, fn, name, ndim, shape, sh, &count)) != DIVTRACE_OK)
+        goto out;
+    if (!data && count > 0) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': NULL data", fn, name);
+        goto out;
+    }
+    if (ninputs < 0 || (ninputs > 0 && !inputs)) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': %d inputs at %p", fn, name, ninputs,
+                      (const void *)inputs);
+        goto out;
+    }
+    for (int k = 0; k < ninputs; k++)
+        if (!inputs[k] || !*inputs[k]) {
+            rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': input %d is %s", fn, name, k,
+                          inputs[k] ? "empty" : "NULL");
+            goto out;
+        }
+    if (!t->in_step) {
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: '%s' outside a step (call divtrace_step_begin "
+                      "first)", fn, name);
+        goto out;
+    }
+    if (t->fixed)
+        rc = lib_match(t, name, type, (int)kind, ndim, sh);
+    else if (lib_find(t, name) >= 0)
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s' is recorded twice in step %" PRIu64, fn, name,
+                      t->step);
+    else
+        rc = lib_grow_ops(t);
+    if (rc == DIVTRACE_OK)
+        rc = lib_grow_rec(t);
+    if (rc != DIVTRACE_OK)
+        goto out;
+    struct trace_oprec *r = &t->rec[t->nrec];
+    memset(r, 0, sizeof *r);
+    r->op = t->nrec;
+    t->on_dev[t->nrec] = where == DIVTRACE_DEVICE;
+    if (where == DIVTRACE_DEVICE) {
+        char msg[LIB_MSG];
+        if (!t->gpu && count > 0)
+            rc = lib_gpu_new(&t->gpu, data, msg, sizeof msg);
+        if (rc == DIVTRACE_OK && count > 0)
+            rc = lib_gpu_enqueue(t->gpu, data, count, stream, t->nrec, msg, sizeof msg);
+        if (rc != DIVTRACE_OK) {
+            lib_fail(t, rc, "%s: '%s': %s", fn, name, msg);
+            goto out;
+        }
+        if (count == 0) {
+            stats_compute(NULL, 0, r); /* nothing to read: the empty record */
+            t->on_dev[t->nrec] = 0;
+        }
+    } else {
+        stats_compute(data, count, r);
+    }
+    if (!t->fixed && (rc = lib_add_op(t, name, type, (int)kind, ndim, sh, inputs, ninputs)) != DIVTRACE_OK)
+        goto out; /* out of memory for a name: a queued device record in this slot may race
+                   * with the next one's; the step should be begun again */
+    t->nrec++;
+out:
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+/* First step's end: every input name that was not an earlier tensor of
+ * the step names a later one (that tensor of the previous step). */
+static int lib_resolve(divtrace *t)
+{
+    char list[LIB_MSG] = "";
+    size_t k = 0;
+    int bad = 0;
+    for (uint32_t i = 0; i < t->nops; i++) {
+        if (!t->unres[i])
+            continue;
+        for (uint32_t q = 0; q < t->ops[i].ninputs; q++) {
+            const char *in = t->unres[i][q];
+            if (!in)
+                continue;
+            int64_t j = lib_find(t, in);
+            if (j >= 0) {
+                t->ops[i].inputs[q] = (uint32_t)j | TRACE_INPUT_PREV;
+                continue;
+            }
+            if (bad++ < 8 && k < sizeof list)
+                k += (size_t)snprintf(list + k, sizeof list - k, "%s'%s' (input of '%s')",
+                                      bad > 1 ? ", " : "", in, t->ops[i].name);
+        }
+    }
+    if (bad)
+        return lib_fail(t, DIVTRACE_EINVAL, "divtrace_step_end: step %" PRIu64 ": %d input name%s "
+                        "recorded nowhere in the step: %s%s", t->step, bad, bad > 1 ? "s" : "",
+                        list, bad > 8 ? ", ..." : "");
+    for (uint32_t i = 0; i < t->nops; i++) {
+        if (!t->unres[i])
+            continue;
+        for (uint32_t q = 0; q < t->ops[i].ninputs; q++)
+            free(t->unres[i][q]);
+        free(t->unres[i]);
+        t->unres[i] = NULL;
+    }
+    return DIVTRACE_OK;
+}
+
+int divtrace_step_end(divtrace *t, double loss)
+{
+    const char *fn = "divtrace_step_end";
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
+    pthread_mutex_lock(&t->mu);
+    int rc = lib_usable(t, fn);
+    if (rc != DIVTRACE_OK)
+        goto out;
+    if (!t->in_step) {
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: no step begun", fn);
+        goto out;
+    }
+    if (t->fixed && t->nrec != t->nops) {
+        rc = lib_fail(t, DIVTRACE_EOPS, "%s: step %" PRIu64 " ends after %u tensors, but the first "
+                      "step recorded %u (next: '%s')", fn, t->step, t->nrec, t->nops,
+                      t->ops[t->nrec].name);
+        goto out;
+    }
+    if (t->gpu && lib_gpu_pending(t->gpu)) {
+        char msg[LIB_MSG];
+        rc = lib_gpu_collect(t->gpu, t->tmp, t->nrec, msg, sizeof msg);
+        if (rc != DIVTRACE_OK) {
+            lib_fail(t, rc, "%s: step %" PRIu64 ": %s", fn, t->step, msg);
+            goto out;
+        }
+        for (uint32_t i = 0; i < t->nrec; i++)
+            if (t->on_dev[i]) {
+                t->rec[i] = t->tmp[i];
+                t->rec[i].op = i;
+            }
+    }
+    if (!t->fixed) {
+        if ((rc = lib_resolve(t)) != DIVTRACE_OK)
+            goto out;
+        if (trace_writer_ops(t->w, t->ops, t->nops) < 0) {
+            rc = lib_fail(t, DIVTRACE_EIO, "%s: %s", fn, dt_error());
+            goto out;
+        }
+        t->fixed = 1;
+        if (t->have_early) {
+            rc = lib_ckpt_write(t, &t->early);
+            trace_ckpt_free(&t->early);
+            t->have_early = 0;
+            if (rc != DIVTRACE_OK)
+                goto out;
+        }
+    }
+    /* as run_summarize: the root over every op's hash, the gradient norm over
+     * the GRAD tensors, the records the level keeps */
+    double g2 = 0;
+    int gfinite = 1;
+    uint32_t nkeep = 0;
+    for (uint32_t i = 0; i < t->nrec; i++) {
+        const struct trace_oprec *o = &t->rec[i];
+        uint8_t *le = (uint8_t *)&t->hashes[i];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(o->hash >> (8 * b));
+        enum trace_kind k = (enum trace_kind)t->ops[i].kind;
+        if (k == TRACE_KIND_GRAD) {
+            g2 += o->l2 * o->l2;
+            gfinite &= o->nan == 0 && o->inf == 0;
+        }
+        if (trace_level_keeps(t->level, k))
+            t->tmp[nkeep++] = *o;
+    }
+    struct trace_step s = {
+        .step = t->step,
+        .loss = loss,
+        .grad_norm = gfinite ? sqrt(g2) : NAN,
+        .root = hash_bytes(t->hashes, (size_t)t->nrec * sizeof *t->hashes),
+        .nrec = nkeep,
+        .rec = t->tmp,
+    };
+    if (trace_writer_step(t->w, &s) < 0) {
+        rc = lib_fail(t, DIVTRACE_EIO, "%s: %s", fn, dt_error());
+        goto out;
+    }
+    t->in_step = 0;
+    t->have_last = 1;
+    t->last = t->step;
+out:
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+/* ---- checkpoints --------------------------------------------------------- */
+
+static int lib_ckpt_write(divtrace *t, const struct trace_ckpt *c)
+{
+    if (trace_writer_ckpt(t->w, c) < 0)
+        return lib_fail(t, DIVTRACE_EIO, "divtrace_checkpoint_end: %s", dt_error());
+    return DIVTRACE_OK;
+}
+
+int divtrace_checkpoint_begin(divtrace *t, uint64_t step)
+{
+    const char *fn = "divtrace_checkpoint_begin";
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
+    pthread_mutex_lock(&t->mu);
+    int rc = lib_usable(t, fn);
+    if (rc != DIVTRACE_OK)
+        goto out;
+    if (t->in_step)
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: inside step %" PRIu64 " (a checkpoint goes between "
+                      "steps)", fn, t->step);
+    else if (t->in_ckpt)
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: the checkpoint of step %" PRIu64 " has not ended",
+                      fn, t->ck.step);
+    else if (t->have_last && step <= t->last)
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: the state before step %" PRIu64 ", but step %"
+                      PRIu64 " has ended", fn, step, t->last);
+    else if (!t->fixed && t->have_early)
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: a second checkpoint before the first step", fn);
+    if (rc != DIVTRACE_OK)
+        goto out;
+    trace_ckpt_free(&t->ck);
+    t->ck_cap = 0;
+    t->ck.step = step;
+    t->in_ckpt = 1;
+out:
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data,
+                            enum divtrace_where where, int ndim, const int64_t *shape)
+{
+    const char *fn = "divtrace_checkpoint_add";
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
+    pthread_mutex_lock(&t->mu);
+    int rc = lib_usable(t, fn);
+    uint32_t sh[TRACE_MAX_DIM];
+    size_t count = 0;
+    float *copy = NULL;
+    if (rc != DIVTRACE_OK)
+        goto out;
+    if (!name || !*name) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: %s name", fn, name ? "empty" : "NULL");
+        goto out;
+    }
+    if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown where %d", fn, name, (int)where);
+        goto out;
+    }
+    if ((rc = lib_shape(t, fn, name, ndim, shape, sh, &count)) != DIVTRACE_OK)
+        goto out;
+    if (!data && count > 0) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': NULL data", fn, name);
+        goto out;
+    }
+    if (!t->in_ckpt) {
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: '%s' outside a checkpoint (call "
+                      "divtrace_checkpoint_begin first)", fn, name);
+        goto out;
+    }
+    if (trace_ckpt_find(&t->ck, name)) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s' is in the checkpoint twice", fn, name);
+        goto out;
+    }
+    if (t->ck.ntensors == t->ck_cap) {
+        uint32_t cap = t->ck_cap ? 2 * t->ck_cap : 16;
+        struct trace_tensor *tt = realloc(t->ck.t, cap * sizeof *tt);
+        if (!tt) {
+            rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory", fn);
+            goto out;
+        }
+        t->ck.t = tt;
+        t->ck_cap = cap;
+    }
+    copy = malloc(count ? count * sizeof *copy : 1);
+    char *nm = strdup(name);
+    if (!copy || !nm) {
+        free(nm);
+        rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: '%s': out of memory for %zu floats", fn, name, count);
+        goto out;
+    }
+    if (where == DIVTRACE_DEVICE && count > 0) {
+        char msg[LIB_MSG];
+        rc = lib_gpu_download(t->gpu, copy, data, count, msg, sizeof msg);
+        if (rc != DIVTRACE_OK) {
+            free(nm);
+            lib_fail(t, rc, "%s: '%s': %s", fn, name, msg);
+            goto out;
+        }
+    } else if (count > 0) {
+        memcpy(copy, data, count * sizeof *copy);
+    }
+    struct trace_tensor *tt = &t->ck.t[t->ck.ntensors++];
+    memset(tt, 0, sizeof *tt);
+    tt->name = nm;
+    tt->ndim = (uint8_t)ndim;
+    memcpy(tt->shape, sh, sizeof sh);
+    tt->count = count;
+    tt->data = copy;
+    copy = NULL;
+out:
+    free(copy);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int divtrace_checkpoint_end(divtrace *t)
+{
+    const char *fn = "divtrace_checkpoint_end";
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
+    pthread_mutex_lock(&t->mu);
+    int rc = lib_usable(t, fn);
+    if (rc != DIVTRACE_OK)
+        goto out;
+    if (!t->in_ckpt) {
+        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: no checkpoint begun", fn);
+        goto out;
+    }
+    t->in_ckpt = 0;
+    if (!t->fixed) {
+        /* before the op list exists: written when the first step ends */
+        t->early = t->ck;
+        t->have_early = 1;
+        memset(&t->ck, 0, sizeof t->ck);
+    } else {
+        rc = lib_ckpt_write(t, &t->ck);
+        trace_ckpt_free(&t->ck);
+    }
+    t->ck_cap = 0;
+out:
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
