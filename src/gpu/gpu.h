@@ -102,5 +102,12 @@ struct gpu_trace *gpu_trace_new(cudaStream_t stream);
 void gpu_trace_free(struct gpu_trace *t);
 void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
                      struct trace_oprec *rec);
+/* One buffer's record queued on stream s, nothing waited for (libdivtrace):
+ * scratch of gpu_trace_one_bytes(count) bytes (256-aligned, 0: too large),
+ * untouched until s has run it; the record lands in *drec (device memory),
+ * the same as gpu_trace_batch's for that buffer. Returns the launch error. */
+size_t gpu_trace_one_bytes(size_t count);
+cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct trace_oprec *drec,
+                          cudaStream_t s);
 
 #endif

@@ -578,3 +578,87 @@ void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t
         rec[k].op = op;
     }
 }
+
+/* ---- one buffer, queued on the caller's stream (libdivtrace) ----
+ * The record of one buffer by the same two kernels as a batch of one, with
+ * nothing copied in: its descriptor and work item travel as arguments of a
+ * setup kernel that writes them into the scratch. Nothing waits here; the
+ * record lands in *drec when the stream gets there. Tiles and sums are
+ * those of gpu_trace_batch, so the record is the same, bit for bit. */
+
+__global__ void gt_one_setup(struct gt_desc *dd, struct gt_desc d, struct gt_item *di,
+                             struct gt_item it, uint32_t *map, uint32_t ntiles)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) {
+        *dd = d;
+        *di = it;
+    }
+    for (; i < ntiles; i += gridDim.x * blockDim.x)
+        map[i] = 0; /* every tile is the one buffer's */
+}
+
+/* Where the pieces of one buffer's scratch go (the scratch 256-aligned). */
+struct gt_one_layout {
+    uint64_t nleaves;
+    uint32_t ntiles;
+    size_t o_item, o_map, o_dig, o_part, bytes;
+};
+
+static int gt_one_plan(size_t count, struct gt_one_layout *l)
+{
+    l->nleaves = (count + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
+    uint64_t tiles = (l->nleaves + GT_TILE_LEAVES - 1) / GT_TILE_LEAVES;
+    if (tiles >= UINT32_MAX / 32)
+        return -1;
+    l->ntiles = (uint32_t)tiles;
+    l->o_item = gt_align(sizeof(struct gt_desc), 16);
+    l->o_map = gt_align(l->o_item + sizeof(struct gt_item), 16);
+    l->o_dig = gt_align(l->o_map + 4 * (size_t)l->ntiles, 256);
+    l->o_part = gt_align(l->o_dig + 8 * (size_t)(l->nleaves + (l->nleaves & 1)), 256);
+    l->bytes = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)l->ntiles, 256);
+    return 0;
+}
+
+size_t gpu_trace_one_bytes(size_t count)
+{
+    struct gt_one_layout l;
+    return gt_one_plan(count, &l) < 0 ? 0 : l.bytes;
+}
+
+cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct trace_oprec *drec,
+                          cudaStream_t s)
+{
+    struct gt_one_layout l;
+    if (gt_one_plan(count, &l) < 0 || ((uintptr_t)x & 3) != 0 || ((uintptr_t)scratch & 255) != 0)
+        return cudaErrorInvalidValue;
+    unsigned char *base = (unsigned char *)scratch;
+    struct gt_desc d;
+    memset(&d, 0, sizeof d);
+    d.ptr = x;
+    d.count = count;
+    d.nleaves = l.nleaves;
+    d.ntiles = l.ntiles;
+    d.aligned = ((uintptr_t)x & 15) == 0;
+    struct gt_item it;
+    memset(&it, 0, sizeof it);
+    it.n = l.nleaves > GT_SMALL_LEAVES ? 0 : 1; /* k[0] = 0: the one buffer */
+    struct gt_desc *dd = (struct gt_desc *)base;
+    uint32_t *map = (uint32_t *)(base + l.o_map);
+    uint64_t *dig = (uint64_t *)(base + l.o_dig);
+    struct gt_part *part = (struct gt_part *)(base + l.o_part);
+    unsigned sg = l.ntiles > 256 * 64 ? 64 : (l.ntiles + 255) / 256 + 1;
+    gt_one_setup<<<sg, 256, 0, s>>>(dd, d, (struct gt_item *)(base + l.o_item), it, map, l.ntiles);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    if (l.ntiles) {
+        unsigned grid = (l.ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32);
+        gt_leaf_kernel<<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, dd, map, l.ntiles);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    gt_root_kernel<<<1, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(base + l.o_item), dd,
+                                                 dig, part);
+    return cudaGetLastError();
+}
