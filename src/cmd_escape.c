@@ -2,6 +2,7 @@
  * the steps where training escapes them (the method is in escape.c). */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +10,25 @@
 #include "cli.h"
 #include "curvature.h"
 #include "escape.h"
+#include "escape_pairs.h"
 #include "plot.h"
 #include "trace.h"
 #include "util.h"
 
 /* --curvature STEP asks curvature.h for the Hessian's extreme eigenvalues
  * at a checkpoint: a saddle when the lowest is negative beyond its residual.
- * --plot DIR draws the curves, plateaus and escapes as PNGs (plot.h). */
+ * --plot DIR draws the curves, plateaus and escapes as PNGs (plot.h).
+ * --pairs DIR pairs the traces under DIR and sets each pair's divergence
+ * onset beside its escape difference (escape_pairs.h has the rule). */
 
 static void escape_usage(FILE *f)
 {
     fputs("Usage: divtrace escape [OPTION]... RUN.dtr...\n"
+          "  or:  divtrace escape --pairs DIR [--pair-key K1,K2,...] [OPTION]...\n"
           "Find the plateaus of each run's loss curve and the steps where training\n"
           "escapes them (a saddle-point plateau, then a drop); count the phases.\n"
+          "With --pairs, pair the runs under DIR and relate where each pair diverges\n"
+          "to how far apart its two runs escape.\n"
           "\n"
           "  -w, --window N   smoothing and slope window, odd (default N/25, at least 5)\n"
           "      --min-len N  shortest plateau in steps (default 2 windows)\n"
@@ -35,12 +42,21 @@ static void escape_usage(FILE *f)
           "                   of step S: a saddle (negative curvature) or a minimum\n"
           "      --plot DIR   also write PNG plots into DIR (with gnuplot): loss.png;\n"
           "                   for two runs distance.png and first-divergence.png\n"
+          "      --pairs DIR  the traces (*.dtr) under DIR, recursively (a sweep's\n"
+          "                   DIR/runs/COND/tNN.dtr too), in pairs: per pair what differs,\n"
+          "                   the first divergent step, the steps where the parameter\n"
+          "                   distance exceeds 1e-6, 1e-3, 1e-1, both runs' first escapes\n"
+          "                   and their difference; then the correlation of divergence\n"
+          "                   onset with |escape difference|; with --plot, pairs.png\n"
+          "      --pair-key K1,K2,...  two runs pair when their headers agree on these\n"
+          "                   keys and differ in another (default model,seed,init_seed)\n"
           "      --json       one JSON object instead of text\n"
           "  -h, --help       show this help and exit\n"
           "  -V, --version    show the version and exit\n"
           "\n"
           "Exit status: 0 analyzed (a trace cut short is analyzed over its complete\n"
-          "steps), 2 trouble (a bad option, a file that is not a readable trace).\n",
+          "steps), 2 trouble (a bad option, a file that is not a readable trace; with\n"
+          "--pairs also a DIR that is missing or holds no trace).\n",
           f);
 }
 
@@ -161,6 +177,255 @@ static void escape_print_json(const struct escape_run_out *o, size_t nruns)
     fputs("]}\n", f);
 }
 
+/* ---- --pairs DIR ---- */
+
+struct escape_short {
+    char *buf;
+    size_t n, len;
+    int shown, more;
+};
+
+/* A value cut to 14 characters ("..." marks the cut), "-" for absent. */
+static void escape_short_val(char *out, size_t n, const char *v)
+{
+    if (!v)
+        snprintf(out, n, "-");
+    else if (strlen(v) > 14)
+        snprintf(out, n, "%.11s...", v);
+    else
+        snprintf(out, n, "%s", v);
+}
+
+static void escape_short_change(void *arg, const char *key, const char *va, const char *vb)
+{
+    struct escape_short *sh = arg;
+    if (sh->shown == 2) {
+        sh->more++;
+        return;
+    }
+    char a[16], b[16];
+    escape_short_val(a, sizeof a, va);
+    escape_short_val(b, sizeof b, vb);
+    int w = snprintf(sh->buf + sh->len, sh->n - sh->len, "%s%s %s|%s", sh->shown ? ", " : "", key, a, b);
+    if (w > 0)
+        sh->len += (size_t)w < sh->n - sh->len ? (size_t)w : sh->n - sh->len - 1;
+    sh->shown++;
+}
+
+/* What differs, short: "threads 1|2", two keys at most, then "+N". */
+static void escape_pair_differs(const struct escape_pairs *ps, const struct escape_pair *q, char *buf,
+                                size_t n)
+{
+    struct escape_short sh = {buf, n, 0, 0, 0};
+    buf[0] = 0;
+    escape_pairs_for_each_change(ps, q, escape_short_change, &sh);
+    if (sh.more)
+        snprintf(buf + sh.len, n - sh.len, " +%d", sh.more);
+}
+
+/* A step, "~STEP" for a sketch estimate, else what (never, -). */
+static const char *escape_step_str(char *buf, size_t n, int have, int64_t step, int est,
+                                   const char *what)
+{
+    if (have)
+        snprintf(buf, n, "%s%" PRId64, est ? "~" : "", step);
+    else
+        snprintf(buf, n, "%s", what);
+    return buf;
+}
+
+static void escape_corr_text(const char *what, const struct escape_pairs_corr *c)
+{
+    printf("  %-22s n %zu, ", what, c->n);
+    if (c->n < 3)
+        printf("too few pairs\n");
+    else if (!isfinite(c->pearson))
+        printf("undefined (no spread: one of the two is the same in every pair)\n");
+    else
+        printf("Pearson %.3f, Spearman %.3f\n", c->pearson, c->spearman);
+}
+
+static void escape_pairs_text(const char *dir, const struct escape_pairs *ps)
+{
+    printf("pairs under %s: %zu trace%s; key ", dir, ps->nruns, ps->nruns == 1 ? "" : "s");
+    for (size_t k = 0; k < ps->nkeys; k++)
+        printf("%s%s", k ? "," : "", ps->keys[k]);
+    printf(": %zu group%s, %zu pair%s\n", ps->ngroups, ps->ngroups == 1 ? "" : "s", ps->npairs,
+           ps->npairs == 1 ? "" : "s");
+    int wa = 1, wb = 1, wd = 7;
+    char differs[128], c[4][32], ea[32], eb[32], ed[32];
+    for (size_t i = 0; i < ps->npairs; i++) {
+        const struct escape_pair *q = &ps->pairs[i];
+        int la = (int)strlen(ps->runs[q->a].rel), lb = (int)strlen(ps->runs[q->b].rel);
+        wa = la > wa ? la : wa;
+        wb = lb > wb ? lb : wb;
+        escape_pair_differs(ps, q, differs, sizeof differs);
+        wd = (int)strlen(differs) > wd ? (int)strlen(differs) : wd;
+    }
+    if (ps->npairs) {
+        printf("%4s  %-*s  %-*s  %-*s  %9s  %7s  %7s  %7s  %8s  %8s  %6s\n", "pair", wa, "A", wb, "B", wd,
+               "differs", "first div", ">1e-6", ">1e-3", ">1e-1", "escape A", "escape B", "B-A");
+    }
+    for (size_t i = 0; i < ps->npairs; i++) {
+        const struct escape_pair *q = &ps->pairs[i];
+        const struct escape_pairs_run *a = &ps->runs[q->a], *b = &ps->runs[q->b];
+        escape_pair_differs(ps, q, differs, sizeof differs);
+        escape_step_str(c[0], sizeof c[0], q->diverged, (int64_t)q->first_step, 0, "never");
+        for (int t = 0; t < DIFF_NTHRESH; t++)
+            escape_step_str(c[t + 1], sizeof c[t + 1], q->cross[t] >= 0, q->cross[t], q->cross_sketch[t], "-");
+        escape_step_str(ea, sizeof ea, a->escape >= 0, a->escape, 0, "-");
+        escape_step_str(eb, sizeof eb, b->escape >= 0, b->escape, 0, "-");
+        if (q->have_escdiff)
+            snprintf(ed, sizeof ed, "%+" PRId64, q->escdiff);
+        else
+            snprintf(ed, sizeof ed, "-");
+        printf("%4zu  %-*s  %-*s  %-*s  %9s  %7s  %7s  %7s  %8s  %8s  %6s\n", i + 1, wa, a->rel, wb, b->rel,
+               wd, differs, c[0], c[1], c[2], c[3], ea, eb, ed);
+    }
+    if (ps->npairs)
+        printf("(first div: never = identical over the common steps; >X: first step where the\n"
+               " relative parameter distance exceeds X, at a checkpoint, ~ estimated per step\n"
+               " from sketches, - not reached; escape: the run's first escape, - none)\n");
+    size_t nun = 0;
+    for (size_t i = 0; i < ps->nruns; i++)
+        nun += !ps->runs[i].paired;
+    if (nun) {
+        printf("not paired (no other run agrees on the keys and differs elsewhere): %zu\n", nun);
+        for (size_t i = 0; i < ps->nruns; i++)
+            if (!ps->runs[i].paired)
+                printf("  %s\n", ps->runs[i].rel);
+    }
+    printf("divergence onset vs |escape B-A|, over the pairs where both are defined:\n");
+    escape_corr_text("first divergent step:", &ps->corr_first);
+    escape_corr_text("1e-3 crossing step:", &ps->corr_cross);
+}
+
+static void escape_json_step(FILE *f, int have, int64_t v)
+{
+    if (have)
+        fprintf(f, "%" PRId64, v);
+    else
+        fputs("null", f);
+}
+
+static void escape_json_change(void *arg, const char *key, const char *va, const char *vb)
+{
+    int *n = arg;
+    printf("%s{\"key\": ", (*n)++ ? ", " : "");
+    cli_json_str(stdout, key);
+    fputs(", \"a\": ", stdout);
+    if (va)
+        cli_json_str(stdout, va);
+    else
+        fputs("null", stdout);
+    fputs(", \"b\": ", stdout);
+    if (vb)
+        cli_json_str(stdout, vb);
+    else
+        fputs("null", stdout);
+    putchar('}');
+}
+
+static void escape_json_corr(FILE *f, const char *name, const struct escape_pairs_corr *c)
+{
+    fprintf(f, "\"%s\": {\"n\": %zu, \"pearson\": ", name, c->n);
+    cli_json_num(f, c->pearson);
+    fputs(", \"spearman\": ", f);
+    cli_json_num(f, c->spearman);
+    fputs(", \"note\": ", f);
+    cli_json_str(f, c->n < 3 ? "too few pairs" : !isfinite(c->pearson) ? "no spread" : "");
+    fputc('}', f);
+}
+
+static void escape_pairs_json(const char *dir, const struct escape_pairs *ps)
+{
+    FILE *f = stdout;
+    fputs("{\"dir\": ", f);
+    cli_json_str(f, dir);
+    fputs(", \"pair_keys\": [", f);
+    for (size_t k = 0; k < ps->nkeys; k++) {
+        fputs(k ? ", " : "", f);
+        cli_json_str(f, ps->keys[k]);
+    }
+    fprintf(f, "], \"traces\": %zu, \"groups\": %zu,\n \"pairs\": [", ps->nruns, ps->ngroups);
+    static const char *tname[DIFF_NTHRESH] = {"1e-6", "1e-3", "1e-1"};
+    for (size_t i = 0; i < ps->npairs; i++) {
+        const struct escape_pair *q = &ps->pairs[i];
+        const struct escape_pairs_run *a = &ps->runs[q->a], *b = &ps->runs[q->b];
+        fprintf(f, "%s\n  {\"pair\": %zu, \"a\": ", i ? "," : "", i + 1);
+        cli_json_str(f, a->path);
+        fputs(", \"b\": ", f);
+        cli_json_str(f, b->path);
+        fputs(",\n   \"differs\": [", f);
+        int n = 0;
+        fflush(f);
+        escape_pairs_for_each_change(ps, q, escape_json_change, &n);
+        fputs("],\n   \"first_divergence\": ", f);
+        escape_json_step(f, q->diverged, (int64_t)q->first_step);
+        fputs(", \"cross\": {", f);
+        for (int t = 0; t < DIFF_NTHRESH; t++) {
+            fprintf(f, "%s\"%s\": ", t ? ", " : "", tname[t]);
+            if (q->cross[t] >= 0)
+                fprintf(f, "{\"step\": %" PRId64 ", \"from\": \"%s\"}", q->cross[t],
+                        q->cross_sketch[t] ? "sketch" : "checkpoint");
+            else
+                fputs("null", f);
+        }
+        fputs("},\n   \"escape_a\": ", f);
+        escape_json_step(f, a->escape >= 0, a->escape);
+        fputs(", \"escape_b\": ", f);
+        escape_json_step(f, b->escape >= 0, b->escape);
+        fputs(", \"escape_diff\": ", f);
+        escape_json_step(f, q->have_escdiff, q->escdiff);
+        fputc('}', f);
+    }
+    fputs("],\n \"unpaired\": [", f);
+    int first = 1;
+    for (size_t i = 0; i < ps->nruns; i++)
+        if (!ps->runs[i].paired) {
+            fputs(first ? "" : ", ", f);
+            cli_json_str(f, ps->runs[i].path);
+            first = 0;
+        }
+    fputs("],\n \"correlation\": {", f);
+    escape_json_corr(f, "first_divergence", &ps->corr_first);
+    fputs(",\n  ", f);
+    escape_json_corr(f, "cross_1e-3", &ps->corr_cross);
+    fputs("}}\n", f);
+}
+
+/* `escape --pairs DIR`: 0, or CLI_EXIT_TROUBLE after one line on stderr. */
+static int escape_pairs_main(const char *dir, const char *keylist, const struct escape_params *p,
+                             int json, const char *plot_dir)
+{
+    char **keys;
+    size_t nkeys;
+    if (escape_pairs_keys(keylist, &keys, &nkeys) < 0) {
+        cli_error("escape", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
+    struct escape_pairs ps;
+    int rc = escape_pairs_build(dir, keys, nkeys, p, &ps);
+    for (size_t k = 0; k < nkeys; k++)
+        free(keys[k]);
+    free(keys);
+    if (rc < 0) {
+        cli_error("escape", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
+    if (json)
+        escape_pairs_json(dir, &ps);
+    else
+        escape_pairs_text(dir, &ps);
+    rc = 0;
+    if (plot_dir && plot_pairs(plot_dir, &ps, json ? stderr : stdout) < 0) {
+        cli_error("escape", "%s", dt_error());
+        rc = CLI_EXIT_TROUBLE;
+    }
+    escape_pairs_free(&ps);
+    return rc;
+}
+
 /* An option's integer argument into *out (0 = automatic). */
 static int escape_opt_int(const char *opt, const char *s, int *out)
 {
@@ -184,6 +449,8 @@ int cmd_escape(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"curvature", required_argument, NULL, 'c'},
         {"plot", required_argument, NULL, 'p'},
+        {"pairs", required_argument, NULL, 'P'},
+        {"pair-key", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -192,7 +459,7 @@ int cmd_escape(int argc, char **argv)
     escape_params_defaults(&p);
     int json = 0, has_curv = 0, c;
     uint64_t curv_step = 0;
-    const char *plot_dir = NULL;
+    const char *plot_dir = NULL, *pairs_dir = NULL, *pair_keys = NULL;
     optind = 0;
     while ((c = getopt_long(argc, argv, "w:hV", opts, NULL)) != -1) {
         switch (c) {
@@ -232,6 +499,8 @@ int cmd_escape(int argc, char **argv)
             has_curv = 1;
             break;
         case 'p': plot_dir = optarg; break;
+        case 'P': pairs_dir = optarg; break;
+        case 'K': pair_keys = optarg; break;
         case 'h': escape_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("escape");
@@ -241,6 +510,31 @@ int cmd_escape(int argc, char **argv)
     if (escape_params_check(&p, msg, sizeof msg) < 0) {
         cli_error("escape", "%s", msg);
         return CLI_EXIT_TROUBLE;
+    }
+    if (pair_keys && !pairs_dir) {
+        cli_error("escape", "--pair-key needs --pairs DIR");
+        return CLI_EXIT_TROUBLE;
+    }
+    if (pairs_dir) {
+        if (argc - optind > 0) {
+            cli_error("escape", "--pairs DIR takes no trace files (got %s)", argv[optind]);
+            return CLI_EXIT_TROUBLE;
+        }
+        if (has_curv) {
+            cli_error("escape", "--curvature does not go with --pairs");
+            return CLI_EXIT_TROUBLE;
+        }
+        if (plot_dir && plot_check() < 0) {
+            cli_error("escape", "%s", dt_error());
+            return CLI_EXIT_TROUBLE;
+        }
+        int rc = escape_pairs_main(pairs_dir, pair_keys ? pair_keys : ESCAPE_PAIRS_DEFAULT_KEYS, &p,
+                                   json, plot_dir);
+        if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
+            cli_error("escape", "write error on standard output");
+            return CLI_EXIT_TROUBLE;
+        }
+        return rc;
     }
     if (argc - optind < 1) {
         cli_error("escape", "expected at least one trace file");

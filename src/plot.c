@@ -308,7 +308,8 @@ static int plot_first_divergence(const char *path, const struct plot_run *runs,
     return plot_close(g, path) == 0 ? 1 : -1;
 }
 
-int plot_escape(const char *dir, struct plot_run *runs, size_t nruns, FILE *log)
+/* dir exists (created if missing) and is writable: 0, or -1 with dt_error set. */
+static int plot_dir_ready(const char *dir)
 {
     struct stat sb;
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
@@ -319,6 +320,13 @@ int plot_escape(const char *dir, struct plot_run *runs, size_t nruns, FILE *log)
         dt_error_set("--plot %s: not a writable directory", dir);
         return -1;
     }
+    return 0;
+}
+
+int plot_escape(const char *dir, struct plot_run *runs, size_t nruns, FILE *log)
+{
+    if (plot_dir_ready(dir) < 0)
+        return -1;
     /* a gnuplot that dies early must not kill us with SIGPIPE */
     struct sigaction ign = {.sa_handler = SIG_IGN}, old;
     sigemptyset(&ign.sa_mask);
@@ -349,6 +357,111 @@ int plot_escape(const char *dir, struct plot_run *runs, size_t nruns, FILE *log)
             rc = w < 0 || w2 < 0 ? -1 : 0;
             diff_result_free(&d);
         }
+    }
+    free(path);
+    sigaction(SIGPIPE, &old, NULL);
+    return rc;
+}
+
+/* " (n N, Pearson P, Spearman S)" or " (n N, too few pairs)". */
+static void plot_corr_text(char *buf, size_t n, const struct escape_pairs_corr *c)
+{
+    if (c->n < 3)
+        snprintf(buf, n, " (n %zu, too few pairs)", c->n);
+    else if (!isfinite(c->pearson))
+        snprintf(buf, n, " (n %zu, no spread)", c->n);
+    else
+        snprintf(buf, n, " (n %zu, Pearson %.2f, Spearman %.2f)", c->n, c->pearson, c->spearman);
+}
+
+/* The onset of pair q (first divergent step, or the 1e-3 crossing), or -1. */
+static int64_t plot_pair_onset(const struct escape_pair *q, int cross)
+{
+    if (!q->have_escdiff)
+        return -1;
+    return cross ? q->cross[1] : q->diverged ? (int64_t)q->first_step : -1;
+}
+
+/* Datablock name of "x y label" lines, one per distinct point; the label
+ * lists the pairs at that point ("1,3,6", five at most, then "+N"). */
+static void plot_pair_points(FILE *g, const char *name, const struct escape_pairs *ps, int cross)
+{
+    fprintf(g, "%s << EOD\n", name);
+    int any = 0;
+    for (size_t i = 0; i < ps->npairs; i++) {
+        const struct escape_pair *q = &ps->pairs[i];
+        int64_t x = plot_pair_onset(q, cross);
+        if (x < 0)
+            continue;
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = plot_pair_onset(&ps->pairs[j], cross) == x &&
+                   llabs(ps->pairs[j].escdiff) == llabs(q->escdiff);
+        if (seen)
+            continue;
+        fprintf(g, "%" PRId64 " %.0f ", x, fabs((double)q->escdiff));
+        int n = 0;
+        for (size_t j = i; j < ps->npairs; j++)
+            if (plot_pair_onset(&ps->pairs[j], cross) == x &&
+                llabs(ps->pairs[j].escdiff) == llabs(q->escdiff)) {
+                if (n < 5)
+                    fprintf(g, "%s%zu", n ? "," : "", j + 1);
+                n++;
+            }
+        if (n > 5)
+            fprintf(g, ",+%d", n - 5);
+        fputc('\n', g);
+        any = 1;
+    }
+    if (!any)
+        fputs("NaN NaN x\n", g);
+    fputs("EOD\n", g);
+}
+
+int plot_pairs(const char *dir, const struct escape_pairs *ps, FILE *log)
+{
+    if (plot_dir_ready(dir) < 0)
+        return -1;
+    size_t plen = strlen(dir) + sizeof "/pairs.png";
+    char *path = dt_malloc(plen);
+    snprintf(path, plen, "%s/pairs.png", dir);
+    size_t npts = 0;
+    for (size_t i = 0; i < ps->npairs; i++)
+        npts += ps->pairs[i].have_escdiff && (ps->pairs[i].diverged || ps->pairs[i].cross[1] >= 0);
+    if (npts == 0) {
+        fprintf(log, "plot: %s skipped: no pair has a divergence onset and an escape in both runs\n",
+                path);
+        free(path);
+        return 0;
+    }
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &old);
+    FILE *g = plot_open(path, "divergence onset against escape difference, one point per pair "
+                              "(labels: pair numbers)",
+                        "divergence onset (step)", "|escape step of B - escape step of A| (steps)");
+    int rc = -1;
+    if (g) {
+        /* both series in one block: pair, first divergence, 1e-3 crossing, |difference| */
+        /* steps and differences are >= 0: the axes start at 0 */
+        fputs("set xrange [0:*]\nset yrange [0:*]\nset offsets 0, graph 0.05, graph 0.1, 0\n", g);
+        plot_pair_points(g, "$first", ps, 0);
+        plot_pair_points(g, "$cross", ps, 1);
+        char t1[120], t2[120], c[80];
+        plot_corr_text(c, sizeof c, &ps->corr_first);
+        snprintf(t1, sizeof t1, "first divergent step%s", c);
+        plot_corr_text(c, sizeof c, &ps->corr_cross);
+        snprintf(t2, sizeof t2, "distance crosses 1e-3%s", c);
+        fputs("set key outside bottom center horizontal\n"
+              "plot $first using 1:2 with points pt 7 ps 1.8 lc 1 title ", g);
+        plot_str(g, t1);
+        fputs(", $cross using 1:2 with points pt 5 ps 1.8 lc 2 title ", g);
+        plot_str(g, t2);
+        fputs(", $first using 1:2:3 with labels left offset 1,0.9 tc lt 1 notitle"
+              ", $cross using 1:2:3 with labels right offset -1,0.9 tc lt 2 notitle\n", g);
+        rc = plot_close(g, path);
+        if (rc == 0)
+            fprintf(log, "plot: %s\n", path);
     }
     free(path);
     sigaction(SIGPIPE, &old, NULL);

@@ -1,6 +1,7 @@
 /* plot.h: PNG plots of `divtrace escape --plot DIR`: loss curves with their
  * plateaus and escapes, the parameter distance of two runs, and where a
- * PredNet pair first diverges (layer x time step).
+ * PredNet pair first diverges (layer x time step), and for `--pairs` the
+ * divergence onsets of many pairs against their escape differences.
  * Drawn by gnuplot (Debian's gnuplot-nox) through a pipe, data inline: a plain
  * Debian package, scriptable through popen, that makes readable PNGs with
  * axes, labels and legends without adding a C library dependency. */
@@ -11,6 +12,7 @@
 #include <stdio.h>
 
 #include "escape.h"
+#include "escape_pairs.h"
 #include "trace.h"
 
 struct plot_run {
@@ -27,5 +29,12 @@ int plot_check(void);
  * skipped with the reason, is one line on log. 0, or -1 with dt_error set
  * (dir not writable, unreadable checkpoint, gnuplot failed). */
 int plot_escape(const char *dir, struct plot_run *runs, size_t nruns, FILE *log);
+
+/* `escape --pairs DIR --plot DIR2`: DIR2/pairs.png, one point per pair at
+ * (divergence onset, |escape difference|), the onset both as the first
+ * divergent step and as the 1e-3 crossing, each point labelled with its
+ * pair's number. Skipped (one line on log saying why) when no pair has an
+ * onset and an escape in both runs. 0, or -1 with dt_error set. */
+int plot_pairs(const char *dir, const struct escape_pairs *ps, FILE *log);
 
 #endif
