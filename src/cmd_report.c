@@ -23,6 +23,7 @@ static void report_usage(FILE *f)
           "  -o, --output FILE  write the markdown to FILE instead of DIR/report.md\n"
           "      --rebuild      re-read every trace, even where its summary is current\n"
           "      --no-replay    skip the oracle replays of the pairs (they can be slow)\n"
+          "      --replay-trials N  replay only trials 1 to N of each pair\n"
           "      --json         also print the tables as one JSON object on stdout\n"
           "  -q, --quiet        no progress or file lines on stderr\n"
           "  -h, --help         show this help and exit\n"
@@ -35,11 +36,12 @@ static void report_usage(FILE *f)
 
 int cmd_report(int argc, char **argv)
 {
-    enum { OPT_REBUILD = 256, OPT_NO_REPLAY, OPT_JSON };
+    enum { OPT_REBUILD = 256, OPT_NO_REPLAY, OPT_REPLAY_TRIALS, OPT_JSON };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'},
         {"rebuild", no_argument, NULL, OPT_REBUILD},
         {"no-replay", no_argument, NULL, OPT_NO_REPLAY},
+        {"replay-trials", required_argument, NULL, OPT_REPLAY_TRIALS},
         {"json", no_argument, NULL, OPT_JSON},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -54,6 +56,12 @@ int cmd_report(int argc, char **argv)
         case 'o': o.output = optarg; break;
         case OPT_REBUILD: o.rebuild = 1; break;
         case OPT_NO_REPLAY: o.no_replay = 1; break;
+        case OPT_REPLAY_TRIALS:
+            if (cli_int("--replay-trials", optarg, 1, 1000000, &o.replay_trials) < 0) {
+                cli_error("report", "%s", dt_error());
+                return CLI_EXIT_TROUBLE;
+            }
+            break;
         case OPT_JSON: o.json = 1; break;
         case 'q': o.quiet = 1; break;
         case 'h': report_usage(stdout); return 0;

@@ -709,7 +709,9 @@ static int report_load(struct report_study *st)
                     st->pr = dt_realloc(st->pr, (size_t)cap * sizeof *st->pr);
                 }
                 struct report_pair *p = &st->pr[st->npr];
-                if (report_pair_load(o->dir, s, ca, cb, t, o->rebuild, o->no_replay, p) < 0) {
+                if (report_pair_load(o->dir, s, ca, cb, t, o->rebuild,
+                                     o->no_replay || (o->replay_trials > 0 && t > o->replay_trials),
+                                     p) < 0) {
                     free(pc);
                     return DT_ERR;
                 }

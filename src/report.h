@@ -26,6 +26,7 @@ struct report_options {
     const char *dir;
     const char *output;        /* the markdown; NULL: DIR/report.md */
     int rebuild, no_replay, json, quiet;
+    int replay_trials;         /* replay only trials 1..N of each pair (0: all) */
     int argc;
     char **argv;               /* the command line, for the report's commands */
 };

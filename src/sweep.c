@@ -518,12 +518,13 @@ static int sweep_sel_check(const struct sweep_parser *p, const struct sweep_spec
     if (strcmp(sel, "*") != 0) {
         const char *eq = strchr(sel, '=');
         size_t klen = (size_t)(eq - sel);
-        int known = klen == 5 && strncmp(sel, "group", 5) == 0;
+        int known = (klen == 5 && strncmp(sel, "group", 5) == 0) ||
+                    (klen == 4 && strncmp(sel, "cond", 4) == 0);
         for (int f = 0; f < p->nfactors && !known; f++)
             known = strlen(p->factor[f].name) == klen && strncmp(sel, p->factor[f].name, klen) == 0;
         if (!known) {
             char keys[512];
-            size_t len = (size_t)snprintf(keys, sizeof keys, "group");
+            size_t len = (size_t)snprintf(keys, sizeof keys, "cond, group");
             for (int f = 0; f < p->nfactors && len < sizeof keys; f++)
                 len += (size_t)snprintf(keys + len, sizeof keys - len, ", %s", p->factor[f].name);
             return sweep_fail(p, line, "selector '%s': unknown key '%.*s' (%s)", sel, (int)klen,
@@ -687,6 +688,8 @@ int sweep_cond_matches(const struct sweep_cond *c, const char *sel)
     if (!eq)
         return 0;
     size_t klen = (size_t)(eq - sel);
+    if (klen == 4 && strncmp(sel, "cond", 4) == 0) /* the condition by its name */
+        return strcmp(c->name, eq + 1) == 0;
     for (int a = 0; a < c->nattr; a++)
         if (strlen(c->attr[a].key) == klen && strncmp(c->attr[a].key, sel, klen) == 0 &&
             strcmp(c->attr[a].val, eq + 1) == 0)

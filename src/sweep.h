@@ -27,7 +27,7 @@
  * FACTOR=LEVEL for each factor (the default group of an explicit condition
  * crossed with factors is its explicit name: "condition gpu" crossed with
  * init gives gpu-random and gpu-fixed, both group=gpu); a selector KEY=VALUE picks the conditions
- * with that attribute, "*" picks all. Record options are the common ones,
+ * with that attribute, cond=NAME the condition of that name, "*" picks all. Record options are the common ones,
  * then the condition's, then each level's, in file order; in them
  * {trial} is the trial number (1-based), {cond} the condition's name.
  *

@@ -109,6 +109,18 @@ cp -r "$S" "$T/nr"
 expect 0 "report --rebuild --no-replay" -- "$DT" report -q --rebuild --no-replay "$T/nr"
 has "$T/nr/report/pairs.csv" "^one,two,1,compared,1,.*,skipped,,,,,skipped,,,,$" "--no-replay: replays skipped"
 
+# --replay-trials 1 on another copy: trial 1 of the pair replayed, trial 2 not
+cp -r "$S" "$T/rt"
+expect 0 "report --rebuild --replay-trials 1" -- "$DT" report -q --rebuild --replay-trials 1 "$T/rt"
+has "$T/rt/report/pairs.csv" "^one,two,2,compared,1,.*,skipped,,,,,skipped,,,,$" "--replay-trials 1: trial 2 skipped"
+if grep -E "^one,two,1,compared," "$T/rt/report/pairs.csv" | grep -q skipped; then
+    bad "--replay-trials 1: trial 1 skipped too"
+else
+    ok "--replay-trials 1: trial 1 replayed"
+fi
+expect 2 "--replay-trials 0" -- "$DT" report --replay-trials 0 "$T/rt"
+one_line "--replay-trials 0"
+
 # without the traces: the same report from the summaries alone
 rm -f "$S"/runs/*/*.dtr
 expect 0 "report without traces" -- "$DT" report -q "$S"

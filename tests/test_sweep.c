@@ -184,6 +184,8 @@ static void test_selectors(void **state)
     const struct sweep_cond *c = sweep_cond_find(&s, "cpu-off");
     assert_non_null(c);
     assert_true(sweep_cond_matches(c, "*"));
+    assert_true(sweep_cond_matches(c, "cond=cpu-off"));
+    assert_false(sweep_cond_matches(c, "cond=cpu"));
     assert_true(sweep_cond_matches(c, "group=host"));
     assert_true(sweep_cond_matches(c, "det=off"));
     assert_false(sweep_cond_matches(c, "det=on"));
@@ -388,12 +390,12 @@ static void test_errors_compare_pair(void **state)
     TS_ERR("compare dev=cpu dev=gpu final final\n",
            "t.sweep:4: compare: metric 'final' given twice");
     TS_ERR("\ncompare dev=cpu devv=gpu\n",
-           "t.sweep:5: selector 'devv=gpu': unknown key 'devv' (group, dev)");
+           "t.sweep:5: selector 'devv=gpu': unknown key 'devv' (cond, group, dev)");
     TS_ERR("compare dev=cpu dev=tpu\n", "t.sweep:4: selector 'dev=tpu' matches no condition");
     TS_ERR("compare group=x dev=gpu\n", "t.sweep:4: selector 'group=x' matches no condition");
     TS_ERR("pair dev=cpu\n", "t.sweep:4: pair: expected 'pair SEL SEL'");
     TS_ERR("pair dev=cpu dev=gpu final\n", "t.sweep:4: pair: expected 'pair SEL SEL'");
-    TS_ERR("pair dev=cpu x=y\n", "t.sweep:4: selector 'x=y': unknown key 'x' (group, dev)");
+    TS_ERR("pair dev=cpu x=y\n", "t.sweep:4: selector 'x=y': unknown key 'x' (cond, group, dev)");
     TS_ERR("pair dev=cpu dev=npu\n", "t.sweep:4: selector 'dev=npu' matches no condition");
     TS_ERR("pair dev=cpu dev=cpu\n",
            "t.sweep:4: pair dev=cpu dev=cpu: no two conditions agree on the other factors");

@@ -57,6 +57,7 @@ check test_gpu_ops_cuda 0 -- env DIVTRACE_GPU_BACKEND=cuda "$P/bin/test_gpu_ops"
 check test_gpu_ops_cudnn 0 -- env DIVTRACE_GPU_BACKEND=cudnn "$P/bin/test_gpu_ops"
 check test_gpu_ops_cuda_atomic 0 -- env DIVTRACE_GPU_BACKEND=cuda DIVTRACE_GPU_REDUCE=atomic "$P/bin/test_gpu_ops"
 check test_gpu_dnn 0 -- "$P/bin/test_gpu_dnn"
+check test_lib_gpu 0 -- "$P/bin/test_lib_gpu"
 
 # --- determinism and nondeterminism, autoencoder (200 steps)
 A="$R --steps 200"

@@ -1,0 +1,327 @@
+/* test_lib_gpu.c: libdivtrace's device tensors (src/gpu/lib_gpu.cu). The
+ * same bytes recorded from device memory and from host memory give the same
+ * records (hash, NaN/Inf counts, min and max equal, L2 and sketch within
+ * 1e-12 relative, the same step root), over many sizes, contents and
+ * unaligned views, on the default stream and on a stream of the caller's;
+ * and bit for bit the records of the cuda backend (gpu_trace_batch). A
+ * record queued right behind an asynchronous upload on the same stream
+ * sees the uploaded bytes; a device checkpoint is copied whole; host memory
+ * passed as device memory is refused. Skips (exit 77) where no GPU is
+ * usable. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cuda_runtime.h>
+
+#include "backend.h"
+#include "divtrace.h"
+#include "stats.h"
+#include "test_util.h"
+#include "trace.h"
+#include "util.h"
+
+#define SK TRACE_SKETCH_LEN
+
+static const struct backend_ops *lg_be;
+static void *lg_ctx;
+
+/* ---- contents ---- */
+
+enum { LG_UNIFORM, LG_SPECIALS, LG_NONFINITE, LG_NEGZERO, LG_KINDS };
+
+static float lg_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void lg_fill(float *x, size_t n, int kind, uint64_t seed)
+{
+    static const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u,
+                                       0x80000000u, 0x00000000u, 0x00000001u, 0x807fffffu};
+    uint64_t r = seed;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = tu_rand_u64(&r);
+        switch (kind) {
+        case LG_UNIFORM:
+            x[i] = (float)tu_rand_uniform(&r, -1, 1);
+            break;
+        case LG_SPECIALS:
+            x[i] = u % 17 == 0 ? lg_bits(special[(u >> 8) % 8]) : (float)tu_rand_uniform(&r, -3, 3);
+            break;
+        case LG_NONFINITE:
+            x[i] = lg_bits(special[(u >> 8) % 4]);
+            break;
+        default:
+            x[i] = -0.0f;
+        }
+    }
+}
+
+/* ---- a set of tensors, on the device and on the host ---- */
+
+struct lg_set {
+    int n;
+    backend_buf **buf;
+    const float **view;      /* device: buf, or an offset into it */
+    float **x;               /* the same bytes on the host */
+    size_t *count;
+};
+
+static void lg_set_init(struct lg_set *s, int n)
+{
+    s->n = n;
+    s->buf = dt_calloc((size_t)n, sizeof *s->buf);
+    s->view = dt_calloc((size_t)n, sizeof *s->view);
+    s->x = dt_calloc((size_t)n, sizeof *s->x);
+    s->count = dt_calloc((size_t)n, sizeof *s->count);
+}
+
+static void lg_set_add(struct lg_set *s, int i, size_t count, int kind, uint64_t seed, size_t off)
+{
+    float *all = dt_malloc((count + off + 1) * sizeof *all);
+    lg_fill(all, count + off, kind, seed);
+    s->buf[i] = lg_be->alloc(lg_ctx, count + off + 1);
+    lg_be->upload(lg_ctx, s->buf[i], all, count + off);
+    s->view[i] = (const float *)s->buf[i] + off;
+    s->x[i] = dt_malloc((count + 1) * sizeof(float));
+    memcpy(s->x[i], all + off, count * sizeof(float));
+    s->count[i] = count;
+    free(all);
+}
+
+static void lg_set_free(struct lg_set *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        lg_be->release(lg_ctx, s->buf[i]);
+        free(s->x[i]);
+    }
+    free(s->buf);
+    free(s->view);
+    free(s->x);
+    free(s->count);
+}
+
+/* Write nsteps steps of the set, from the device (on `stream`, or NULL and
+ * a stream of its own alternately) or from the host. */
+static void lg_write(const struct lg_set *s, const char *path, int device, cudaStream_t stream,
+                     int nsteps)
+{
+    divtrace *t;
+    assert_int_equal(divtrace_open(&t, path, NULL, "op"), DIVTRACE_OK);
+    for (int st = 0; st < nsteps; st++) {
+        assert_int_equal(divtrace_step_begin(t, (uint64_t)st), DIVTRACE_OK);
+        for (int i = 0; i < s->n; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "t%d", i);
+            int64_t shape[1] = {(int64_t)s->count[i]};
+            enum divtrace_kind kind = i % 3 == 0 ? DIVTRACE_GRAD : DIVTRACE_FORWARD;
+            int rc = device ? divtrace_record(t, name, "x", kind, s->view[i], DIVTRACE_DEVICE,
+                                              (i + st) % 2 ? (void *)stream : NULL, 1, shape, NULL, 0)
+                            : divtrace_record(t, name, "x", kind, s->x[i], DIVTRACE_HOST, NULL, 1,
+                                              shape, NULL, 0);
+            if (rc != DIVTRACE_OK)
+                fprintf(stderr, "%s\n", divtrace_errmsg(t));
+            assert_int_equal(rc, DIVTRACE_OK);
+        }
+        assert_int_equal(divtrace_step_end(t, 1.0), DIVTRACE_OK);
+    }
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+}
+
+static int lg_close(double a, double b)
+{
+    double d = fabs(a - b);
+    return d <= 1e-12 * fabs(b) || d <= 1e-300;
+}
+
+static int lg_same_bits(const struct trace_oprec *a, const struct trace_oprec *b)
+{
+    return a->hash == b->hash && memcmp(&a->l2, &b->l2, sizeof a->l2) == 0 &&
+           memcmp(&a->min, &b->min, sizeof a->min) == 0 && memcmp(&a->max, &b->max, sizeof a->max) == 0 &&
+           a->nan == b->nan && a->inf == b->inf && memcmp(a->sketch, b->sketch, sizeof a->sketch) == 0;
+}
+
+/* Device records against host records and against the cuda backend's. */
+static void lg_check(const struct lg_set *s, const char *what, int nsteps)
+{
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    const char *hp = tu_path("host.dtr"), *dp = tu_path("dev.dtr");
+    lg_write(s, hp, 0, stream, nsteps);
+    lg_write(s, dp, 1, stream, nsteps);
+    assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
+
+    struct trace_oprec *be = dt_calloc((size_t)s->n, sizeof *be);
+    lg_be->trace_batch(lg_ctx, (const backend_buf *const *)s->view, s->count, s->n, be);
+
+    struct trace_file *h, *d;
+    assert_int_equal(trace_open(&h, hp), 0);
+    assert_int_equal(trace_open(&d, dp), 0);
+    assert_int_equal(h->nsteps, (uint64_t)nsteps);
+    assert_int_equal(d->nsteps, (uint64_t)nsteps);
+    int bad = 0;
+    for (int st = 0; st < nsteps; st++) {
+        const struct trace_step *hs = &h->steps[st], *ds = &d->steps[st];
+        assert_int_equal(ds->nrec, (uint32_t)s->n);
+        if (hs->root != ds->root || !lg_close(ds->grad_norm, hs->grad_norm)) {
+            fprintf(stderr, "%s, step %d: root %016llx / %016llx, grad norm %.17g / %.17g\n", what,
+                    st, (unsigned long long)ds->root, (unsigned long long)hs->root, ds->grad_norm,
+                    hs->grad_norm);
+            bad++;
+        }
+        for (int i = 0; i < s->n; i++) {
+            const struct trace_oprec *g = &ds->rec[i], *c = &hs->rec[i];
+            int ok = g->hash == c->hash && g->nan == c->nan && g->inf == c->inf &&
+                     g->min == c->min && g->max == c->max && lg_close(g->l2, c->l2);
+            for (int k = 0; k < SK; k++)
+                ok &= lg_close(g->sketch[k], c->sketch[k]);
+            int same = lg_same_bits(g, &be[i]);
+            if (!ok || !same) {
+                fprintf(stderr, "%s, step %d, tensor %d (n = %zu): device %016llx l2 %.17g min %g "
+                        "max %g nan %llu inf %llu; host %016llx l2 %.17g min %g max %g nan %llu "
+                        "inf %llu; %s the cuda backend's record\n", what, st, i, s->count[i],
+                        (unsigned long long)g->hash, g->l2, g->min, g->max,
+                        (unsigned long long)g->nan, (unsigned long long)g->inf,
+                        (unsigned long long)c->hash, c->l2, c->min, c->max,
+                        (unsigned long long)c->nan, (unsigned long long)c->inf,
+                        same ? "equal to" : "NOT bitwise equal to");
+                bad++;
+            }
+        }
+    }
+    trace_close(h);
+    trace_close(d);
+    free(be);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- tests ---- */
+
+static const size_t lg_sizes[] = {0, 1, 3, 4095, 4096, 4097, 16383, 16384, 16385,
+                                  4096 * 30, 4096 * 30 + 1, 65536 * 3 + 7, 10000000};
+#define LG_NSIZES ((int)(sizeof lg_sizes / sizeof lg_sizes[0]))
+
+static void test_sizes(void **state)
+{
+    (void)state;
+    struct lg_set s;
+    lg_set_init(&s, LG_NSIZES * LG_KINDS);
+    for (int k = 0; k < LG_KINDS; k++)
+        for (int i = 0; i < LG_NSIZES; i++)
+            lg_set_add(&s, k * LG_NSIZES + i, lg_sizes[i], k, 100 * (uint64_t)k + (uint64_t)i, 0);
+    lg_check(&s, "sizes", 3);
+    lg_set_free(&s);
+}
+
+/* Views 4, 8 and 12 bytes into a buffer: the scalar-load paths. */
+static void test_unaligned(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {1, 61, 4096, 16385, 70001, 4096 * 40 + 3};
+    int ns = (int)(sizeof sizes / sizeof sizes[0]);
+    struct lg_set s;
+    lg_set_init(&s, 3 * ns);
+    for (int off = 1; off <= 3; off++)
+        for (int i = 0; i < ns; i++)
+            lg_set_add(&s, (off - 1) * ns + i, sizes[i], LG_SPECIALS, 7000 + (uint64_t)(off * ns + i),
+                       (size_t)off);
+    lg_check(&s, "unaligned", 2);
+    lg_set_free(&s);
+}
+
+/* A step of many tensors (the record array and the scratch grow in the
+ * first step, are reused after). */
+static void test_many(void **state)
+{
+    (void)state;
+    struct lg_set s;
+    uint64_t r = 4242;
+    lg_set_init(&s, 1500);
+    for (int i = 0; i < s.n; i++)
+        lg_set_add(&s, i, (size_t)(tu_rand_u64(&r) % 50000), i % 3 ? LG_UNIFORM : LG_SPECIALS,
+                   90000 + (uint64_t)i, 0);
+    lg_check(&s, "many", 3);
+    lg_set_free(&s);
+}
+
+/* The record is queued behind an asynchronous upload on the same stream. */
+static void test_stream_order(void **state)
+{
+    (void)state;
+    size_t n = (size_t)1 << 25;
+    float *pinned, *dev;
+    assert_int_equal(cudaMallocHost((void **)&pinned, n * sizeof *pinned), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&dev, n * sizeof *dev), cudaSuccess);
+    assert_int_equal(cudaMemset(dev, 0, n * sizeof *dev), cudaSuccess);
+    lg_fill(pinned, n, LG_UNIFORM, 31);
+    struct trace_oprec want;
+    stats_compute(pinned, n, &want);
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    const char *path = tu_path("order.dtr");
+    divtrace *t;
+    assert_int_equal(divtrace_open(&t, path, NULL, NULL), DIVTRACE_OK);
+    assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
+    assert_int_equal(cudaMemcpyAsync(dev, pinned, n * sizeof *dev, cudaMemcpyHostToDevice, stream),
+                     cudaSuccess);
+    int64_t shape[2] = {1 << 12, 1 << 13};
+    assert_int_equal(divtrace_record(t, "w", "x", DIVTRACE_PARAM, dev, DIVTRACE_DEVICE, stream, 2,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_step_end(t, 0), DIVTRACE_OK);
+    /* a device checkpoint: the whole tensor */
+    assert_int_equal(divtrace_checkpoint_begin(t, 1), DIVTRACE_OK);
+    assert_int_equal(divtrace_checkpoint_add(t, "w", dev, DIVTRACE_DEVICE, 2, shape), DIVTRACE_OK);
+    assert_int_equal(divtrace_checkpoint_end(t), DIVTRACE_OK);
+    /* host memory as device memory */
+    assert_int_equal(divtrace_step_begin(t, 1), DIVTRACE_OK);
+    float host[4] = {0};
+    int64_t hs[1] = {4};
+    assert_int_equal(divtrace_record(t, "w", "x", DIVTRACE_PARAM, host, DIVTRACE_DEVICE, NULL, 1, hs,
+                                     NULL, 0), DIVTRACE_EINVAL);
+    assert_non_null(strstr(divtrace_errmsg(t), "host memory"));
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+    struct trace_file *tf;
+    assert_int_equal(trace_open(&tf, path), 0);
+    assert_int_equal(tf->nsteps, 1);
+    assert_true(tf->steps[0].rec[0].hash == want.hash);
+    struct trace_ckpt ck;
+    assert_int_equal(trace_read_ckpt(tf, 0, &ck), 0);
+    assert_int_equal(ck.ntensors, 1);
+    assert_int_equal(ck.t[0].count, n);
+    assert_memory_equal(ck.t[0].data, pinned, n * sizeof *pinned);
+    trace_ckpt_free(&ck);
+    trace_close(tf);
+    cudaStreamDestroy(stream);
+    cudaFree(dev);
+    cudaFreeHost(pinned);
+}
+
+int main(void)
+{
+    struct backend_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.threads = 1;
+    lg_be = backend_find("cuda");
+    if (!lg_be || lg_be->init(&lg_ctx, &opt) < 0) {
+        printf("test_lib_gpu: skipped: %s\n", dt_error());
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_unaligned),
+        cmocka_unit_test(test_many),
+        cmocka_unit_test(test_stream_order),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    lg_be->free(lg_ctx);
+    return rc;
+}
