@@ -453,9 +453,9 @@ int plot_pairs(const char *dir, const struct escape_pairs *ps, FILE *log)
         plot_corr_text(c, sizeof c, &ps->corr_cross);
         snprintf(t2, sizeof t2, "distance crosses 1e-3%s", c);
         fputs("set key outside bottom center horizontal\n"
-              "plot $first using 1:2 with points pt 7 ps 1.8 lc 1 title ", g);
+              "plot $first using 1:2 with points pt 7 ps 2.6 lc 1 title ", g);
         plot_str(g, t1);
-        fputs(", $cross using 1:2 with points pt 5 ps 1.8 lc 2 title ", g);
+        fputs(", $cross using 1:2 with points pt 5 ps 1.4 lc 2 title ", g);
         plot_str(g, t2);
         fputs(", $first using 1:2:3 with labels left offset 1,0.9 tc lt 1 notitle"
               ", $cross using 1:2:3 with labels right offset -1,0.9 tc lt 2 notitle\n", g);
