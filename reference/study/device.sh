@@ -18,7 +18,7 @@ LIMIT=${3:-540}
 PHASE=${4:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 DT=$P/bin/divtrace
-S=$P/study
+S=${STUDY:-$P/study}   # where the sweeps write (STUDY: outside PACK, so a new PACK keeps it)
 mkdir -p "$OUT" "$S"
 export LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 LOG=$OUT/study.log
