@@ -73,7 +73,8 @@ int divtrace_api_version(void);
 /* The text of a status code. */
 const char *divtrace_strerror(int status);
 /* The last error on t, one line ("" if none); with t NULL, the last error
- * of divtrace_open in this thread. */
+ * of divtrace_open in this thread (also of divtrace_close, whose handle is
+ * gone, and of a call given a NULL handle). */
 const char *divtrace_errmsg(const divtrace *t);
 
 /* ---- opening and closing (divtrace_open(3)) ---- */
