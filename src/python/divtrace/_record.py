@@ -90,9 +90,15 @@ class Recorder:
         self._hooks = []
         self._paused = 0
         self.steps = 0              # steps ended so far (the next step's index)
+        self.records_per_step = 0   # tensors recorded in the last step ended
         self._in_step = False
         self._last_ckpt = -1
         self._cache = {}            # name -> (key, ctypes arguments) of its record
+        # After the first step the op list, inputs included, is fixed (the
+        # library keeps the first step's): later steps only name and record,
+        # and give each record the inputs it had in the first step.
+        self._fixed = False
+        self._root_fresh = {}       # root call -> which of its tensor arguments are data
         self._acc_type = None
 
         # Static names. named_parameters() drops tied duplicates: a shared
@@ -234,11 +240,19 @@ class Recorder:
         self._begin()
         ts = _tensors(args, [])
         _tensors(kwargs, ts)
-        fresh = [t for t in ts if id(t) not in self._by_id]
+        k = self._calls.get("", 0)
+        self._calls[""] = k + 1
+        if self._fixed:
+            fresh = [ts[i] for i in self._root_fresh.get(k, ()) if i < len(ts)]
+        else:
+            idx = [i for i, t in enumerate(ts) if id(t) not in self._by_id]
+            self._root_fresh[k] = idx
+            fresh = [ts[i] for i in idx]
         for i, t in enumerate(fresh):
             name = self._unique("input" if len(fresh) == 1 else "input.%d" % i)
             self._record(name, b"input", INPUT, t, ())
-            self._track(t, name)
+            if not self._fixed:
+                self._track(t, name)
         return None
 
     def _make_forward_hook(self, mname, mtype, own_params):
@@ -279,6 +293,7 @@ class Recorder:
         self._last_forward = None
         self._grads = set()
         self._keep = []         # copies and device tensors the library may still read
+        self._nrec = 0
 
     def _begin(self):
         if self._in_step:
@@ -312,8 +327,10 @@ class Recorder:
         loss = float(loss)
         rc = self._lib.divtrace_step_end(self._h, loss)
         self._in_step = False
+        self.records_per_step = self._nrec
         self._reset_step_state()
         _lib.check(rc, self._h)
+        self._fixed = True
         self.steps += 1
 
     def paused(self):
@@ -366,8 +383,11 @@ class Recorder:
             where = _lib.HOST
             stream = None
         shape = _shape(t)
-        key = (type_b, kind, shape, inputs)
+        self._nrec += 1
         c = self._cache.get(name)
+        if inputs is None:  # a later step: the first step's inputs
+            inputs = c[0][3] if c is not None else ()
+        key = (type_b, kind, shape, inputs)
         if c is None or c[0] != key:
             c = (key, name.encode("utf-8"), _lib.shape_array(shape),
                  _lib.strv(inputs) if inputs else None)
@@ -382,6 +402,10 @@ class Recorder:
             g = p.grad
             if g is None or not p.requires_grad:
                 continue
+            if self._fixed:
+                self._record(name + ".grad", b"grad", GRAD, g, None)
+                self._grads.add(name)
+                continue
             ins = [name]
             for n in self._mod_recs.get(self._owner.get(name), ()):
                 if n not in ins:
@@ -392,37 +416,35 @@ class Recorder:
             self._grads.add(name)
 
     def _forward(self, mname, mtype_b, own_params, args, kwargs, output):
-        outs = _flatten(output, "", [])
+        outs = (("", output),) if isinstance(output, torch.Tensor) else _flatten(output, "", [])
         if not outs:
             return
-        self._begin()
+        if not self._in_step:
+            self._begin()
         k = self._calls.get(mname, 0)
         self._calls[mname] = k + 1
         base = mname if k == 0 else "%s.%d" % (mname, k)
-        ins = []
-        seen = set()
-
-        def add(n):
-            if n not in seen:
-                seen.add(n)
-                ins.append(n)
+        if self._fixed:
+            for suffix, t in outs:
+                self._record(self._unique(base + suffix), mtype_b, FORWARD, t, None)
+            return
+        ins = {}                # insertion-ordered set
         by_id = self._by_id
         # the recorded tensors passed in (data without autograd history too)
         for t in _tensors(kwargs, _tensors(args, [])):
             e = by_id.get(id(t))
             if e is not None and e[0] is t:
-                add(e[1])
+                ins[e[1]] = None
         # the recorded tensors the outputs were computed from, through
         # functional code between modules (autograd's graph)
         for _, t in outs:
             g = t.grad_fn
             if g is not None:
-                for n in self._sources(g):
-                    add(n)
+                ins.update(dict.fromkeys(self._sources(g)))
             else:
                 e = by_id.get(id(t))
                 if e is not None and e[0] is t:
-                    add(e[1])
+                    ins[e[1]] = None
         # order: recorded tensors as found, then the module's own parameters in
         # its order, then parameters used from elsewhere
         pset = self._pset
@@ -472,16 +494,14 @@ class Recorder:
                     if nxt is not None and nxt not in by_node and nxt not in memo:
                         stack.append((nxt, False))
                 continue
-            acc = []
+            acc = {}            # insertion-ordered set
             for nxt, _ in node.next_functions:
                 if nxt is None:
                     continue
                 r = by_node.get(nxt)
                 if r is None:
                     r = memo.get(nxt, ())
-                for n in r:
-                    if n not in acc:
-                        acc.append(n)
+                acc.update(dict.fromkeys(r))
             memo[node] = tuple(acc)
         return memo[root]
 

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+# torch_adapter_bench.py: what recording costs a PyTorch training step: the
+# median step time of the autoencoder and PredNet of torch_models.py without
+# divtrace and with divtrace.record() at module granularity (level op: every
+# module's output, every parameter, gradient and update), eager mode. Target:
+# at most 5% more per step. Prints a Markdown table.
+#
+# A step is zero_grad, forward, backward, optimizer step and loss.item() (a
+# host sync, as a training loop that logs its loss has; the traced step's
+# rec.step(loss) does the same and also waits for the device hashes). Both
+# runs start from the same weights and batch (torch_models.build), so with
+# deterministic algorithms their losses must agree bit for bit: the table
+# says whether they do (recording must not change the run).
+#
+# Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step]
+#        [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
+#        --steps N, --stack, --size, --nt, --batch, --layers, --ae-batch, ...]
+# --small: sizes a CPU finishes in seconds (autoencoder 784,64,16,64,784 batch 32,
+# PredNet 1,4,8 at 32x32, nt 5, batch 2; 3 warm-up and 10 timed steps) unless given.
+# The library is found as the divtrace package finds it (DIVTRACE_LIB, ...).
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "src", "python"))
+
+import torch_models as tm  # noqa: E402  (sets CUBLAS_WORKSPACE_CONFIG before torch)
+import torch  # noqa: E402
+
+import divtrace  # noqa: E402
+
+SMALL_AE = ["--layers", "784,64,16,64,784", "--ae-batch", "32"]
+SMALL_PN = ["--stack", "1,4,8", "--size", "32x32", "--nt", "5", "--batch", "2"]
+
+
+def step_once(model, opt, data):
+    loss = tm.train_step(model, opt, data)
+    return loss
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run(cfg, device, margs, traced, level, tmp):
+    """(per-step ms of the timed steps, losses, records per step)."""
+    model, opt, data = tm.build(cfg, device, margs.seed, capturable=False)
+    times, losses = [], []
+    nrec = 0
+    rec = None
+    if traced:
+        path = os.path.join(tmp, "%s.dtr" % cfg["name"])
+        rec = divtrace.record(model, path, config={"model": cfg["name"], "seed": margs.seed},
+                              optimizer=opt, level=level).open()
+    try:
+        sync(device)
+        for i in range(margs.warmup + margs.steps):
+            t0 = time.perf_counter()
+            loss = step_once(model, opt, data)
+            if rec is not None:
+                rec.step(loss)
+            v = loss.item()
+            t1 = time.perf_counter()
+            losses.append(v)
+            if i >= margs.warmup:
+                times.append((t1 - t0) * 1e3)
+        if rec is not None:
+            nrec = rec.records_per_step
+            rec.close(0)
+    except BaseException as e:
+        if rec is not None:
+            rec.close(1, repr(e))
+        raise
+    sync(device)
+    return times, losses, nrec
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description="Step time of torch_models.py's models without and with "
+                                 "divtrace.record(); other options go to torch_models.py.")
+    ap.add_argument("--small", action="store_true", help="CPU-sized models and fewer steps")
+    ap.add_argument("--level", default="op", choices=["op", "param", "step"])
+    ap.add_argument("--nondeterministic", action="store_true",
+                    help="leave torch's default (nondeterministic) algorithms")
+    args, rest = ap.parse_known_args(argv)
+    if args.small:
+        given = set(a.split("=")[0] for a in rest)
+        if "--config" not in given and not given & {"--stack", "--size", "--nt", "--batch"}:
+            rest = ["--config", "ae", "--config", "custom"] + rest
+        if not given & {"--layers", "--ae-batch"}:
+            rest += SMALL_AE
+        if not given & {"--stack", "--size", "--nt", "--batch"}:
+            rest += SMALL_PN
+        if "--warmup" not in given:
+            rest += ["--warmup", "3"]
+        if "--steps" not in given:
+            rest += ["--steps", "10"]
+    margs, cfgs = tm.parse_args(rest)
+    device = torch.device(margs.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if not args.nondeterministic:
+        tm.set_arithmetic(not margs.no_fill_uninitialized)
+    print(tm.header(device, margs))
+    print("divtrace %s (%s), level %s" % (divtrace.__version__, divtrace.library_path(), args.level))
+    print()
+    print("Median ms per training step over %d timed steps after %d warm-up steps (wall clock, "
+          "each step ending in loss.item()); untraced and traced runs start from the same weights "
+          "and batch." % (margs.steps, margs.warmup))
+    print()
+    print("| configuration | records per step | untraced ms | traced ms | overhead | same losses |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    sys.stdout.flush()
+    tmp = tempfile.mkdtemp(prefix="divtrace-bench-", dir=os.environ.get("TMPDIR"))
+    worst = 0.0
+    try:
+        for cfg in cfgs:
+            # untraced, traced, untraced again: the untraced time is the
+            # better of the two medians (a machine warming up favours neither)
+            t0, l0, _ = run(cfg, device, margs, False, args.level, tmp)
+            t1, l1, nrec = run(cfg, device, margs, True, args.level, tmp)
+            t2, _, _ = run(cfg, device, margs, False, args.level, tmp)
+            tm.release(device)
+            base = min(statistics.median(t0), statistics.median(t2))
+            traced = statistics.median(t1)
+            over = (traced / base - 1) * 100
+            worst = max(worst, over)
+            print("| %s | %d | %.3f | %.3f | %+.1f%% | %s |" % (
+                tm.describe(cfg), nrec, base, traced, over, "yes" if l0 == l1 else "NO"))
+            sys.stdout.flush()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    print("worst overhead %+.1f%% (target <= +5%%)" % worst)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

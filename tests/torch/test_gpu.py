@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+# test_gpu.py: the PyTorch adapter on a CUDA GPU (tensors hashed on the
+# device by libdivtrace): deterministic runs give identical traces; runs with
+# torch's nondeterministic index_add_ (float atomics) diverge and diff names
+# that module as the first divergence and the origin; a CPU run and a GPU run
+# diverge, with identical parameters and input at step 0 (the device hash is
+# the host hash); a GPU trace's records match torch's own statistics.
+# Exit 77 (skip) without a CUDA device. Run by tests/torch/gpu_checks.sh.
+import os
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before torch is imported
+
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from torch_testlib import MLP, Checks, DT, batches, diff_json, divtrace, show_json, tmpdir, train  # noqa: E402
+
+C = Checks()
+T = tmpdir()
+
+
+def p(name):
+    return os.path.join(T, name)
+
+
+class Binned(nn.Module):
+    """Sums rows into a few bins with index_add_: on CUDA, float atomics in
+    an order that changes from run to run, unless deterministic algorithms
+    are asked for."""
+
+    def __init__(self, bins=8):
+        super().__init__()
+        self.bins = bins
+
+    def forward(self, h):  # h (N, F) -> (bins, F)
+        idx = torch.arange(h.shape[0], device=h.device) % self.bins
+        return h.new_zeros(self.bins, h.shape[1]).index_add_(0, idx, h)
+
+
+class BinNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 64)
+        self.binned = Binned()
+        self.fc2 = nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.fc2(self.binned(torch.tanh(self.fc1(x))))
+
+
+def bin_data(n, device):
+    """Many rows per bin (targets per bin)."""
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(16384, 8, generator=g).to(device), torch.randn(8, 4, generator=g).to(device))
+            for _ in range(n)]
+
+
+def arithmetic(deterministic):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = deterministic
+    torch.use_deterministic_algorithms(deterministic)
+
+
+def test_det_nondet():
+    data = bin_data(4, "cuda")
+    arithmetic(True)
+    train(p("det1.dtr"), BinNet, steps=4, device="cuda", data=data)
+    train(p("det2.dtr"), BinNet, steps=4, device="cuda", data=data)
+    rc, js = diff_json(p("det1.dtr"), p("det2.dtr"))
+    C.ok(rc == 0, "deterministic algorithms: two GPU runs give identical traces",
+         str(js.get("first_divergence")))
+    arithmetic(False)
+    found = None
+    for trial in range(5):  # atomics may, rarely, happen to add in the same order
+        train(p("nd1.dtr"), BinNet, steps=4, device="cuda", data=data)
+        train(p("nd2.dtr"), BinNet, steps=4, device="cuda", data=data)
+        rc, js = diff_json(p("nd1.dtr"), p("nd2.dtr"))
+        if rc == 1:
+            found = js
+            break
+    arithmetic(True)
+    C.ok(found is not None, "nondeterministic index_add_: two GPU runs diverge")
+    if found is not None:
+        fd = found["first_divergence"]
+        C.ok(fd.get("name") == "binned" and fd.get("kind") == "forward",
+             "nondeterministic index_add_: diff names the binned module first", str(fd))
+        origins = [o["name"] for o in found.get("origins", [])]
+        C.ok("binned" in origins and all(o.startswith("binned") for o in origins),
+             "nondeterministic index_add_: binned is the origin", str(origins))
+    # the deterministic and the nondeterministic run: configurations differ
+    rc, js = diff_json(p("det1.dtr"), p("nd1.dtr"))
+    keys = [c["key"] for c in js["config_changes"]]
+    C.ok("deterministic_algorithms" in keys, "diff reports deterministic_algorithms as changed", str(keys))
+
+
+def test_cpu_vs_gpu():
+    arithmetic(True)
+    train(p("cpu.dtr"), MLP, steps=5)
+    train(p("gpu.dtr"), MLP, steps=5, device="cuda")
+    rc, js = diff_json(p("cpu.dtr"), p("gpu.dtr"))
+    C.ok(rc == 1, "cpu vs gpu: the traces differ", "exit %d" % rc)
+    fd = js.get("first_divergence", {})
+    C.ok(fd.get("step") == 0 and fd.get("kind") == "forward",
+         "cpu vs gpu: parameters and input of step 0 hash alike on both (first divergence a forward op)",
+         str(fd))
+    keys = [c["key"] for c in js["config_changes"]]
+    C.ok("backend" in keys, "cpu vs gpu: diff reports the backend change", str(keys))
+
+
+def test_gpu_stats():
+    """Records hashed on the device against torch's own statistics of the
+    same tensors, recomputed here on the GPU."""
+    arithmetic(True)
+    data = batches(1, device="cuda")
+    train(p("g1.dtr"), MLP, steps=1, device="cuda", data=data, checkpoint_every=1)
+    torch.manual_seed(0)
+    m = MLP().cuda()
+    x, _ = data[0]
+    a1 = m.fc1(x)
+    a2 = m.fc2(F.relu(a1))
+    a3 = m.fc3(torch.tanh(a2))
+    want = {"fc1.weight": m.fc1.weight, "input": x, "fc1": a1, "fc2": a2, "fc3": a3}
+    js = show_json(p("g1.dtr"))
+    bad = []
+    for r in js["steps"][0]["records"]:
+        if r["name"] not in want:
+            continue
+        t = want[r["name"]].detach().double()
+        l2, mn, mx = float(t.norm()), float(t.min()), float(t.max())
+        if abs(r["l2"] - l2) > 1e-12 * l2 or r["min"] != mn or r["max"] != mx:
+            bad.append("%s: %r %r %r vs torch %r %r %r" % (r["name"], r["l2"], r["min"], r["max"], l2, mn, mx))
+    C.ok(not bad, "gpu records: L2 norm, min and max as torch computes them", "; ".join(bad))
+    C.ok(js["checkpoints"] == [0, 1], "gpu run: checkpoints of device tensors", str(js["checkpoints"]))
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("test_gpu.py: torch sees no CUDA device; skipping")
+        return 77
+    print("divtrace %s, libdivtrace %s, torch %s, %s" % (DT, divtrace.library_path(), torch.__version__,
+                                                         torch.cuda.get_device_name()))
+    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats):
+        try:
+            t()
+        except Exception as e:
+            import traceback
+            traceback.print_exc()
+            C.ok(False, "%s ran to its end" % t.__name__, repr(e))
+    return C.finish()
+
+
+if __name__ == "__main__":
+    rc = main()
+    print("traces in %s" % T)
+    sys.exit(rc)
