@@ -19,6 +19,7 @@ B=${2:-}
 if [ -z "$B" ]; then
     for b in "$top/build-gpu" "$top/build"; do [ -d "$b" ] && { B=$b; break; }; done
 fi
+[ -n "$B" ] && [ -d "$B" ] && B=$(cd "$B" && pwd)
 mkdir -p "$O"
 O=$(cd "$O" && pwd)
 PY=${PYTHON:-python3}
@@ -46,7 +47,9 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 export DIVTRACE DIVTRACE_LIB PYTHONDONTWRITEBYTECODE=1 top_srcdir="$top"
 export PYTHONPATH="$top/src/python${PYTHONPATH:+:$PYTHONPATH}"
-export TMPDIR="$O"
+# traces of a failed test stay in OUTDIR/tmp
+mkdir -p "$O/tmp"
+export TMPDIR="$O/tmp"
 fail=0
 summary=""
 run() { # NAME LOG COMMAND...: run, keep the log, note the result
@@ -68,4 +71,6 @@ echo
 echo "| check | result | log |"
 echo "| --- | --- | --- |"
 printf '%s' "$summary"
+rm -rf "$O/tmp/torchinductor_"* 2>/dev/null
+rmdir "$O/tmp" 2>/dev/null
 [ "$fail" -eq 0 ]
