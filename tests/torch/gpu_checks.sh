@@ -33,6 +33,11 @@ if [ -z "${DIVTRACE_LIB:-}" ]; then
 fi
 # the pack's other shared libraries (OpenBLAS, MPFR, ...) for the program
 [ -d "$B/lib" ] && export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the program built with CUDA needs cuDNN, which may live in torch's wheels
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9 '; then
+    d=$("${PYTHON:-python3}" -c 'import nvidia.cudnn, os; print(os.path.join(os.path.dirname(nvidia.cudnn.__file__), "lib"))' 2>/dev/null)
+    [ -n "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+fi
 exec > >(tee "$O/torch-gpu-checks.log") 2>&1 </dev/null
 echo "## divtrace PyTorch adapter, GPU checks, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "program: ${DIVTRACE:-none}; library: ${DIVTRACE_LIB:-none}"
