@@ -271,6 +271,42 @@ def test_exception():
     C.ok(rc == 0, "exception: the 3 steps it holds match a complete run", "exit %d %s" % (rc, out[:300]))
 
 
+# ---- levels, and no optimizer
+
+
+def run_plain(path, level="op", with_opt=True, steps=3):
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = batches(steps)
+    with divtrace.record(model, path, optimizer=opt if with_opt else None, level=level) as rec:
+        for s in range(steps):
+            x, y = data[s]
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(loss)
+    return show_json(path)
+
+
+def test_levels():
+    pn = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"]
+    js = run_plain(p("lp.dtr"), level="param")
+    names = [o["name"] for o in js["ops"]]
+    C.ok(names == pn + [n + ".grad" for n in pn] + [n + ".update" for n in pn] and js["trace_level"] == "param",
+         "level param: parameters, gradients and updates only", str(names))
+    js = run_plain(p("ls.dtr"), level="step")
+    C.ok(js["ops"] == [] and len(js["steps"]) == 3 and all(s["records"] == [] for s in js["steps"]),
+         "level step: losses only", str(js["ops"])[:200])
+    js = run_plain(p("lo.dtr"), with_opt=False)
+    ops = {o["name"]: o for o in js["ops"]}
+    C.ok("fc1.weight.grad" in ops and "fc1.weight.update" not in ops and ops["fc1.weight"]["inputs"] == [],
+         "no optimizer: gradients read at rec.step, no updates, parameters without inputs",
+         str(list(ops))[:300])
+    C.ok(js["ops"][-1]["name"] == "fc3.bias.grad", "no optimizer: gradients come last")
+
+
 # ---- errors from the library and the package
 
 
@@ -322,7 +358,8 @@ def test_errors():
 def main():
     print("divtrace %s, libdivtrace %s, torch %s" % (DT, divtrace.library_path(), torch.__version__))
     torch.set_num_threads(1)
-    for t in (test_identical, test_divergent_module, test_against_torch, test_exception, test_errors):
+    for t in (test_identical, test_divergent_module, test_against_torch, test_exception, test_levels,
+              test_errors):
         try:
             t()
         except Exception as e:  # a test that crashes is a failed check, and the rest still run

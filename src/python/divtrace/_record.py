@@ -99,7 +99,6 @@ class Recorder:
         # and give each record the inputs it had in the first step.
         self._fixed = False
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
-        self._acc_type = None
 
         # Static names. named_parameters() drops tied duplicates: a shared
         # parameter is recorded once, under its first name.
