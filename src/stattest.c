@@ -85,10 +85,13 @@ double stattest_normal_cdf(double z)
 
 void stattest_mean_sd(const double *x, size_t n, double *mean, double *sd)
 {
+    /* shifted by the first value: identical values give their value as the
+     * mean and a standard deviation of exactly 0 (trials of a deterministic
+     * condition), and nearby values lose no digits to the sum */
     double m = 0;
     for (size_t i = 0; i < n; i++)
-        m += x[i];
-    m = n ? m / (double)n : NAN;
+        m += x[i] - x[0];
+    m = n ? x[0] + m / (double)n : NAN;
     double ss = 0;
     for (size_t i = 0; i < n; i++)
         ss += (x[i] - m) * (x[i] - m);

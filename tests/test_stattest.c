@@ -110,6 +110,27 @@ static void test_t_cdf(void **state)
         ts_close(stattest_normal_cdf(zs[i]), ts_normal_cdf_numeric(zs[i]), 1e-10, "normal CDF");
 }
 
+/* Twelve identical values (the trials of a deterministic condition): the
+ * mean is that value and the standard deviation exactly 0, whatever
+ * rounding the sum of twelve copies would do; values 1e-9 apart about
+ * 0.06 keep their spread (a plain sum loses it to cancellation less, but
+ * the shifted sum is exact here). */
+static void test_mean_sd_identical(void **state)
+{
+    (void)state;
+    double x[12], m, sd;
+    for (int i = 0; i < 12; i++)
+        x[i] = 0.060368123456789;
+    stattest_mean_sd(x, 12, &m, &sd);
+    assert_true(m == x[0]);
+    assert_true(sd == 0.0);
+    /* 0.06 + k 1e-9 for k = 0..3: mean 0.06 + 1.5e-9, sd 1e-9 sqrt(5/3) */
+    double y[4] = {0.06, 0.06 + 1e-9, 0.06 + 2e-9, 0.06 + 3e-9};
+    stattest_mean_sd(y, 4, &m, &sd);
+    assert_true(fabs(m - (0.06 + 1.5e-9)) < 1e-17);
+    assert_true(fabs(sd - 1e-9 * sqrt(5.0 / 3.0)) < 1e-15);
+}
+
 static void test_welch_by_hand(void **state)
 {
     (void)state;
@@ -318,6 +339,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_betainc_closed_forms), cmocka_unit_test(test_t_cdf),
+        cmocka_unit_test(test_mean_sd_identical),
         cmocka_unit_test(test_welch_by_hand),        cmocka_unit_test(test_welch_degenerate),
         cmocka_unit_test(test_mwu_exact_distribution), cmocka_unit_test(test_mwu_exact),
         cmocka_unit_test(test_mwu_normal),           cmocka_unit_test(test_mwu_degenerate),
