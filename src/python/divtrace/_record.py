@@ -17,6 +17,16 @@ __all__ = ["record", "Recorder"]
 LEVELS = ("op", "param", "step")
 ROOT_NAME = "model"
 
+_F32 = torch.float32
+_VOIDP = ctypes.c_void_p
+_HOST, _DEVICE = _lib.HOST, _lib.DEVICE
+# the raw cudaStream_t of a device's current stream, without building a
+# torch.cuda.Stream: torch.cuda.current_stream(dev).cuda_stream, cheaper
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+if _raw_stream is None:
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
 
 def _flatten(obj, prefix, out):
     """(suffix, tensor) pairs of a module's output: a tensor has the suffix
@@ -93,10 +103,14 @@ class Recorder:
         self.records_per_step = 0   # tensors recorded in the last step ended
         self._in_step = False
         self._last_ckpt = -1
-        self._cache = {}            # name -> (key, ctypes arguments) of its record
+        # Record k of every step is the first step's record k (the library
+        # checks it): _slots[k] = (name, type, kind, torch shape, encoded
+        # name, ndim, ctypes shape) of the first step's, so that later steps
+        # pass the same arguments without building them again.
+        self._slots = []
         # After the first step the op list, inputs included, is fixed (the
-        # library keeps the first step's): later steps only name and record,
-        # and give each record the inputs it had in the first step.
+        # library keeps the first step's and ignores later ones): later steps
+        # only name and record, with no inputs.
         self._fixed = False
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
 
@@ -116,6 +130,17 @@ class Recorder:
         for mname, m in model.named_modules():
             for _, p in m.named_parameters(recurse=False):
                 self._owner.setdefault(self._pname.get(id(p), ""), mname or ROOT_NAME)
+        # the names each step reserves for the parameters, their gradients
+        # and updates; (name, parameter, inputs) of the PARAM records, (name,
+        # parameter, grad name) and (update name, name, parameter) of the
+        # optimizer's parameters
+        self._param_names = frozenset(n + sfx for n, _ in self._params
+                                      for sfx in ("", ".grad", ".update"))
+        self._param_recs = [(n, p, (n + ".update",) if id(p) in in_opt else ())
+                            for n, p in self._params]
+        self._grad_recs = [(n, p, n + ".grad") for n, p in self._params]
+        self._update_recs = [(n + ".update", n, p) for n, p in self._params if id(p) in in_opt]
+        self._opt_type_b = self._opt_type.encode() if self._opt_type is not None else None
         self._reset_step_state()
 
     # ---- opening and closing
@@ -166,6 +191,7 @@ class Recorder:
         _lib.check(lib.divtrace_open(ctypes.byref(h), self.path.encode("utf-8"), arr,
                                      self.level.encode()))
         self._h = h
+        self._rec_fn = lib.record_untyped
         self._install_hooks()
         return self
 
@@ -257,8 +283,10 @@ class Recorder:
     def _make_forward_hook(self, mname, mtype, own_params):
         mtype_b = mtype.encode()
 
+        is_grad_enabled = torch.is_grad_enabled
+
         def hook(module, args, kwargs, output):
-            if self._active():
+            if not self._paused and (self.record_no_grad or is_grad_enabled()):
                 self._forward(mname, mtype_b, own_params, args, kwargs, output)
             return None
         return hook
@@ -273,12 +301,16 @@ class Recorder:
         if self._paused:
             return
         self._begin()
-        t = self._opt_type.encode()
-        for name, p in self._params:
-            if id(p) not in self._in_opt:
-                continue
-            ins = (name, name + ".grad") if name in self._grads else (name,)
-            self._record(name + ".update", t, OPTIMIZER, p, ins)
+        t = self._opt_type_b
+        record = self._record
+        if self._fixed:
+            for uname, name, p in self._update_recs:
+                record(uname, t, OPTIMIZER, p, None)
+            return
+        grads = self._grads
+        for uname, name, p in self._update_recs:
+            ins = (name, name + ".grad") if name in grads else (name,)
+            record(uname, t, OPTIMIZER, p, ins)
 
     # ---- steps
 
@@ -307,11 +339,14 @@ class Recorder:
         self._in_step = True
         if self.level == "step":
             return
-        for name, p in self._params:
-            self._used.update((name, name + ".grad", name + ".update"))
-        for name, p in self._params:
-            ins = (name + ".update",) if id(p) in self._in_opt else ()
-            self._record(name, b"param", PARAM, p, ins)
+        self._used.update(self._param_names)
+        record = self._record
+        if self._fixed:
+            for name, p, ins in self._param_recs:
+                record(name, b"param", PARAM, p, None)
+        else:
+            for name, p, ins in self._param_recs:
+                record(name, b"param", PARAM, p, ins)
 
     def step(self, loss):
         """End the current step with its loss (a tensor or a number); call it
@@ -364,46 +399,68 @@ class Recorder:
         self._by_id[id(t)] = (t, name)
 
     def _record(self, name, type_b, kind, t, inputs):
-        """Record tensor t under name. A host tensor is hashed before the
-        call returns; a device tensor is kept alive until the step ends."""
-        if t.is_sparse:
-            t = t.to_dense()
-        if t.dtype != torch.float32:
-            t = t.detach().float()
-        if not t.is_contiguous():
-            t = t.detach().contiguous()
+        """Record tensor t under name (inputs: a tuple of names in the first
+        step, None after it). A host tensor is hashed before the call
+        returns; a device tensor is kept alive until the step ends. This runs
+        for every record of every step: after the first step it reuses the
+        first step's encoded name and shape array of the same record."""
+        if t.dtype is not _F32 or t.is_sparse or not t.is_contiguous():
+            if t.is_sparse:
+                t = t.to_dense()
+            if t.dtype != _F32:
+                t = t.detach().float()
+            if not t.is_contiguous():
+                t = t.detach().contiguous()
         if t.is_cuda:
-            where = _lib.DEVICE
-            stream = torch.cuda.current_stream(t.device).cuda_stream
+            where = _DEVICE
+            stream = _VOIDP(_raw_stream(t.get_device()))
             self._keep.append(t)
         else:
-            if t.device.type != "cpu":
+            if not t.is_cpu:
                 t = t.detach().cpu()
-            where = _lib.HOST
+            where = _HOST
             stream = None
-        shape = _shape(t)
-        self._nrec += 1
-        c = self._cache.get(name)
-        if inputs is None:  # a later step: the first step's inputs
-            inputs = c[0][3] if c is not None else ()
-        key = (type_b, kind, shape, inputs)
-        if c is None or c[0] != key:
-            c = (key, name.encode("utf-8"), _lib.shape_array(shape),
-                 _lib.strv(inputs) if inputs else None)
-            self._cache[name] = c
-        _lib.check(self._lib.divtrace_record(self._h, c[1], type_b, kind, t.data_ptr(), where, stream,
-                                             len(shape), c[2], c[3], len(inputs)), self._h)
+        k = self._nrec
+        self._nrec = k + 1
+        slots = self._slots
+        s = slots[k] if k < len(slots) else None
+        if self._fixed and s is not None and s[0] == name and s[1] == type_b and s[2] == kind \
+                and s[3] == t.shape:
+            rc = self._rec_fn(self._h, s[4], type_b, kind, _VOIDP(t.data_ptr()), where, stream,
+                              s[5], s[6], None, 0)
+        else:
+            # the first step, or a record unlike the first step's (which the
+            # library reports)
+            shape = _shape(t)
+            s = (name, type_b, kind, t.shape, name.encode("utf-8"), len(shape),
+                 _lib.shape_array(shape))
+            arr = _lib.strv(inputs) if inputs else None
+            rc = self._rec_fn(self._h, s[4], type_b, kind, _VOIDP(t.data_ptr()), where, stream,
+                              s[5], s[6], arr, len(inputs) if inputs else 0)
+            if rc >= 0 and not self._fixed:
+                if k < len(slots):
+                    slots[k] = s
+                else:
+                    slots.append(s)
+        if rc < 0:
+            _lib.check(rc, self._h)
         return True
 
     def _record_grads(self):
         last = self._last_forward
-        for name, p in self._params:
+        record = self._record
+        if self._fixed:
+            grads = self._grads
+            for name, p, gname in self._grad_recs:
+                g = p.grad
+                if g is None or not p.requires_grad:
+                    continue
+                record(gname, b"grad", GRAD, g, None)
+                grads.add(name)
+            return
+        for name, p, gname in self._grad_recs:
             g = p.grad
             if g is None or not p.requires_grad:
-                continue
-            if self._fixed:
-                self._record(name + ".grad", b"grad", GRAD, g, None)
-                self._grads.add(name)
                 continue
             ins = [name]
             for n in self._mod_recs.get(self._owner.get(name), ()):
@@ -411,7 +468,7 @@ class Recorder:
                     ins.append(n)
             if last is not None and last not in ins:
                 ins.append(last)
-            self._record(name + ".grad", b"grad", GRAD, g, tuple(ins))
+            record(gname, b"grad", GRAD, g, tuple(ins))
             self._grads.add(name)
 
     def _forward(self, mname, mtype_b, own_params, args, kwargs, output):
