@@ -68,6 +68,14 @@ struct backend_ops {
      * tracer uses it instead of trace() per op. */
     void (*trace_batch)(void *ctx, const backend_buf *const *bufs, const size_t *counts, int n,
                         struct trace_oprec *rec);
+    /* optional, with trace_batch: the same records, asked for before the
+     * step ends (step_end not called yet), so that a backend that runs the
+     * step as a captured graph can compute them inside it. Returns 0 when
+     * rec is filled now, 1 when it is filled by trace_batch_wait, which the
+     * tracer then calls after step_end. */
+    int (*trace_batch_async)(void *ctx, const backend_buf *const *bufs, const size_t *counts,
+                             int n, struct trace_oprec *rec);
+    void (*trace_batch_wait)(void *ctx, struct trace_oprec *rec, int n);
     /* optional: see the whole graph once before the first step (choose
      * algorithms, plan workspaces); 0, or -1 with dt_error set. */
     int (*prepare)(void *ctx, const struct graph *g);

@@ -22,6 +22,8 @@ int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, voi
     e->hook_arg = NULL;
     e->corrupt = NULL;
     e->corrupt_arg = NULL;
+    e->before_end = NULL;
+    e->before_end_arg = NULL;
     e->advances = 0;
     e->override = dt_calloc((size_t)g->n, sizeof *e->override);
     e->buf = dt_calloc((size_t)g->n, sizeof *e->buf);
@@ -75,6 +77,8 @@ void exec_step(struct exec *e, uint64_t step)
         if (e->hook)
             for (int i = 0; i < e->g->n; i++)
                 e->hook(e->hook_arg, i, e->buf[i]);
+        if (e->before_end)
+            e->before_end(e->before_end_arg);
         e->be->step_end(e->ctx, step, arr);
         return;
     }
@@ -91,8 +95,11 @@ void exec_step(struct exec *e, uint64_t step)
         if (e->hook)
             e->hook(e->hook_arg, i, e->buf[i]);
     }
-    if (whole)
+    if (whole) {
+        if (e->before_end)
+            e->before_end(e->before_end_arg);
         e->be->step_end(e->ctx, step, arr);
+    }
 }
 
 void exec_advance(struct exec *e)

@@ -24,6 +24,11 @@ struct exec {
     void (*corrupt)(void *arg, int i, backend_buf *out);
     void *corrupt_arg;
     uint64_t advances;         /* exec_advance calls: their parity is the buffers' arrangement */
+    /* optional: called after the last op's hook and before the backend's
+     * step_end, when the backend runs the step as a unit (the tracer asks
+     * for its records there, so that they can be part of a captured step) */
+    void (*before_end)(void *arg);
+    void *before_end_arg;
 };
 
 /* Allocate a buffer for every node. 0, or -1 with dt_error set if the

@@ -119,6 +119,8 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
     if (traced) {
         r->e.hook = tracer_hook;
         r->e.hook_arg = r->tr;
+        r->e.before_end = tracer_before_end;
+        r->e.before_end_arg = r->tr;
     }
     return DT_OK;
 }

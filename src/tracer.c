@@ -58,6 +58,8 @@ struct tracer {
     size_t *bcount;
     int *bnode;
     struct trace_oprec *brec;
+    int bpending;              /* brec's first bpending records come at trace_batch_wait */
+    int requested;             /* this step's records were asked for before step_end */
 };
 
 int tracer_finite(const struct trace_oprec *r)
@@ -199,9 +201,12 @@ void tracer_mark_dirty(struct tracer *t, int i)
 
 /* Batch mode, at the end of a step: leaves whose bytes are those of last
  * step's update take its record (before this step's records replace it),
- * every other op of the step gets its record from one trace_batch call, and
- * the non-finite watch then goes through the ops in order. */
-static void tracer_flush_batch(struct tracer *t)
+ * every other op of the step gets its record from one trace_batch call
+ * (made before the backend's step_end when the executor runs the step as a
+ * unit, so that it can be part of a captured graph; its records may then
+ * arrive only after step_end), and the non-finite watch then goes through
+ * the ops in order. */
+static void tracer_batch_request(struct tracer *t, int early)
 {
     int n = 0;
     for (int k = 0; k < t->nbatch; k++) {
@@ -215,10 +220,28 @@ static void tracer_flush_batch(struct tracer *t)
         t->bcount[n] = nd->count;
         t->bnode[n++] = i;
     }
-    if (n > 0)
+    t->bpending = 0;
+    if (n == 0)
+        return;
+    if (early && t->be->trace_batch_async) {
+        if (t->be->trace_batch_async(t->ctx, t->bbuf, t->bcount, n, t->brec))
+            t->bpending = n;
+    } else {
         t->be->trace_batch(t->ctx, t->bbuf, t->bcount, n, t->brec);
-    for (int k = 0; k < n; k++)
-        t->rec[t->bnode[k]] = t->brec[k];
+    }
+    if (!t->bpending)
+        for (int k = 0; k < n; k++)
+            t->rec[t->bnode[k]] = t->brec[k];
+}
+
+static void tracer_batch_finish(struct tracer *t)
+{
+    if (t->bpending) {
+        t->be->trace_batch_wait(t->ctx, t->brec, t->bpending);
+        for (int k = 0; k < t->bpending; k++)
+            t->rec[t->bnode[k]] = t->brec[k];
+        t->bpending = 0;
+    }
     for (int k = 0; k < t->nbatch; k++) {
         int i = t->queue[k];
         const struct node *nd = &t->g->nodes[i];
@@ -234,6 +257,15 @@ static void tracer_flush_batch(struct tracer *t)
         }
     }
     t->nbatch = 0;
+}
+
+void tracer_before_end(void *arg)
+{
+    struct tracer *t = arg;
+    if (t->batch && t->nbatch > 0 && !t->requested) {
+        tracer_batch_request(t, 1);
+        t->requested = 1;
+    }
 }
 
 void tracer_hook(void *arg, int i, const backend_buf *buf)
@@ -262,8 +294,12 @@ void tracer_hook(void *arg, int i, const backend_buf *buf)
 void tracer_sync(struct tracer *t)
 {
     if (t->batch) {
-        if (t->nbatch > 0)
-            tracer_flush_batch(t);
+        if (t->nbatch > 0) {
+            if (!t->requested)
+                tracer_batch_request(t, 0);
+            tracer_batch_finish(t);
+        }
+        t->requested = 0;
         return;
     }
     if (!t->async)

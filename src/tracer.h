@@ -25,6 +25,9 @@ void tracer_begin(struct tracer *t, uint64_t step);
 void tracer_mark_dirty(struct tracer *t, int i);
 /* The exec_hook_fn to install, with the tracer as its argument. */
 void tracer_hook(void *arg, int i, const backend_buf *buf);
+/* For exec's before_end: ask the backend for the step's records before it
+ * ends the step (batch mode), so that they can be computed inside it. */
+void tracer_before_end(void *arg);
 /* Wait until every op of the step is traced; then the records are final. */
 void tracer_sync(struct tracer *t);
 

@@ -156,6 +156,10 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
         GPU_DNN(cudnnSetStream(c->dnn_handle, c->stream));
     }
     c->trace = gpu_trace_new(c->stream);
+    for (int k = 0; k < 2; k++)
+        c->gtrace[k] = gpu_trace_new(c->stream);
+    c->replaying = -1;
+    c->tpending = -1;
     GPU_CHECK(cudaMalloc(&c->d_adam, 2 * GPU_MAX_ADAM * sizeof(float)));
     c->adam_step = UINT64_MAX;
     c->capturing = -1;
@@ -180,6 +184,12 @@ static void gpu_free(void *ctx)
         cudaFree(c->d_adam);
     if (c->trace)
         gpu_trace_free(c->trace);
+    for (int k = 0; k < 2; k++) {
+        if (c->gtrace[k])
+            gpu_trace_free(c->gtrace[k]);
+        free(c->tbufs[k]);
+        free(c->tcounts[k]);
+    }
     if (c->plan)
         gpu_dnn_free(c);
     if (c->dnn_handle)
@@ -240,6 +250,50 @@ static void gpu_trace_many(void *ctx, const backend_buf *const *bufs, const size
     gpu_trace_batch(c->trace, (const float *const *)bufs, counts, n, rec);
 }
 
+/* The step's records before step_end. While a step is captured, the
+ * tracing work is captured with it (into the arrangement's own tracer),
+ * so that each replay of the graph computes the records too; a replayed
+ * step asking for the same buffers then only waits for them. Anything
+ * else (an eager step, or a replay asked for other buffers, as when a
+ * leaf was changed between steps) is traced at once, after the step's
+ * work on the same stream. */
+static int gpu_trace_async(void *ctx, const backend_buf *const *bufs, const size_t *counts, int n,
+                           struct trace_oprec *rec)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    const float *const *p = (const float *const *)bufs;
+    if (c->capturing >= 0) {
+        int a = c->capturing;
+        int rc = gpu_trace_enqueue(c->gtrace[a], p, counts, n, 1);
+        DT_ASSERT(rc == 0, "tracing %d buffers inside a captured step: scratch too small", n);
+        free(c->tbufs[a]);
+        free(c->tcounts[a]);
+        c->tbufs[a] = (const float **)dt_calloc((size_t)n, sizeof *c->tbufs[a]);
+        c->tcounts[a] = (size_t *)dt_calloc((size_t)n, sizeof *c->tcounts[a]);
+        memcpy(c->tbufs[a], p, (size_t)n * sizeof *p);
+        memcpy(c->tcounts[a], counts, (size_t)n * sizeof *counts);
+        c->tn[a] = n;
+        c->tpending = a;
+        return 1;
+    }
+    int a = c->replaying;
+    if (a >= 0 && c->tn[a] == n && memcmp(c->tbufs[a], p, (size_t)n * sizeof *p) == 0 &&
+        memcmp(c->tcounts[a], counts, (size_t)n * sizeof *counts) == 0) {
+        c->tpending = a;
+        return 1;
+    }
+    gpu_trace_batch(c->trace, p, counts, n, rec);
+    return 0;
+}
+
+static void gpu_trace_wait(void *ctx, struct trace_oprec *rec, int n)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    DT_ASSERT(c->tpending >= 0 && c->tn[c->tpending] == n, "trace records waited for without a request");
+    gpu_trace_collect(c->gtrace[c->tpending], rec, n);
+    c->tpending = -1;
+}
+
 static void gpu_describe(void *ctx, struct trace_config *cfg)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
@@ -289,6 +343,8 @@ static int gpu_prepare(void *ctx, const struct graph *g)
             c->graph[k] = NULL;
         }
     c->eager_steps = 0;
+    for (int k = 0; k < 2; k++)
+        c->tn[k] = 0; /* the graphs these belonged to are gone */
     c->nadam = 0;
     c->adam_step = UINT64_MAX;
     for (int i = 0; i < g->n; i++)
@@ -312,8 +368,12 @@ static int gpu_step_begin(void *ctx, uint64_t step, int arr)
         return 0;
     if (c->graph[arr]) {
         GPU_CHECK(cudaGraphLaunch(c->graph[arr], c->stream));
+        c->replaying = arr;
         return 1;
     }
+    /* nothing may be allocated during the capture: the arrangement's tracer
+     * gets the buffers of the one that traced the eager step (every op) */
+    gpu_trace_reserve_as(c->gtrace[arr], c->trace);
     GPU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     c->capturing = arr;
     return 0;
@@ -322,6 +382,7 @@ static int gpu_step_begin(void *ctx, uint64_t step, int arr)
 static void gpu_step_end(void *ctx, uint64_t step, int arr)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    c->replaying = -1;
     if (c->capturing < 0) {
         if (!c->graph[arr])
             c->eager_steps++;
@@ -355,6 +416,8 @@ static struct backend_ops gpu_table(const char *name, int (*init)(void **, const
     b.describe = gpu_describe;
     b.sync = gpu_sync;
     b.trace_batch = gpu_trace_many;
+    b.trace_batch_async = gpu_trace_async;
+    b.trace_batch_wait = gpu_trace_wait;
     b.prepare = gpu_prepare;
     b.step_begin = gpu_step_begin;
     b.step_end = gpu_step_end;

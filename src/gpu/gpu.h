@@ -50,6 +50,15 @@ struct gpu_ctx {
     cudaGraphExec_t graph[2];
     int capturing;                /* arrangement being captured, or -1 */
     uint64_t eager_steps;         /* steps run without a graph so far */
+    int replaying;                /* arrangement whose graph runs this step, or -1 */
+    /* the trace records inside the graphs: per arrangement a tracer of its
+     * own (its buffers are baked into the graph) and the buffers it was
+     * captured with; tpending: the arrangement whose records are due */
+    struct gpu_trace *gtrace[2];
+    int tn[2];
+    const float **tbufs[2];
+    size_t *tcounts[2];
+    int tpending;
 };
 
 /* A failed CUDA, cuBLAS or cuDNN call in a kernel wrapper cannot be handed
@@ -102,6 +111,19 @@ struct gpu_trace *gpu_trace_new(cudaStream_t stream);
 void gpu_trace_free(struct gpu_trace *t);
 void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
                      struct trace_oprec *rec);
+/* gpu_trace_batch in two halves, for a step captured as a CUDA graph:
+ * enqueue queues the copy in, the kernels and the copy out on t's stream
+ * (with `fixed`, it allocates nothing and returns -1 when t's buffers are
+ * too small: a capture cannot allocate); collect waits for the stream and
+ * copies the n records out of t's pinned buffer (every field but op). The
+ * pinned descriptors written by enqueue stay as they are until the next
+ * enqueue on t, so a captured copy of them reads the same bytes at every
+ * replay. */
+int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
+                      int fixed);
+void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n);
+/* Make t's buffers at least as large as like's (before a capture). */
+void gpu_trace_reserve_as(struct gpu_trace *t, const struct gpu_trace *like);
 /* One buffer's record queued on stream s, nothing waited for (libdivtrace):
  * scratch of gpu_trace_one_bytes(count) bytes (256-aligned, 0: too large),
  * untouched until s has run it; the record lands in *drec (device memory),

@@ -65,6 +65,7 @@ struct gpu_trace {
     size_t dev_bytes;
     unsigned char *host;  /* pinned: descriptors and tile map, then records */
     size_t host_bytes;
+    size_t h_rec;         /* offset of the records in host, for gpu_trace_collect */
 };
 
 /* ---- device ---- */
@@ -495,12 +496,25 @@ static void gt_reserve(struct gpu_trace *t, size_t dev_bytes, size_t host_bytes)
     }
 }
 
+void gpu_trace_reserve_as(struct gpu_trace *t, const struct gpu_trace *like)
+{
+    gt_reserve(t, like->dev_bytes, like->host_bytes);
+}
+
 void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
                      struct trace_oprec *rec)
 {
     DT_ASSERT(t && n >= 0, "gpu_trace_batch: no tracer or n = %d", n);
     if (n == 0)
         return;
+    gpu_trace_enqueue(t, bufs, counts, n, 0);
+    gpu_trace_collect(t, rec, n);
+}
+
+int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
+                      int fixed)
+{
+    DT_ASSERT(t && n > 0, "gpu_trace_enqueue: no tracer or n = %d", n);
     uint64_t ntiles = 0, nslots = 0;
     for (int k = 0; k < n; k++) {
         uint64_t leaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
@@ -519,8 +533,12 @@ void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t
     size_t o_part = gt_align(o_dig + 8 * (size_t)nslots, 256);
     size_t o_rec = gt_align(o_part + sizeof(struct gt_part) * (size_t)ntiles, 256);
     size_t h_rec = gt_align(in_bytes, 64);
-    gt_reserve(t, o_rec + (size_t)n * sizeof(struct trace_oprec),
-               h_rec + (size_t)n * sizeof(struct trace_oprec));
+    size_t need_dev = o_rec + (size_t)n * sizeof(struct trace_oprec);
+    size_t need_host = h_rec + (size_t)n * sizeof(struct trace_oprec);
+    if (fixed && (need_dev > t->dev_bytes || need_host > t->host_bytes))
+        return -1;
+    gt_reserve(t, need_dev, need_host);
+    t->h_rec = h_rec;
 
     struct gt_desc *desc = (struct gt_desc *)t->host;
     uint32_t *map = (uint32_t *)(t->host + o_map);
@@ -571,7 +589,13 @@ void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t
     GPU_LAUNCHED();
     struct trace_oprec *hrec = (struct trace_oprec *)(t->host + h_rec);
     GPU_CHECK(cudaMemcpyAsync(hrec, drec, (size_t)n * sizeof *hrec, cudaMemcpyDeviceToHost, s));
-    GPU_CHECK(cudaStreamSynchronize(s));
+    return 0;
+}
+
+void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n)
+{
+    GPU_CHECK(cudaStreamSynchronize(t->stream));
+    const struct trace_oprec *hrec = (const struct trace_oprec *)(t->host + t->h_rec);
     for (int k = 0; k < n; k++) {
         uint32_t op = rec[k].op;
         rec[k] = hrec[k];
