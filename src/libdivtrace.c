@@ -317,22 +317,27 @@ int divtrace_close(divtrace *t, int status, const char *why)
 
 /* ---- steps and tensors --------------------------------------------------- */
 
-/* A status that ends the call; the trace may not be usable any more. */
-static int lib_usable(divtrace *t, const char *fn)
+/* The start of every call on a handle: DIVTRACE_OK holding t->mu, or a
+ * status that ends the call, holding nothing (a NULL handle; a trace file
+ * that failed earlier, after which the trace may not be usable any more). */
+static int lib_enter(divtrace *t, const char *fn)
 {
-    if (!t->w)
-        return lib_fail(t, DIVTRACE_EIO, "%s: the trace file failed earlier", fn);
+    if (!t)
+        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
+    pthread_mutex_lock(&t->mu);
+    if (!t->w) {
+        int rc = lib_fail(t, DIVTRACE_EIO, "%s: the trace file failed earlier", fn);
+        pthread_mutex_unlock(&t->mu);
+        return rc;
+    }
     return DIVTRACE_OK;
 }
 
 int divtrace_step_begin(divtrace *t, uint64_t step)
 {
-    if (!t)
-        return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_step_begin: NULL handle");
-    pthread_mutex_lock(&t->mu);
-    int rc = lib_usable(t, "divtrace_step_begin");
+    int rc = lib_enter(t, "divtrace_step_begin");
     if (rc != DIVTRACE_OK)
-        goto out;
+        return rc;
     if (t->in_ckpt) {
         rc = lib_fail(t, DIVTRACE_ESTATE, "divtrace_step_begin: checkpoint of step %" PRIu64
                       " not ended", t->ck.step);
@@ -390,10 +395,14 @@ static int lib_grow_rec(divtrace *t)
     return DIVTRACE_OK;
 }
 
-/* Check a shape: ndim 1..4, dimensions 0..UINT32_MAX, bytes that fit. */
-static int lib_shape(divtrace *t, const char *fn, const char *name, int ndim, const int64_t *shape,
-                     uint32_t out[TRACE_MAX_DIM], size_t *count)
+/* Check a tensor's place and shape (ndim 1..4, dimensions 0..UINT32_MAX,
+ * bytes that fit), then its data: NULL only when it has no elements. */
+static int lib_tensor(divtrace *t, const char *fn, const char *name, const float *data,
+                      enum divtrace_where where, int ndim, const int64_t *shape,
+                      uint32_t out[TRACE_MAX_DIM], size_t *count)
 {
+    if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE)
+        return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown where %d", fn, name, (int)where);
     if (ndim < 1 || ndim > TRACE_MAX_DIM)
         return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': ndim %d (1 to %d)", fn, name, ndim,
                         TRACE_MAX_DIM);
@@ -412,6 +421,8 @@ static int lib_shape(divtrace *t, const char *fn, const char *name, int ndim, co
         n *= out[d];
     }
     *count = (size_t)n;
+    if (!data && n > 0)
+        return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': NULL data", fn, name);
     return DIVTRACE_OK;
 }
 
@@ -490,14 +501,11 @@ int divtrace_record(divtrace *t, const char *name, const char *type, enum divtra
                     const int64_t *shape, const char *const *inputs, int ninputs)
 {
     const char *fn = "divtrace_record";
-    if (!t)
-        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
-    pthread_mutex_lock(&t->mu);
-    int rc = lib_usable(t, fn);
+    int rc = lib_enter(t, fn);
+    if (rc != DIVTRACE_OK)
+        return rc;
     uint32_t sh[TRACE_MAX_DIM];
     size_t count = 0;
-    if (rc != DIVTRACE_OK)
-        goto out;
     if (!name || !*name) {
         rc = lib_fail(t, DIVTRACE_EINVAL, "%s: %s name", fn, name ? "empty" : "NULL");
         goto out;
@@ -510,16 +518,8 @@ int divtrace_record(divtrace *t, const char *name, const char *type, enum divtra
         rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown kind %d", fn, name, (int)kind);
         goto out;
     }
-    if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE) {
-        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown where %d", fn, name, (int)where);
+    if ((rc = lib_tensor(t, fn, name, data, where, ndim, shape, sh, &count)) != DIVTRACE_OK)
         goto out;
-    }
-    if ((rc = lib_shape(t, fn, name, ndim, shape, sh, &count)) != DIVTRACE_OK)
-        goto out;
-    if (!data && count > 0) {
-        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': NULL data", fn, name);
-        goto out;
-    }
     if (ninputs < 0 || (ninputs > 0 && !inputs)) {
         rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': %d inputs at %p", fn, name, ninputs,
                       (const void *)inputs);
@@ -619,12 +619,9 @@ static int lib_resolve(divtrace *t)
 int divtrace_step_end(divtrace *t, double loss)
 {
     const char *fn = "divtrace_step_end";
-    if (!t)
-        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
-    pthread_mutex_lock(&t->mu);
-    int rc = lib_usable(t, fn);
+    int rc = lib_enter(t, fn);
     if (rc != DIVTRACE_OK)
-        goto out;
+        return rc;
     if (!t->in_step) {
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: no step begun", fn);
         goto out;
@@ -714,12 +711,9 @@ static int lib_ckpt_write(divtrace *t, const struct trace_ckpt *c)
 int divtrace_checkpoint_begin(divtrace *t, uint64_t step)
 {
     const char *fn = "divtrace_checkpoint_begin";
-    if (!t)
-        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
-    pthread_mutex_lock(&t->mu);
-    int rc = lib_usable(t, fn);
+    int rc = lib_enter(t, fn);
     if (rc != DIVTRACE_OK)
-        goto out;
+        return rc;
     if (t->in_step)
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: inside step %" PRIu64 " (a checkpoint goes between "
                       "steps)", fn, t->step);
@@ -746,29 +740,18 @@ int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data,
                             enum divtrace_where where, int ndim, const int64_t *shape)
 {
     const char *fn = "divtrace_checkpoint_add";
-    if (!t)
-        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
-    pthread_mutex_lock(&t->mu);
-    int rc = lib_usable(t, fn);
+    int rc = lib_enter(t, fn);
+    if (rc != DIVTRACE_OK)
+        return rc;
     uint32_t sh[TRACE_MAX_DIM];
     size_t count = 0;
     float *copy = NULL;
-    if (rc != DIVTRACE_OK)
-        goto out;
     if (!name || !*name) {
         rc = lib_fail(t, DIVTRACE_EINVAL, "%s: %s name", fn, name ? "empty" : "NULL");
         goto out;
     }
-    if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE) {
-        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown where %d", fn, name, (int)where);
+    if ((rc = lib_tensor(t, fn, name, data, where, ndim, shape, sh, &count)) != DIVTRACE_OK)
         goto out;
-    }
-    if ((rc = lib_shape(t, fn, name, ndim, shape, sh, &count)) != DIVTRACE_OK)
-        goto out;
-    if (!data && count > 0) {
-        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': NULL data", fn, name);
-        goto out;
-    }
     if (!t->in_ckpt) {
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: '%s' outside a checkpoint (call "
                       "divtrace_checkpoint_begin first)", fn, name);
@@ -823,12 +806,9 @@ out:
 int divtrace_checkpoint_end(divtrace *t)
 {
     const char *fn = "divtrace_checkpoint_end";
-    if (!t)
-        return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
-    pthread_mutex_lock(&t->mu);
-    int rc = lib_usable(t, fn);
+    int rc = lib_enter(t, fn);
     if (rc != DIVTRACE_OK)
-        goto out;
+        return rc;
     if (!t->in_ckpt) {
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: no checkpoint begun", fn);
         goto out;
