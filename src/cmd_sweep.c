@@ -185,21 +185,26 @@ static char *sweep_read_file(const char *path)
     return buf;
 }
 
-/* Write text to path through a temporary file and a rename. */
-static int sweep_write_file(const char *path, const char *text)
+/* Files are written through a temporary file and a rename, so that a file
+ * is whole or missing: open tmp, the temporary file of path, or NULL
+ * with dt_error set. */
+static FILE *sweep_tmp_open(const char *path, char tmp[PATH_MAX])
 {
-    char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+    if ((size_t)snprintf(tmp, PATH_MAX, "%s.tmp", path) >= PATH_MAX) {
         dt_error_set("%s: path too long", path);
-        return DT_ERR;
+        return NULL;
     }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
+    FILE *f = fopen(tmp, "w");
+    if (!f)
         dt_error_set("cannot write %s: %s", tmp, strerror(errno));
-        return DT_ERR;
-    }
-    size_t n = strlen(text);
-    int bad = fwrite(text, 1, n, f) != n;
+    return f;
+}
+
+/* Close f, opened by sweep_tmp_open, and rename tmp to path (tmp removed
+ * when anything failed). */
+static int sweep_tmp_close(FILE *f, const char *tmp, const char *path)
+{
+    int bad = ferror(f);
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) < 0) {
         dt_error_set("cannot write %s: %s", path, strerror(errno));
@@ -207,6 +212,16 @@ static int sweep_write_file(const char *path, const char *text)
         return DT_ERR;
     }
     return DT_OK;
+}
+
+static int sweep_write_file(const char *path, const char *text)
+{
+    char tmp[PATH_MAX];
+    FILE *f = sweep_tmp_open(path, tmp);
+    if (!f)
+        return DT_ERR;
+    fputs(text, f);
+    return sweep_tmp_close(f, tmp, path);
 }
 
 /* ---- the plan ---- */
@@ -295,15 +310,9 @@ static int sweep_emit_make(const struct sweep_spec *s, const struct sweep_opts *
         sweep_path_plain("the working directory", cwd) < 0)
         return DT_ERR;
     char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        dt_error_set("%s: path too long", path);
+    FILE *f = sweep_tmp_open(path, tmp);
+    if (!f)
         return DT_ERR;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        dt_error_set("cannot write %s: %s", tmp, strerror(errno));
-        return DT_ERR;
-    }
     fprintf(f, "# Makefile of the sweep '%s', written by divtrace sweep --emit make.\n"
                "# One target per trial; run: make -C DIR -j N [DIVTRACE=/path/to/divtrace]\n"
                "# Record options' relative paths are relative to WORKDIR.\n"
@@ -328,14 +337,7 @@ static int sweep_emit_make(const struct sweep_spec *s, const struct sweep_opts *
                 r, r, r, r);
         sweep_args_free(args);
     }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) < 0) {
-        dt_error_set("cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-        return DT_ERR;
-    }
-    return DT_OK;
+    return sweep_tmp_close(f, tmp, path);
 }
 
 static int sweep_emit_slurm(const struct sweep_spec *s, const struct sweep_opts *o,
@@ -347,15 +349,9 @@ static int sweep_emit_slurm(const struct sweep_spec *s, const struct sweep_opts 
         sweep_path_plain("the output directory", dir) < 0)
         return DT_ERR;
     char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        dt_error_set("%s: path too long", path);
+    FILE *f = sweep_tmp_open(path, tmp);
+    if (!f)
         return DT_ERR;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        dt_error_set("cannot write %s: %s", tmp, strerror(errno));
-        return DT_ERR;
-    }
     fprintf(f, "#!/bin/bash\n"
                "# Slurm job array of the sweep '%s', written by divtrace sweep --emit slurm:\n"
                "# one array task per trial; submit with: sbatch %s\n"
@@ -394,13 +390,8 @@ static int sweep_emit_slurm(const struct sweep_spec *s, const struct sweep_opts 
           "    exit 2\n"
           "fi\n",
           f);
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) < 0) {
-        dt_error_set("cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
+    if (sweep_tmp_close(f, tmp, path) < 0)
         return DT_ERR;
-    }
     chmod(path, 0755);
     return DT_OK;
 }
