@@ -368,14 +368,9 @@ static void report_csv_g(FILE *f, double v, const char *sep)
     fputs(sep, f);
 }
 
-static int report_tables(const struct report_study *st, const char *dir)
+static void report_put_conditions(FILE *f, const struct report_study *st)
 {
     const struct sweep_spec *s = &st->spec;
-    char path[4096];
-    FILE *f;
-    snprintf(path, sizeof path, "%s/report/conditions.csv", dir);
-    if (report_mkdirs(path) < 0 || !(f = fopen(path, "w")))
-        goto bad;
     fputs("condition,group,trials,with_summary,final_mean,final_sd,with_escape,escape_mean,"
           "escape_sd,monophasic,biphasic,triphasic,tetraphasic,pentaphasic,more_phases\n", f);
     for (int ci = 0; ci < s->ncond; ci++) {
@@ -393,11 +388,10 @@ static int report_tables(const struct report_study *st, const char *dir)
         fprintf(f, ",%d,%d,%d,%d,%d,%d\n", c->phases[1], c->phases[2], c->phases[3],
                 c->phases[4], c->phases[5], more);
     }
-    if (fclose(f) != 0)
-        goto bad;
-    snprintf(path, sizeof path, "%s/report/comparisons.csv", dir);
-    if (!(f = fopen(path, "w")))
-        goto bad;
+}
+
+static void report_put_comparisons(FILE *f, const struct report_study *st)
+{
     fputs("line,sel_a,sel_b,metric,n_a,mean_a,sd_a,n_b,mean_b,sd_b,welch_t,welch_df,welch_p,"
           "cohen_d,hedges_g,welch_note,mwu_u,mwu_p,mwu_method,rank_biserial,mwu_note\n", f);
     for (int k = 0; k < st->ntest; k++) {
@@ -422,19 +416,17 @@ static int report_tables(const struct report_study *st, const char *dir)
         report_csv_field(f, t->m.why);
         fputc('\n', f);
     }
-    if (fclose(f) != 0)
-        goto bad;
-    snprintf(path, sizeof path, "%s/report/pairs.csv", dir);
-    if (!(f = fopen(path, "w")))
-        goto bad;
+}
+
+static void report_put_pairs(FILE *f, const struct report_study *st)
+{
     report_pair_header(f);
     for (int k = 0; k < st->npr; k++)
-        report_pair_row(f, s, &st->pr[k]);
-    if (fclose(f) != 0)
-        goto bad;
-    snprintf(path, sizeof path, "%s/report/machines.csv", dir);
-    if (!(f = fopen(path, "w")))
-        goto bad;
+        report_pair_row(f, &st->spec, &st->pr[k]);
+}
+
+static void report_put_machines(FILE *f, const struct report_study *st)
+{
     fputs("host,host_cpu,device,cuda_driver,cudnn,openblas_config,conditions\n", f);
     int nm, *m = report_machines(st, &nm);
     for (int j = 0; j < nm; j++) {
@@ -448,6 +440,41 @@ static int report_tables(const struct report_study *st, const char *dir)
         fputc('\n', f);
     }
     free(m);
+}
+
+static void report_put_trials(FILE *f, const struct report_study *st)
+{
+    report_trial_header(f);
+    for (int k = 0; k < st->ntr; k++)
+        report_trial_row(f, &st->spec, &st->tr[k]);
+}
+
+static void report_put_replays(FILE *f, const struct report_study *st)
+{
+    fputs("condition,trial,step,status,exact,rounding,semantic,semantic_ops\n", f);
+    for (int k = 0; k < st->npr; k++) {
+        const struct report_pair *p = &st->pr[k];
+        if (!p->diverged)
+            continue;
+        for (int j = 0; j < 2; j++) {
+            report_csv_field(f, st->spec.cond[j ? p->cb : p->ca].name);
+            fprintf(f, ",%d,%" PRIu64 ",", p->t, p->first_step);
+            report_replay_row(f, &p->replay[j]);
+            fputc('\n', f);
+        }
+    }
+}
+
+/* The table dir/name (its directory made if missing), written by put. */
+static int report_table(const struct report_study *st, const char *dir, const char *name,
+                        void (*put)(FILE *f, const struct report_study *st))
+{
+    char path[4096];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (report_mkdirs(path) < 0 || !(f = fopen(path, "w")))
+        goto bad;
+    put(f, st);
     if (fclose(f) != 0)
         goto bad;
     return DT_OK;
@@ -456,55 +483,24 @@ bad:
     return DT_ERR;
 }
 
+static int report_tables(const struct report_study *st, const char *dir)
+{
+    if (report_table(st, dir, "report/conditions.csv", report_put_conditions) < 0 ||
+        report_table(st, dir, "report/comparisons.csv", report_put_comparisons) < 0 ||
+        report_table(st, dir, "report/pairs.csv", report_put_pairs) < 0 ||
+        report_table(st, dir, "report/machines.csv", report_put_machines) < 0)
+        return DT_ERR;
+    return DT_OK;
+}
+
 /* summary/trials.csv, pairs.csv and replays.csv: the per-trial files in one table each */
 static int report_summary_tables(const struct report_study *st, const char *dir)
 {
-    char path[4096];
-    FILE *f;
-    snprintf(path, sizeof path, "%s/summary/trials.csv", dir);
-    if (report_mkdirs(path) < 0 || !(f = fopen(path, "w")))
-        goto bad;
-    report_trial_header(f);
-    for (int k = 0; k < st->ntr; k++)
-        report_trial_row(f, &st->spec, &st->tr[k]);
-    if (fclose(f) != 0)
-        goto bad;
-    snprintf(path, sizeof path, "%s/summary/pairs.csv", dir);
-    if (!(f = fopen(path, "w")))
-        goto bad;
-    report_pair_header(f);
-    for (int k = 0; k < st->npr; k++)
-        report_pair_row(f, &st->spec, &st->pr[k]);
-    if (fclose(f) != 0)
-        goto bad;
-    snprintf(path, sizeof path, "%s/summary/replays.csv", dir);
-    if (!(f = fopen(path, "w")))
-        goto bad;
-    fputs("condition,trial,step,status,exact,rounding,semantic,semantic_ops\n", f);
-    for (int k = 0; k < st->npr; k++) {
-        const struct report_pair *p = &st->pr[k];
-        if (!p->diverged)
-            continue;
-        for (int j = 0; j < 2; j++) {
-            const struct report_replay *r = &p->replay[j];
-            report_csv_field(f, st->spec.cond[j ? p->cb : p->ca].name);
-            fprintf(f, ",%d,%" PRIu64 ",", p->t, p->first_step);
-            report_csv_field(f, r->status);
-            if (strcmp(r->status, "ok") == 0)
-                fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",", r->exact, r->rounding,
-                        r->semantic);
-            else
-                fputs(",,,,", f);
-            report_csv_field(f, r->semantic_ops);
-            fputc('\n', f);
-        }
-    }
-    if (fclose(f) != 0)
-        goto bad;
+    if (report_table(st, dir, "summary/trials.csv", report_put_trials) < 0 ||
+        report_table(st, dir, "summary/pairs.csv", report_put_pairs) < 0 ||
+        report_table(st, dir, "summary/replays.csv", report_put_replays) < 0)
+        return DT_ERR;
     return DT_OK;
-bad:
-    dt_error_set("cannot write %s: %s", path, strerror(errno));
-    return DT_ERR;
 }
 
 /* ---- JSON ---- */

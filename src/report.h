@@ -99,6 +99,8 @@ void report_trial_header(FILE *f);
 void report_trial_row(FILE *f, const struct sweep_spec *s, const struct report_trial *tr);
 void report_pair_header(FILE *f);
 void report_pair_row(FILE *f, const struct sweep_spec *s, const struct report_pair *p);
+/* A replay's cells of a row: status,exact,rounding,semantic,semantic_ops. */
+void report_replay_row(FILE *f, const struct report_replay *r);
 /* "runs/COND/tNN" style paths under dir: kind "runs", "summary/trials", ...
  * and ext ".dtr", ".csv". */
 void report_path(char *out, size_t n, const char *dir, const char *kind, const char *cond,

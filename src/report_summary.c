@@ -142,14 +142,21 @@ static int64_t report_parse_i64(const char *s)
     return *s ? strtoll(s, NULL, 10) : -1;
 }
 
+/* path opened for reading, or NULL with dt_error set. */
+static FILE *report_ropen(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        dt_error_set("cannot read %s: %s", path, strerror(errno));
+    return f;
+}
+
 /* Read a one-row summary (header + row) into fld; *buf holds the strings. */
 static int report_csv_read1(const char *path, const char *cols, int ncols, char **fld, char **buf)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        dt_error_set("cannot read %s: %s", path, strerror(errno));
+    FILE *f = report_ropen(path);
+    if (!f)
         return DT_ERR;
-    }
     char *head = NULL;
     size_t cap = 0, cap2 = 0;
     *buf = NULL;
@@ -381,11 +388,9 @@ int report_curve_load(const char *dir, const struct sweep_spec *s, const struct 
     report_path(path, sizeof path, dir, "summary/curves", s->cond[tr->ci].name, tr->t, ".csv");
     *step = *loss = NULL;
     *n = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        dt_error_set("cannot read %s: %s", path, strerror(errno));
+    FILE *f = report_ropen(path);
+    if (!f)
         return DT_ERR;
-    }
     char *line = NULL;
     size_t cap = 0, ncap = 0;
     int first = 1;
@@ -446,16 +451,20 @@ void report_pair_row(FILE *f, const struct sweep_spec *s, const struct report_pa
     if (p->escape[0] >= 0 && p->escape[1] >= 0)
         fprintf(f, "%" PRId64, p->escape[1] - p->escape[0]);
     for (int k = 0; k < 2; k++) {
-        const struct report_replay *r = &p->replay[k];
         fputc(',', f);
-        report_csv_field(f, r->status);
-        if (strcmp(r->status, "ok") == 0)
-            fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",", r->exact, r->rounding, r->semantic);
-        else
-            fputs(",,,,", f);
-        report_csv_field(f, r->semantic_ops);
+        report_replay_row(f, &p->replay[k]);
     }
     fputc('\n', f);
+}
+
+void report_replay_row(FILE *f, const struct report_replay *r)
+{
+    report_csv_field(f, r->status);
+    if (strcmp(r->status, "ok") == 0)
+        fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",", r->exact, r->rounding, r->semantic);
+    else
+        fputs(",,,,", f);
+    report_csv_field(f, r->semantic_ops);
 }
 
 /* The value of "key": N after position p in a JSON text, or 0. */
