@@ -34,8 +34,7 @@ int plot_check(void)
     return -1;
 }
 
-/* s as a gnuplot single-quoted string (a quote inside is doubled). */
-static void plot_str(FILE *g, const char *s)
+void plot_str(FILE *g, const char *s)
 {
     fputc('\'', g);
     for (; *s; s++) {
@@ -52,17 +51,13 @@ static const char *plot_base(const char *path)
     return s && s[1] ? s + 1 : path;
 }
 
-/* gnuplot's stderr: its warnings (an empty range of a one-step run) are
- * noise; its last line names the error when it fails. */
-static FILE *plot_err;
-
-/* Start gnuplot on a PNG of path with title and axis labels. */
-static FILE *plot_open(const char *path, const char *title, const char *xlabel, const char *ylabel)
+FILE *plot_open(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                FILE **err)
 {
     fflush(NULL);
     int saved = -1;
-    if ((plot_err = tmpfile()) != NULL && (saved = dup(2)) >= 0)
-        dup2(fileno(plot_err), 2);
+    if ((*err = tmpfile()) != NULL && (saved = dup(2)) >= 0)
+        dup2(fileno(*err), 2);
     FILE *g = popen("gnuplot", "w");
     int e = errno;
     if (saved >= 0) {   /* the child has fd 2 already; ours comes back */
@@ -70,8 +65,9 @@ static FILE *plot_open(const char *path, const char *title, const char *xlabel, 
         close(saved);
     }
     if (!g) {
-        if (plot_err)
-            fclose(plot_err);
+        if (*err)
+            fclose(*err);
+        *err = NULL;
         dt_error_set("cannot start gnuplot: %s", strerror(e));
         return NULL;
     }
@@ -91,25 +87,32 @@ static FILE *plot_open(const char *path, const char *title, const char *xlabel, 
     return g;
 }
 
-/* Finish the script and wait for gnuplot: 0, or -1 with dt_error set. */
-static int plot_close(FILE *g, const char *path)
+int plot_finish(FILE *g, FILE *err, int *st, char last[PLOT_LAST])
 {
     fputs("unset output\n", g);
     int werr = fflush(g) != 0 || ferror(g);
-    int st = pclose(g);
-    char last[256] = "", line[256];
-    if (plot_err) {
-        rewind(plot_err);
-        while (fgets(line, sizeof line, plot_err)) {
+    *st = pclose(g);
+    char line[PLOT_LAST];
+    last[0] = 0;
+    if (err) {
+        rewind(err);
+        while (fgets(line, sizeof line, err)) {
             line[strcspn(line, "\n")] = 0;
             const char *p = line + strspn(line, " \t");
             if (*p)
-                snprintf(last, sizeof last, "%s", p);
+                snprintf(last, PLOT_LAST, "%s", p);
         }
-        fclose(plot_err);
-        plot_err = NULL;
+        fclose(err);
     }
-    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || werr) {
+    return *st == -1 || !WIFEXITED(*st) || WEXITSTATUS(*st) != 0 || werr ? -1 : 0;
+}
+
+/* plot_finish: 0, or -1 with dt_error set. */
+static int plot_close(FILE *g, FILE *err, const char *path)
+{
+    int st;
+    char last[PLOT_LAST];
+    if (plot_finish(g, err, &st, last) < 0) {
         dt_error_set("gnuplot failed to write %s (%s %d)%s%s", path,
                      st != -1 && WIFSIGNALED(st) ? "signal" : "exit status",
                      st == -1 ? -1 : WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
@@ -145,8 +148,8 @@ static void plot_escape_key(FILE *g, const struct plot_run *run, int k)
 
 static int plot_loss(const char *path, const struct plot_run *runs, size_t nruns)
 {
-    FILE *g = plot_open(path, "loss, plateaus (thick) and escapes (dashed)", "step",
-                        "loss (log scale)");
+    FILE *err, *g = plot_open(path, "loss, plateaus (thick) and escapes (dashed)", "step",
+                              "loss (log scale)", &err);
     if (!g)
         return -1;
     fputs("set logscale y\n", g);
@@ -193,7 +196,7 @@ static int plot_loss(const char *path, const struct plot_run *runs, size_t nruns
         plot_escape_key(g, &runs[k], (int)k);
     }
     fputc('\n', g);
-    return plot_close(g, path);
+    return plot_close(g, err, path);
 }
 
 /* 1 written, 0 skipped (why in note), -1 error. */
@@ -214,7 +217,7 @@ static int plot_distance(const char *path, const struct plot_run *runs, const st
     char title[700];
     snprintf(title, sizeof title, "relative parameter distance, %s vs %s", plot_base(runs[0].tf->path),
              plot_base(runs[1].tf->path));
-    FILE *g = plot_open(path, title, "step", "log10 |pA - pB| / |pA|");
+    FILE *err, *g = plot_open(path, title, "step", "log10 |pA - pB| / |pA|", &err);
     if (!g)
         return -1;
     uint64_t xmax = d->points[d->npoints - 1].step;
@@ -233,7 +236,7 @@ static int plot_distance(const char *path, const struct plot_run *runs, const st
     for (int k = 0; k < 2; k++)
         plot_escape_key(g, &runs[k], k);
     fputc('\n', g);
-    return plot_close(g, path) == 0 ? 1 : -1;
+    return plot_close(g, err, path) == 0 ? 1 : -1;
 }
 
 /* The layer number of "L<l>...", or -1. */
@@ -289,7 +292,7 @@ static int plot_first_divergence(const char *path, const struct plot_run *runs,
     snprintf(title, sizeof title, "first divergence (step %" PRIu64 "): origin ops per layer and time step, %s vs %s%s",
              d->first_step, plot_base(a->path), plot_base(runs[1].tf->path),
              d->origins_partial ? " (partial)" : "");
-    FILE *g = plot_open(path, title, "time step", "layer");
+    FILE *err, *g = plot_open(path, title, "time step", "layer", &err);
     if (!g) {
         free(cell);
         return -1;
@@ -305,7 +308,7 @@ static int plot_first_divergence(const char *path, const struct plot_run *runs,
     free(cell);
     fputs("EOD\nplot $cells using 1:2:3 with image notitle, "
           "$cells using 1:2:($3 > 0 ? sprintf('%d', $3) : '') with labels notitle\n", g);
-    return plot_close(g, path) == 0 ? 1 : -1;
+    return plot_close(g, err, path) == 0 ? 1 : -1;
 }
 
 /* dir exists (created if missing) and is writable: 0, or -1 with dt_error set. */
@@ -437,9 +440,10 @@ int plot_pairs(const char *dir, const struct escape_pairs *ps, FILE *log)
     struct sigaction ign = {.sa_handler = SIG_IGN}, old;
     sigemptyset(&ign.sa_mask);
     sigaction(SIGPIPE, &ign, &old);
-    FILE *g = plot_open(path, "divergence onset against escape difference, one point per pair "
+    FILE *err, *g = plot_open(path, "divergence onset against escape difference, one point per pair "
                               "(labels: pair numbers)",
-                        "divergence onset (step)", "|escape step of B - escape step of A| (steps)");
+                              "divergence onset (step)",
+                              "|escape step of B - escape step of A| (steps)", &err);
     int rc = -1;
     if (g) {
         /* both series in one block: pair, first divergence, 1e-3 crossing, |difference| */
@@ -459,7 +463,7 @@ int plot_pairs(const char *dir, const struct escape_pairs *ps, FILE *log)
         plot_str(g, t2);
         fputs(", $first using 1:2:3 with labels left offset 1,0.9 tc lt 1 notitle"
               ", $cross using 1:2:3 with labels right offset -1,0.9 tc lt 2 notitle\n", g);
-        rc = plot_close(g, path);
+        rc = plot_close(g, err, path);
         if (rc == 0)
             fprintf(log, "plot: %s\n", path);
     }

@@ -23,6 +23,23 @@ struct plot_run {
 /* 0 when a gnuplot program is on PATH, else -1 with dt_error set. */
 int plot_check(void);
 
+/* The gnuplot pipe, for these plots and those of `divtrace report`
+ * (report_plot.c). plot_open starts gnuplot on a PNG at path with a title
+ * and axis labels and returns the pipe to write the rest of the script to;
+ * NULL with dt_error set when gnuplot cannot start. gnuplot's stderr goes to
+ * *err, a temporary file (NULL when none could be made): its warnings (an
+ * empty range of a one-step run) are noise, its last line names the error
+ * when it fails. */
+FILE *plot_open(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                FILE **err);
+/* Ends plot_open's script, waits for gnuplot and closes err: 0 when gnuplot
+ * wrote the PNG, else -1 with *st its wait status (-1 when there is none)
+ * and last the last line it wrote on stderr ("" if none). */
+#define PLOT_LAST 256
+int plot_finish(FILE *g, FILE *err, int *st, char last[PLOT_LAST]);
+/* s as a gnuplot single-quoted string (a quote inside is doubled). */
+void plot_str(FILE *g, const char *s);
+
 /* Into dir (created if missing): loss.png for all runs; with two runs,
  * distance.png when they share checkpoints and first-divergence.png when
  * they are PredNet runs that diverge. Each path written, and each plot

@@ -2,82 +2,23 @@
  * condition's loss curves with escape markers, the first-escape steps of
  * every condition side by side, and each pair of conditions' parameter
  * distance against step. Drawn from the summaries (so they need no trace)
- * by gnuplot through a pipe, data inline, as plot.c does for escape. */
-#include <errno.h>
+ * by gnuplot through plot.c's pipe (plot_open), data inline. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "plot.h"
 #include "report.h"
 #include "util.h"
 
-static void report_plot_str(FILE *g, const char *s)
-{
-    fputc('\'', g);
-    for (; *s; s++) {
-        if (*s == '\'')
-            fputc('\'', g);
-        fputc(*s, g);
-    }
-    fputc('\'', g);
-}
-
-/* gnuplot on a PNG at path; its stderr goes to *err (a temporary file). */
-static FILE *report_plot_open(const char *path, const char *title, const char *xl,
-                              const char *yl, FILE **err)
-{
-    fflush(NULL);
-    int saved = -1;
-    if ((*err = tmpfile()) != NULL && (saved = dup(2)) >= 0)
-        dup2(fileno(*err), 2);
-    FILE *g = popen("gnuplot", "w");
-    int e = errno;
-    if (saved >= 0) {
-        dup2(saved, 2);
-        close(saved);
-    }
-    if (!g) {
-        if (*err)
-            fclose(*err);
-        *err = NULL;
-        dt_error_set("cannot start gnuplot: %s", strerror(e));
-        return NULL;
-    }
-    fputs("if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-          "  set terminal pngcairo noenhanced size 1000,600\n"
-          "} else {\n  set terminal png noenhanced size 1000,600\n}\nset output ", g);
-    report_plot_str(g, path);
-    fputs("\nset title ", g);
-    report_plot_str(g, title);
-    fputs("\nset xlabel ", g);
-    report_plot_str(g, xl);
-    fputs("\nset ylabel ", g);
-    report_plot_str(g, yl);
-    fputs("\nset key outside right top\nset grid\n", g);
-    return g;
-}
-
+/* plot_finish: DT_OK, or DT_ERR with dt_error set. */
 static int report_plot_close(FILE *g, FILE *err, const char *path)
 {
-    fputs("unset output\n", g);
-    int werr = fflush(g) != 0 || ferror(g);
-    int st = pclose(g);
-    char last[256] = "", line[256];
-    if (err) {
-        rewind(err);
-        while (fgets(line, sizeof line, err)) {
-            line[strcspn(line, "\n")] = 0;
-            if (line[strspn(line, " \t")])
-                snprintf(last, sizeof last, "%s", line + strspn(line, " \t"));
-        }
-        fclose(err);
-    }
-    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || werr) {
+    int st;
+    char last[PLOT_LAST];
+    if (plot_finish(g, err, &st, last) < 0) {
         dt_error_set("gnuplot failed to write %s%s%s", path, *last ? ": " : "", last);
         return DT_ERR;
     }
@@ -110,7 +51,7 @@ static int report_plot_loss(const char *dir, const struct sweep_spec *s, int ci,
     }
     snprintf(title, sizeof title, "%s: loss curves of %d trials, escapes marked", s->cond[ci].name,
              ntrial);
-    FILE *err, *g = report_plot_open(path, title, "step", "loss", &err);
+    FILE *err, *g = plot_open(path, title, "step", "loss", &err);
     if (!g)
         return DT_ERR;
     fputs("set logscale y\nplot ", g);
@@ -177,14 +118,14 @@ static int report_plot_escapes(const char *dir, const struct sweep_spec *s,
             fprintf(log, "plot: %s skipped: no trial escapes a plateau\n", path);
         return DT_OK;
     }
-    FILE *err, *g = report_plot_open(path, "first escape step of each trial, per condition",
-                                      "condition", "first escape step", &err);
+    FILE *err, *g = plot_open(path, "first escape step of each trial, per condition", "condition",
+                              "first escape step", &err);
     if (!g)
         return DT_ERR;
     fprintf(g, "set xrange [-0.5:%d]\nset xtics rotate by -30 (", s->ncond);
     for (int ci = 0; ci < s->ncond; ci++) {
         fputs(ci ? ", " : "", g);
-        report_plot_str(g, s->cond[ci].name);
+        plot_str(g, s->cond[ci].name);
         fprintf(g, " %d", ci);
     }
     fputs(")\nset key off\nplot '-' with points pt 7 ps 1.5 lc 1, '-' with points pt 2 ps 3 "
@@ -212,6 +153,15 @@ static int report_plot_escapes(const char *dir, const struct sweep_spec *s,
     return DT_OK;
 }
 
+/* The points of a pair's distance that a log scale shows (positive, finite). */
+static int report_plot_npos(const struct report_pair *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->npoints; i++)
+        n += p->points[i].dist > 0 && isfinite(p->points[i].dist);
+    return n;
+}
+
 /* divergence-A--B.png: parameter distance at checkpoints, one line per trial */
 static int report_plot_pair(const char *dir, const struct sweep_spec *s,
                             const struct report_pair *pr, int npr, int k0, FILE *log, char ***w,
@@ -222,12 +172,8 @@ static int report_plot_pair(const char *dir, const struct sweep_spec *s,
     snprintf(name, sizeof name, "divergence-%s--%s.png", s->cond[ca].name, s->cond[cb].name);
     snprintf(path, sizeof path, "%s/report/%s", dir, name);
     int nlines = 0;
-    for (int k = k0; k < npr && pr[k].ca == ca && pr[k].cb == cb; k++) {
-        int pos = 0;
-        for (int i = 0; i < pr[k].npoints; i++)
-            pos += pr[k].points[i].dist > 0 && isfinite(pr[k].points[i].dist);
-        nlines += pos > 0;
-    }
+    for (int k = k0; k < npr && pr[k].ca == ca && pr[k].cb == cb; k++)
+        nlines += report_plot_npos(&pr[k]) > 0;
     if (!nlines) {
         if (log)
             fprintf(log, "plot: %s skipped: no positive distance at a shared checkpoint\n", path);
@@ -235,7 +181,7 @@ static int report_plot_pair(const char *dir, const struct sweep_spec *s,
     }
     snprintf(title, sizeof title, "%s vs %s: relative parameter distance", s->cond[ca].name,
              s->cond[cb].name);
-    FILE *err, *g = report_plot_open(path, title, "step", "|pA - pB| / |pA|", &err);
+    FILE *err, *g = plot_open(path, title, "step", "|pA - pB| / |pA|", &err);
     if (!g)
         return DT_ERR;
     fputs("set logscale y\nset format y '%.0e'\n", g);
@@ -245,10 +191,7 @@ static int report_plot_pair(const char *dir, const struct sweep_spec *s,
     fputs("plot ", g);
     int first = 1;
     for (int k = k0; k < npr && pr[k].ca == ca && pr[k].cb == cb; k++) {
-        int pos = 0;
-        for (int i = 0; i < pr[k].npoints; i++)
-            pos += pr[k].points[i].dist > 0 && isfinite(pr[k].points[i].dist);
-        if (!pos)
+        if (!report_plot_npos(&pr[k]))
             continue;
         fprintf(g, "%s'-' with linespoints pt 7 ps 0.6 lc %d title 't%02d'", first ? "" : ", ",
                 pr[k].t % 8 + 1, pr[k].t);
@@ -256,10 +199,7 @@ static int report_plot_pair(const char *dir, const struct sweep_spec *s,
     }
     fputc('\n', g);
     for (int k = k0; k < npr && pr[k].ca == ca && pr[k].cb == cb; k++) {
-        int pos = 0;
-        for (int i = 0; i < pr[k].npoints; i++)
-            pos += pr[k].points[i].dist > 0 && isfinite(pr[k].points[i].dist);
-        if (!pos)
+        if (!report_plot_npos(&pr[k]))
             continue;
         for (int i = 0; i < pr[k].npoints; i++)
             if (pr[k].points[i].dist > 0 && isfinite(pr[k].points[i].dist))
