@@ -29,10 +29,8 @@ int cli_double(const char *opt, const char *s, double *out);
 /* The standard reply to a bad option (getopt has already said what). */
 int cli_usage_error(const char *cmd);
 
-/* JSON output helpers: a string with escapes, a double (null if not finite). */
-#include <stdio.h>
-void cli_json_str(FILE *f, const char *s);
-void cli_json_num(FILE *f, double v);
+/* JSON output: json.h (json_put_str, json_put_num). */
+#include "json.h"
 /* "100x784" */
 void cli_shape(char *buf, size_t n, int ndim, const uint32_t *shape);
 

@@ -78,28 +78,6 @@ int cli_usage_error(const char *cmd)
     return CLI_EXIT_TROUBLE;
 }
 
-void cli_json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-void cli_json_num(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.17g", v);
-    else
-        fputs("null", f);
-}
-
 void cli_shape(char *buf, size_t n, int ndim, const uint32_t *shape)
 {
     size_t len = 0;

@@ -72,11 +72,11 @@ static void diff_json_change(void *arg, const char *key, const char *va, const c
 {
     int *n = arg;
     printf("%s{\"key\": ", (*n)++ ? ", " : "");
-    cli_json_str(stdout, key);
+    json_put_str(stdout, key);
     printf(", \"a\": ");
-    if (va) cli_json_str(stdout, va); else fputs("null", stdout);
+    if (va) json_put_str(stdout, va); else fputs("null", stdout);
     printf(", \"b\": ");
-    if (vb) cli_json_str(stdout, vb); else fputs("null", stdout);
+    if (vb) json_put_str(stdout, vb); else fputs("null", stdout);
     putchar('}');
 }
 
@@ -288,7 +288,7 @@ static void diff_json_events(const struct trace_file *t)
     for (uint32_t i = 0; i < t->nevents; i++) {
         printf("%s{\"code\": %u, \"step\": %" PRIu64 ", \"text\": ", i ? ", " : "",
                t->events[i].code, t->events[i].step);
-        cli_json_str(stdout, t->events[i].text);
+        json_put_str(stdout, t->events[i].text);
         putchar('}');
     }
     putchar(']');
@@ -298,9 +298,9 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
                       const struct diff_result *r)
 {
     printf("{\"a\": ");
-    cli_json_str(stdout, a->path);
+    json_put_str(stdout, a->path);
     printf(", \"b\": ");
-    cli_json_str(stdout, b->path);
+    json_put_str(stdout, b->path);
     printf(", \"steps_a\": %" PRIu64 ", \"steps_b\": %" PRIu64 ", \"complete_a\": %s, \"complete_b\": %s",
            a->nsteps, b->nsteps, a->complete ? "true" : "false", b->complete ? "true" : "false");
     printf(",\n \"config_changes\": [");
@@ -319,9 +319,9 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
             char layer[64];
             diff_layer(o->name, layer, sizeof layer);
             printf(", \"op\": %d, \"name\": ", r->first_op);
-            cli_json_str(stdout, o->name);
+            json_put_str(stdout, o->name);
             printf(", \"layer\": ");
-            cli_json_str(stdout, layer);
+            json_put_str(stdout, layer);
             int t = diff_time_step(o->name, NULL);
             if (t >= 0)
                 printf(", \"time_step\": %d", t);
@@ -334,13 +334,13 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
                 printf(", \"elements_differ\": %" PRIu64 ", \"elements\": %" PRIu64
                        ", \"max_ulp\": %" PRIu64, r->elements_differ, r->elements, r->max_ulp);
             printf(", \"rel_l2\": ");
-            cli_json_num(stdout, r->rel_l2);
+            json_put_num(stdout, r->rel_l2);
             printf(", \"rel_l2_estimated\": %s", r->rel_l2_estimated ? "true" : "false");
         }
         printf("},\n \"origins\": [");
         for (int k = 0; k < r->norigins; k++) {
             printf("%s{\"op\": %d, \"name\": ", k ? ", " : "", r->origins[k]);
-            cli_json_str(stdout, a->ops[r->origins[k]].name);
+            json_put_str(stdout, a->ops[r->origins[k]].name);
             putchar('}');
         }
         printf("], \"origins_partial\": %s", r->origins_partial ? "true" : "false");
@@ -348,7 +348,7 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
     printf(",\n \"timeline\": [");
     for (int k = 0; k < r->npoints; k++) {
         printf("%s{\"step\": %" PRIu64 ", \"distance\": ", k ? ", " : "", r->points[k].step);
-        cli_json_num(stdout, r->points[k].dist);
+        json_put_num(stdout, r->points[k].dist);
         putchar('}');
     }
     printf("],\n \"crossings\": [");
@@ -361,13 +361,13 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
         putchar('}');
     }
     printf("],\n \"final_loss\": {\"a\": ");
-    cli_json_num(stdout, r->final_a);
+    json_put_num(stdout, r->final_a);
     printf(", \"b\": ");
-    cli_json_num(stdout, r->final_b);
+    json_put_num(stdout, r->final_b);
     printf("}, \"mean_last50\": {\"a\": ");
-    cli_json_num(stdout, r->mean50_a);
+    json_put_num(stdout, r->mean50_a);
     printf(", \"b\": ");
-    cli_json_num(stdout, r->mean50_b);
+    json_put_num(stdout, r->mean50_b);
     printf("},\n \"plateaus\": {");
     const struct trace_file *t[2] = {a, b};
     for (int k = 0; k < 2; k++) {
@@ -381,7 +381,7 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
         for (size_t q = 0; q < er.nplateaus; q++) {
             const struct escape_plateau *pl = &er.plateaus[q];
             printf("%s{\"start\": %zu, \"end\": %zu, \"level\": ", q ? ", " : "", pl->start, pl->end);
-            cli_json_num(stdout, pl->level);
+            json_put_num(stdout, pl->level);
             if (pl->escaped)
                 printf(", \"escape\": %zu}", pl->escape);
             else
@@ -459,18 +459,18 @@ static void diff_ref_json(const struct trace_file *ref, struct trace_file **runs
                           const struct diff_refresult *r)
 {
     printf("{\"reference\": ");
-    cli_json_str(stdout, ref->path);
+    json_put_str(stdout, ref->path);
     printf(", \"runs\": [");
     for (int k = 0; k < n; k++) {
         printf("%s", k ? ", " : "");
-        cli_json_str(stdout, runs[k]->path);
+        json_put_str(stdout, runs[k]->path);
     }
     printf("],\n \"points\": [");
     for (int p = 0; p < r->npoints; p++) {
         printf("%s{\"step\": %" PRIu64 ", \"distance\": [", p ? ", " : "", r->points[p].step);
         for (int k = 0; k < n; k++) {
             printf("%s", k ? ", " : "");
-            cli_json_num(stdout, r->points[p].dist[k]);
+            json_put_num(stdout, r->points[p].dist[k]);
         }
         printf("]}");
     }

@@ -121,36 +121,36 @@ static void escape_print_json(const struct escape_run_out *o, size_t nruns)
         const struct escape_result *r = &o[k].r;
         const struct trace_step *st = tf->steps;
         fprintf(f, "%s\n {\"path\": ", k ? "," : "");
-        cli_json_str(f, tf->path);
+        json_put_str(f, tf->path);
         fprintf(f, ", \"steps\": %" PRIu64 ", \"complete\": %s, \"note\": ", tf->nsteps,
                 tf->complete ? "true" : "false");
-        cli_json_str(f, tf->note);
+        json_put_str(f, tf->note);
         fprintf(f, ",\n  \"params\": {\"window\": %d, \"min_len\": %d, \"max_gap\": %d, \"horizon\": %d, \"flat\": ",
                 r->used.window, r->used.min_len, r->used.max_gap, r->used.horizon);
-        cli_json_num(f, r->used.flat);
+        json_put_num(f, r->used.flat);
         fputs(", \"noise\": ", f);
-        cli_json_num(f, r->used.noise_k);
+        json_put_num(f, r->used.noise_k);
         fputs(", \"drop\": ", f);
-        cli_json_num(f, r->used.drop);
+        json_put_num(f, r->used.drop);
         fputs("},\n  \"rate\": ", f);
-        cli_json_num(f, r->rate);
+        json_put_num(f, r->rate);
         fputs(", \"noise\": ", f);
-        cli_json_num(f, r->noise);
+        json_put_num(f, r->noise);
         fputs(",\n  \"plateaus\": [", f);
         for (size_t i = 0; i < r->nplateaus; i++) {
             const struct escape_plateau *p = &r->plateaus[i];
             fprintf(f, "%s\n   {\"start\": %" PRIu64 ", \"end\": %" PRIu64 ", \"level\": ", i ? "," : "",
                     st[p->start].step, st[p->end].step);
-            cli_json_num(f, p->level);
+            json_put_num(f, p->level);
             fputs(", \"grad_norm\": ", f);
-            cli_json_num(f, p->grad_norm);
+            json_put_num(f, p->grad_norm);
             fputs(", \"escape\": ", f);
             if (p->escaped)
                 fprintf(f, "%" PRIu64, st[p->escape].step);
             else
                 fputs("null", f);
             fputs(", \"drop\": ", f);
-            cli_json_num(f, p->drop);
+            json_put_num(f, p->drop);
             fputc('}', f);
         }
         fputs("],\n  \"escapes\": [", f);
@@ -165,11 +165,11 @@ static void escape_print_json(const struct escape_run_out *o, size_t nruns)
         if (o[k].has_curv) {
             const struct curvature_result *cv = &o[k].curv;
             fprintf(f, ",\n  \"curvature\": {\"step\": %" PRIu64 ", \"lowest\": ", cv->step);
-            cli_json_num(f, cv->lo);
+            json_put_num(f, cv->lo);
             fputs(", \"highest\": ", f);
-            cli_json_num(f, cv->hi);
+            json_put_num(f, cv->hi);
             fputs(", \"lowest_residual\": ", f);
-            cli_json_num(f, cv->lo_resid);
+            json_put_num(f, cv->lo_resid);
             fprintf(f, ", \"saddle\": %s}", escape_is_saddle(cv) ? "true" : "false");
         }
         fputc('}', f);
@@ -312,15 +312,15 @@ static void escape_json_change(void *arg, const char *key, const char *va, const
 {
     int *n = arg;
     printf("%s{\"key\": ", (*n)++ ? ", " : "");
-    cli_json_str(stdout, key);
+    json_put_str(stdout, key);
     fputs(", \"a\": ", stdout);
     if (va)
-        cli_json_str(stdout, va);
+        json_put_str(stdout, va);
     else
         fputs("null", stdout);
     fputs(", \"b\": ", stdout);
     if (vb)
-        cli_json_str(stdout, vb);
+        json_put_str(stdout, vb);
     else
         fputs("null", stdout);
     putchar('}');
@@ -329,11 +329,11 @@ static void escape_json_change(void *arg, const char *key, const char *va, const
 static void escape_json_corr(FILE *f, const char *name, const struct escape_pairs_corr *c)
 {
     fprintf(f, "\"%s\": {\"n\": %zu, \"pearson\": ", name, c->n);
-    cli_json_num(f, c->pearson);
+    json_put_num(f, c->pearson);
     fputs(", \"spearman\": ", f);
-    cli_json_num(f, c->spearman);
+    json_put_num(f, c->spearman);
     fputs(", \"note\": ", f);
-    cli_json_str(f, c->n < 3 ? "too few pairs" : !isfinite(c->pearson) ? "no spread" : "");
+    json_put_str(f, c->n < 3 ? "too few pairs" : !isfinite(c->pearson) ? "no spread" : "");
     fputc('}', f);
 }
 
@@ -341,11 +341,11 @@ static void escape_pairs_json(const char *dir, const struct escape_pairs *ps)
 {
     FILE *f = stdout;
     fputs("{\"dir\": ", f);
-    cli_json_str(f, dir);
+    json_put_str(f, dir);
     fputs(", \"pair_keys\": [", f);
     for (size_t k = 0; k < ps->nkeys; k++) {
         fputs(k ? ", " : "", f);
-        cli_json_str(f, ps->keys[k]);
+        json_put_str(f, ps->keys[k]);
     }
     fprintf(f, "], \"traces\": %zu, \"groups\": %zu,\n \"pairs\": [", ps->nruns, ps->ngroups);
     static const char *tname[DIFF_NTHRESH] = {"1e-6", "1e-3", "1e-1"};
@@ -353,9 +353,9 @@ static void escape_pairs_json(const char *dir, const struct escape_pairs *ps)
         const struct escape_pair *q = &ps->pairs[i];
         const struct escape_pairs_run *a = &ps->runs[q->a], *b = &ps->runs[q->b];
         fprintf(f, "%s\n  {\"pair\": %zu, \"a\": ", i ? "," : "", i + 1);
-        cli_json_str(f, a->path);
+        json_put_str(f, a->path);
         fputs(", \"b\": ", f);
-        cli_json_str(f, b->path);
+        json_put_str(f, b->path);
         fputs(",\n   \"differs\": [", f);
         int n = 0;
         fflush(f);
@@ -384,7 +384,7 @@ static void escape_pairs_json(const char *dir, const struct escape_pairs *ps)
     for (size_t i = 0; i < ps->nruns; i++)
         if (!ps->runs[i].paired) {
             fputs(first ? "" : ", ", f);
-            cli_json_str(f, ps->runs[i].path);
+            json_put_str(f, ps->runs[i].path);
             first = 0;
         }
     fputs("],\n \"correlation\": {", f);

@@ -91,7 +91,7 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
                         const struct replay_result *r)
 {
     printf("{\"trace\": ");
-    cli_json_str(stdout, tf->path);
+    json_put_str(stdout, tf->path);
     printf(", \"first\": %" PRIu64 ", \"last\": %" PRIu64 ", \"checkpoint\": %" PRIu64
            ", \"against\": \"%s\", \"reproduced\": %s, \"mismatch_step\": ",
            r->first, r->last, r->from_ckpt, opt->against == REPLAY_ORACLE ? "mpfr" : "same",
@@ -110,21 +110,21 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
     for (int k = 0; k < r->ncheck; k++) {
         const struct replay_opcheck *c = &r->check[k];
         printf("%s\n  {\"step\": %" PRIu64 ", \"op\": %d, \"name\": ", k ? "," : "", c->step, c->op);
-        cli_json_str(stdout, tf->ops[c->op].name);
+        json_put_str(stdout, tf->ops[c->op].name);
         printf(", \"class\": \"%s\", \"max_ulp\": ", replay_class_name(c->cls));
         if (c->max_ulp == UINT64_MAX)
             fputs("null", stdout);
         else
             printf("%" PRIu64, c->max_ulp);
         printf(", \"max_error_over_bound\": ");
-        cli_json_num(stdout, c->max_ratio);
+        json_put_num(stdout, c->max_ratio);
         if (c->cls != REPLAY_EXACT) {
             printf(", \"worst\": {\"index\": %" PRIu64 ", \"value\": ", c->worst);
-            cli_json_num(stdout, c->worst_value);
+            json_put_num(stdout, c->worst_value);
             printf(", \"exact\": ");
-            cli_json_num(stdout, c->worst_exact);
+            json_put_num(stdout, c->worst_exact);
             printf(", \"bound\": ");
-            cli_json_num(stdout, c->worst_bound);
+            json_put_num(stdout, c->worst_bound);
             putchar('}');
         }
         putchar('}');

@@ -81,22 +81,22 @@ static void show_json(const struct trace_file *tf, int has_step, uint64_t only, 
 {
     FILE *f = stdout;
     fprintf(f, "{\"format\": %u, \"tool_version\": ", tf->version);
-    cli_json_str(f, tf->tool_version);
+    json_put_str(f, tf->tool_version);
     fprintf(f, ", \"complete\": %s, \"end_status\": %d, \"note\": ", tf->complete ? "true" : "false",
             tf->end_status);
-    cli_json_str(f, tf->note);
+    json_put_str(f, tf->note);
     fprintf(f, ", \"trace_level\": \"%s\",\n \"config\": {", trace_level_name(tf->level));
     for (size_t i = 0; i < tf->cfg.n; i++) {
         fputs(i ? ", " : "", f);
-        cli_json_str(f, tf->cfg.key[i]);
+        json_put_str(f, tf->cfg.key[i]);
         fputs(": ", f);
-        cli_json_str(f, tf->cfg.val[i]);
+        json_put_str(f, tf->cfg.val[i]);
     }
     fputs("},\n \"ops\": [", f);
     for (uint32_t i = 0; i < tf->nops; i++) {
         const struct trace_opdef *o = &tf->ops[i];
         fprintf(f, "%s\n  {\"index\": %u, \"name\": ", i ? "," : "", i);
-        cli_json_str(f, o->name);
+        json_put_str(f, o->name);
         fprintf(f, ", \"type\": \"%s\", \"kind\": \"%s\", \"shape\": [", o->type,
                 trace_kind_name((enum trace_kind)o->kind));
         for (int d = 0; d < o->ndim; d++)
@@ -120,7 +120,7 @@ static void show_json(const struct trace_file *tf, int has_step, uint64_t only, 
         else
             fprintf(f, "%u", e->op);
         fputs(", \"text\": ", f);
-        cli_json_str(f, e->text);
+        json_put_str(f, e->text);
         fputc('}', f);
     }
     fputs("],\n \"steps\": [", f);
@@ -131,26 +131,26 @@ static void show_json(const struct trace_file *tf, int has_step, uint64_t only, 
             continue;
         fprintf(f, "%s\n  {\"step\": %" PRIu64 ", \"loss\": ", first ? "" : ",", st->step);
         first = 0;
-        cli_json_num(f, st->loss);
+        json_put_num(f, st->loss);
         fputs(", \"grad_norm\": ", f);
-        cli_json_num(f, st->grad_norm);
+        json_put_num(f, st->grad_norm);
         fprintf(f, ", \"root\": \"%016" PRIx64 "\"", st->root);
         if (!summary) {
             fputs(", \"records\": [", f);
             for (uint32_t k = 0; k < st->nrec; k++) {
                 const struct trace_oprec *r = &st->rec[k];
                 fprintf(f, "%s\n   {\"op\": %u, \"name\": ", k ? "," : "", r->op);
-                cli_json_str(f, tf->ops[r->op].name);
+                json_put_str(f, tf->ops[r->op].name);
                 fprintf(f, ", \"hash\": \"%016" PRIx64 "\", \"l2\": ", r->hash);
-                cli_json_num(f, r->l2);
+                json_put_num(f, r->l2);
                 fputs(", \"min\": ", f);
-                cli_json_num(f, r->min);
+                json_put_num(f, r->min);
                 fputs(", \"max\": ", f);
-                cli_json_num(f, r->max);
+                json_put_num(f, r->max);
                 fprintf(f, ", \"nan\": %" PRIu64 ", \"inf\": %" PRIu64 ", \"sketch\": [", r->nan, r->inf);
                 for (int j = 0; j < TRACE_SKETCH_LEN; j++) {
                     fputs(j ? ", " : "", f);
-                    cli_json_num(f, r->sketch[j]);
+                    json_put_num(f, r->sketch[j]);
                 }
                 fputs("]}", f);
             }

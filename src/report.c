@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "escape.h"
+#include "json.h"
 
 #include "report.h"
 #include "stattest.h"
@@ -505,28 +506,6 @@ static int report_summary_tables(const struct report_study *st, const char *dir)
 
 /* ---- JSON ---- */
 
-static void report_json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-static void report_json_num(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.17g", v);
-    else
-        fputs("null", f);
-}
-
 static void report_json_i64(FILE *f, int64_t v)
 {
     if (v >= 0)
@@ -539,22 +518,22 @@ static void report_json(const struct report_study *st, FILE *f)
 {
     const struct sweep_spec *s = &st->spec;
     fputs("{\"study\": ", f);
-    report_json_str(f, s->name);
+    json_put_str(f, s->name);
     fputs(",\n \"conditions\": [", f);
     for (int ci = 0; ci < s->ncond; ci++) {
         const struct report_cstat *c = &st->cs[ci];
         fprintf(f, "%s\n  {\"condition\": ", ci ? "," : "");
-        report_json_str(f, s->cond[ci].name);
+        json_put_str(f, s->cond[ci].name);
         fputs(", \"group\": ", f);
-        report_json_str(f, s->cond[ci].group);
+        json_put_str(f, s->cond[ci].group);
         fprintf(f, ", \"trials\": %d, \"with_summary\": %d, \"final_mean\": ", c->ntrials, c->nhave);
-        report_json_num(f, c->final_mean);
+        json_put_num(f, c->final_mean);
         fputs(", \"final_sd\": ", f);
-        report_json_num(f, c->final_sd);
+        json_put_num(f, c->final_sd);
         fprintf(f, ", \"with_escape\": %d, \"escape_mean\": ", c->nesc);
-        report_json_num(f, c->esc_mean);
+        json_put_num(f, c->esc_mean);
         fputs(", \"escape_sd\": ", f);
-        report_json_num(f, c->esc_sd);
+        json_put_num(f, c->esc_sd);
         fputs(", \"phases\": {", f);
         int any = 0;
         for (int p = 0; p <= REPORT_MAX_PHASES; p++)
@@ -566,7 +545,7 @@ static void report_json(const struct report_study *st, FILE *f)
             const struct report_trial *t = &st->tr[k];
             fprintf(f, "%s{\"trial\": %d, \"status\": \"%s\", \"mean_last50\": ",
                     k > st->first[ci] ? ", " : "", t->t, t->status);
-            report_json_num(f, t->mean50);
+            json_put_num(f, t->mean50);
             fputs(", \"first_escape\": ", f);
             report_json_i64(f, t->first_escape);
             fprintf(f, ", \"phases\": %d}", t->phases);
@@ -577,55 +556,55 @@ static void report_json(const struct report_study *st, FILE *f)
     for (int k = 0; k < st->ntest; k++) {
         const struct report_test *t = &st->test[k];
         fprintf(f, "%s\n  {\"line\": %d, \"a\": ", k ? "," : "", t->c->line);
-        report_json_str(f, t->c->sel[0]);
+        json_put_str(f, t->c->sel[0]);
         fputs(", \"b\": ", f);
-        report_json_str(f, t->c->sel[1]);
+        json_put_str(f, t->c->sel[1]);
         fprintf(f, ", \"metric\": \"%s\", \"n_a\": %zu, \"n_b\": %zu, \"mean_a\": ",
                 report_metric_name(t->metric), t->w.n1, t->w.n2);
-        report_json_num(f, t->w.mean1);
+        json_put_num(f, t->w.mean1);
         fputs(", \"mean_b\": ", f);
-        report_json_num(f, t->w.mean2);
+        json_put_num(f, t->w.mean2);
         fputs(", \"sd_a\": ", f);
-        report_json_num(f, t->w.sd1);
+        json_put_num(f, t->w.sd1);
         fputs(", \"sd_b\": ", f);
-        report_json_num(f, t->w.sd2);
+        json_put_num(f, t->w.sd2);
         fputs(",\n   \"welch\": {\"t\": ", f);
-        report_json_num(f, t->w.t);
+        json_put_num(f, t->w.t);
         fputs(", \"df\": ", f);
-        report_json_num(f, t->w.df);
+        json_put_num(f, t->w.df);
         fputs(", \"p\": ", f);
-        report_json_num(f, t->w.p);
+        json_put_num(f, t->w.p);
         fputs(", \"cohen_d\": ", f);
-        report_json_num(f, t->w.d);
+        json_put_num(f, t->w.d);
         fputs(", \"hedges_g\": ", f);
-        report_json_num(f, t->w.g);
+        json_put_num(f, t->w.g);
         fputs(", \"note\": ", f);
-        report_json_str(f, t->w.why);
+        json_put_str(f, t->w.why);
         fputs("},\n   \"mann_whitney\": {\"u\": ", f);
-        report_json_num(f, t->m.u);
+        json_put_num(f, t->m.u);
         fputs(", \"p\": ", f);
-        report_json_num(f, t->m.p);
+        json_put_num(f, t->m.p);
         fprintf(f, ", \"method\": \"%s\", \"rank_biserial\": ",
                 !t->m.ok ? "" : t->m.exact ? "exact" : "normal");
-        report_json_num(f, t->m.r);
+        json_put_num(f, t->m.r);
         fputs(", \"note\": ", f);
-        report_json_str(f, t->m.why);
+        json_put_str(f, t->m.why);
         fputs("}}", f);
     }
     fputs("],\n \"pairs\": [", f);
     for (int k = 0; k < st->npr; k++) {
         const struct report_pair *p = &st->pr[k];
         fprintf(f, "%s\n  {\"a\": ", k ? "," : "");
-        report_json_str(f, s->cond[p->ca].name);
+        json_put_str(f, s->cond[p->ca].name);
         fputs(", \"b\": ", f);
-        report_json_str(f, s->cond[p->cb].name);
+        json_put_str(f, s->cond[p->cb].name);
         fprintf(f, ", \"trial\": %d, \"status\": \"%s\", \"diverged\": %s, \"first_step\": ",
                 p->t, p->status, p->diverged ? "true" : "false");
         report_json_i64(f, p->diverged ? (int64_t)p->first_step : -1);
         fputs(", \"first_op\": ", f);
-        report_json_str(f, p->first_op);
+        json_put_str(f, p->first_op);
         fputs(", \"origins\": ", f);
-        report_json_str(f, p->origins);
+        json_put_str(f, p->origins);
         fputs(", \"cross\": [", f);
         for (int j = 0; j < DIFF_NTHRESH; j++) {
             fputs(j ? ", " : "", f);
@@ -639,10 +618,10 @@ static void report_json(const struct report_study *st, FILE *f)
         for (int j = 0; j < 2; j++) {
             const struct report_replay *r = &p->replay[j];
             fprintf(f, "%s{\"status\": ", j ? ", " : "");
-            report_json_str(f, r->status);
+            json_put_str(f, r->status);
             fprintf(f, ", \"exact\": %" PRIu64 ", \"rounding\": %" PRIu64 ", \"semantic\": %" PRIu64
                        ", \"semantic_ops\": ", r->exact, r->rounding, r->semantic);
-            report_json_str(f, r->semantic_ops);
+            json_put_str(f, r->semantic_ops);
             fputc('}', f);
         }
         fputs("]}", f);
@@ -655,12 +634,12 @@ static void report_json(const struct report_study *st, FILE *f)
         fputs(j ? ",\n  {" : "\n  {", f);
         for (int i = 0; i < REPORT_NMACH; i++) {
             fprintf(f, "%s\"%s\": ", i ? ", " : "", mk[i]);
-            report_json_str(f, st->tr[m[j]].meta[report_mach_keys[i]]);
+            json_put_str(f, st->tr[m[j]].meta[report_mach_keys[i]]);
         }
         char conds[2048];
         report_machine_conds(conds, sizeof conds, st, m[j]);
         fputs(", \"conditions\": ", f);
-        report_json_str(f, conds);
+        json_put_str(f, conds);
         fputc('}', f);
     }
     free(m);
