@@ -302,15 +302,24 @@ static int sweep_path_plain(const char *what, const char *p)
     return DT_OK;
 }
 
+/* The temporary file of path, a Makefile or script that names exe, cwd and
+ * dir (NULL: none) unquoted, once they are plain. */
+static FILE *sweep_emit_open(const char *path, const char *exe, const char *cwd, const char *dir,
+                             char tmp[PATH_MAX])
+{
+    if (sweep_path_plain("the program's path", exe) < 0 ||
+        sweep_path_plain("the working directory", cwd) < 0 ||
+        (dir && sweep_path_plain("the output directory", dir) < 0))
+        return NULL;
+    return sweep_tmp_open(path, tmp);
+}
+
 static int sweep_emit_make(const struct sweep_spec *s, const struct sweep_opts *o,
                            struct sweep_trial *tr, int n, const char *exe, const char *cwd,
                            const char *path)
 {
-    if (sweep_path_plain("the program's path", exe) < 0 ||
-        sweep_path_plain("the working directory", cwd) < 0)
-        return DT_ERR;
     char tmp[PATH_MAX];
-    FILE *f = sweep_tmp_open(path, tmp);
+    FILE *f = sweep_emit_open(path, exe, cwd, NULL, tmp);
     if (!f)
         return DT_ERR;
     fprintf(f, "# Makefile of the sweep '%s', written by divtrace sweep --emit make.\n"
@@ -344,12 +353,8 @@ static int sweep_emit_slurm(const struct sweep_spec *s, const struct sweep_opts 
                             struct sweep_trial *tr, int n, const char *exe, const char *cwd,
                             const char *dir, const char *path)
 {
-    if (sweep_path_plain("the program's path", exe) < 0 ||
-        sweep_path_plain("the working directory", cwd) < 0 ||
-        sweep_path_plain("the output directory", dir) < 0)
-        return DT_ERR;
     char tmp[PATH_MAX];
-    FILE *f = sweep_tmp_open(path, tmp);
+    FILE *f = sweep_emit_open(path, exe, cwd, dir, tmp);
     if (!f)
         return DT_ERR;
     fprintf(f, "#!/bin/bash\n"
