@@ -54,24 +54,29 @@ static int report_plot_loss(const char *dir, const struct sweep_spec *s, int ci,
     FILE *err, *g = plot_open(path, title, "step", "loss", &err);
     if (!g)
         return DT_ERR;
+    /* the escapes go last, in black, so that no later curve hides them */
     fputs("set logscale y\nplot ", g);
-    int first = 1;
+    int first = 1, anyesc = 0;
     for (int k = 0; k < ntr; k++) {
         if (tr[k].ci != ci || tr[k].src == REPORT_SRC_NONE || tr[k].steps == 0)
             continue;
         fprintf(g, "%s'-' with lines lc %d title 't%02d'", first ? "" : ", ", tr[k].t % 8 + 1,
                 tr[k].t);
-        if (tr[k].escapes[0])
-            fprintf(g, ", '-' with points pt 7 ps 1.5 lc %d notitle", tr[k].t % 8 + 1);
+        anyesc |= tr[k].escapes[0] != 0;
         first = 0;
     }
+    if (anyesc)
+        fputs(", '-' with points pt 7 ps 1.4 lc rgb 'black' title 'escapes'", g);
     fputc('\n', g);
+    double *mark = NULL; /* (step, loss) of each escape */
+    size_t nmark = 0, capmark = 0;
     for (int k = 0; k < ntr; k++) {
         if (tr[k].ci != ci || tr[k].src == REPORT_SRC_NONE || tr[k].steps == 0)
             continue;
         double *st, *loss;
         size_t n;
         if (report_curve_load(dir, s, &tr[k], &st, &loss, &n) < 0) {
+            free(mark);
             pclose(g);
             if (err)
                 fclose(err);
@@ -81,22 +86,33 @@ static int report_plot_loss(const char *dir, const struct sweep_spec *s, int ci,
             if (loss[i] > 0 && isfinite(loss[i]))
                 fprintf(g, "%.17g %.9g\n", st[i], loss[i]);
         fputs("e\n", g);
-        if (tr[k].escapes[0]) {
-            for (const char *p = tr[k].escapes; *p;) {
-                char *end;
-                double e = strtod(p, &end);
-                if (end == p)
-                    break;
-                p = end;
-                for (size_t i = 0; i < n; i++)
-                    if (st[i] == e && loss[i] > 0)
-                        fprintf(g, "%.17g %.9g\n", e, loss[i]);
-            }
-            fputs("e\n", g);
+        for (const char *p = tr[k].escapes; *p;) {
+            char *end;
+            double e = strtod(p, &end);
+            if (end == p)
+                break;
+            p = end;
+            for (size_t i = 0; i < n; i++)
+                if (st[i] == e && loss[i] > 0 && isfinite(loss[i])) {
+                    if (nmark == capmark) {
+                        capmark = capmark ? 2 * capmark : 16;
+                        mark = dt_realloc(mark, 2 * capmark * sizeof *mark);
+                    }
+                    mark[2 * nmark] = e;
+                    mark[2 * nmark++ + 1] = loss[i];
+                }
         }
         free(st);
         free(loss);
     }
+    if (anyesc) {
+        for (size_t i = 0; i < nmark; i++)
+            fprintf(g, "%.17g %.9g\n", mark[2 * i], mark[2 * i + 1]);
+        if (!nmark) /* an escape step the curve lacks: an empty series, not a broken plot */
+            fputs("0 NaN\n", g);
+        fputs("e\n", g);
+    }
+    free(mark);
     if (report_plot_close(g, err, path) < 0)
         return DT_ERR;
     report_plot_done(name, path, log, w, nw);
