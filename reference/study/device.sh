@@ -36,21 +36,25 @@ sweep() { # EXPERIMENT SELECTOR JOBS
     timeout -s INT "$LIMIT" "$DT" sweep "$HERE/$1.sweep" -o "$S/$1" --only "$2" -j "$3" -q
     echo "sweep $1 --only $2: exit $?"
 }
-# CPU trials on 12 cores, GPU trials two at a time on the rest
+# CPU trials on 12 cores, GPU trials two at a time on the rest; one sweep
+# at a time in a directory (a sweep locks its directory), so the GPU
+# conditions of C and D wait for their CPU conditions
 sweep C-prednet group=cpu 6 &
 sweep D-bug group=cpubug 6 &
 (
     sweep A-autoencoder '*' 2
     sweep B-hardware '*' 2
-    sweep C-prednet group=gpu 2
-    sweep D-bug group=gpu 2
 ) &
+wait
+sweep C-prednet group=gpu 2 &
+sweep D-bug group=gpu 2 &
 wait
 
 if [ "$PHASE" = report ]; then
     for e in A-autoencoder B-hardware C-prednet D-bug; do
         [ -d "$S/$e" ] || continue
-        "$DT" report "$S/$e" --replay-trials 2 -q
+        case $e in C-*|D-*) n=1 ;; *) n=2 ;; esac
+        "$DT" report "$S/$e" --replay-trials $n -q
         echo "report $e: exit $?"
     done
 fi
