@@ -409,7 +409,7 @@ struct sweep_run {
     const char *exe;
     struct sweep_trial *tr;
     int n;
-    int todo, done, running, failed, kept;
+    int planned, done, running, failed, kept;
     double t0;
     int progress;               /* a progress line is shown */
     sigset_t oldmask;
@@ -422,12 +422,12 @@ static void sweep_progress(struct sweep_run *r, int final)
     double el = dt_now() - r->t0;
     int fin = r->done + r->failed;
     char est[64] = "";
-    if (fin > 0 && fin < r->todo) {
-        double left = el / fin * (r->todo - fin);
+    if (fin > 0 && fin < r->planned) {
+        double left = el / fin * (r->planned - fin);
         snprintf(est, sizeof est, ", ~%d:%02d left", (int)left / 60, (int)left % 60);
     }
     fprintf(stderr, "\r\033[Ksweep: %d done, %d running, %d failed, of %d; %d:%02d elapsed%s",
-            r->done, r->running, r->failed, r->todo, (int)el / 60, (int)el % 60, est);
+            r->done, r->running, r->failed, r->planned, (int)el / 60, (int)el % 60, est);
     if (final)
         fputc('\n', stderr);
     fflush(stderr);
@@ -863,7 +863,7 @@ int cmd_sweep(int argc, char **argv)
                     "again\n", tr[i].rel, why);
             unlink(dtr);
         }
-        r.todo++;
+        r.planned++;
     }
     r.progress = !o.quiet && isatty(STDERR_FILENO);
     rc = sweep_run_all(&r);
