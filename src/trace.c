@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,10 +232,76 @@ struct trace_writer {
     uint64_t last_step;
     struct trace_buf buf;
     struct trace_ents steps, ckpts, events; /* the index: all the writer keeps */
+    /* trace_writer_step_async: one step at a time written by a worker
+     * thread; every other call waits for it first */
+    int async;                  /* the worker runs */
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int busy, quit;
+    struct trace_step job;
+    int job_rc;
+    char job_err[512];
 };
+
+static int trace_writer_step_now(struct trace_writer *w, const struct trace_step *s);
+
+static void *trace_writer_worker(void *arg)
+{
+    struct trace_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->busy && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->busy)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        int rc = trace_writer_step_now(w, &w->job);
+        pthread_mutex_lock(&w->mu);
+        if (rc < 0)
+            snprintf(w->job_err, sizeof w->job_err, "%s", dt_error());
+        w->job_rc = rc;
+        w->busy = 0;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Wait until the worker has written the step it was given: 0, or -1 with
+ * dt_error set to what went wrong there. */
+static int trace_writer_wait(struct trace_writer *w)
+{
+    if (!w->async)
+        return 0;
+    pthread_mutex_lock(&w->mu);
+    while (w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->job_rc;
+    w->job_rc = 0;
+    pthread_mutex_unlock(&w->mu);
+    if (rc < 0)
+        dt_error_set("%s", w->job_err);
+    return rc;
+}
+
+static void trace_writer_stop(struct trace_writer *w)
+{
+    if (!w->async)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->quit = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->worker, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    w->async = 0;
+}
 
 static void trace_writer_free(struct trace_writer *w)
 {
+    trace_writer_stop(w);
     free(w->path);
     free(w->op_kind);
     free(w->buf.p);
@@ -276,6 +343,8 @@ static int trace_writer_flush(struct trace_writer *w)
 
 static int trace_writer_usable(struct trace_writer *w)
 {
+    if (trace_writer_wait(w) < 0)
+        return -1;
     if (w->failed) {
         dt_error_set("%s: cannot append after an earlier write failure", w->path);
         return -1;
@@ -370,6 +439,34 @@ int trace_writer_step(struct trace_writer *w, const struct trace_step *s)
 {
     if (trace_writer_usable(w) < 0)
         return -1;
+    return trace_writer_step_now(w, s);
+}
+
+int trace_writer_step_async(struct trace_writer *w, const struct trace_step *s)
+{
+    if (trace_writer_usable(w) < 0)
+        return -1;
+    if (!w->async) {
+        pthread_mutex_init(&w->mu, NULL);
+        pthread_cond_init(&w->cv, NULL);
+        w->busy = w->quit = w->job_rc = 0;
+        if (pthread_create(&w->worker, NULL, trace_writer_worker, w) != 0) {
+            pthread_mutex_destroy(&w->mu);
+            pthread_cond_destroy(&w->cv);
+            return trace_writer_step_now(w, s); /* no thread: write it now */
+        }
+        w->async = 1;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->job = *s;
+    w->busy = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+static int trace_writer_step_now(struct trace_writer *w, const struct trace_step *s)
+{
     DT_ASSERT(w->have_ops, "%s: step written before the op list", w->path);
     DT_ASSERT(!w->have_step || s->step > w->last_step,
               "%s: step %llu after step %llu", w->path,
@@ -517,6 +614,7 @@ void trace_writer_abandon(struct trace_writer *w)
 {
     if (!w)
         return;
+    trace_writer_wait(w);
     close(w->fd);
     trace_writer_free(w);
 }

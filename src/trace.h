@@ -123,6 +123,11 @@ int trace_writer_ops(struct trace_writer *w, const struct trace_opdef *ops, uint
 /* Append one step (its records must be those the level keeps, in op order).
  * The block reaches the kernel before this returns (one write per block). */
 int trace_writer_step(struct trace_writer *w, const struct trace_step *s);
+/* The same, written by a worker thread while the caller goes on: s is
+ * copied, but s->rec must stay as it is until the next call on w returns
+ * (every call waits for the step first; an error in it is reported by the
+ * next call). 0, or -1 with dt_error set. */
+int trace_writer_step_async(struct trace_writer *w, const struct trace_step *s);
 int trace_writer_ckpt(struct trace_writer *w, const struct trace_ckpt *c);
 int trace_writer_event(struct trace_writer *w, const struct trace_event *e);
 /* Write the index footer (clean close) and close; `status` 0 = run completed,

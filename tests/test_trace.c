@@ -180,7 +180,9 @@ static void fill_config(struct trace_config *cfg)
 
 /* ckpt(0), steps 0-2, an event, ckpt(3), steps 3-5, an event, then close
  * with status 3 (or abandon). */
-static void write_small(const char *path, enum trace_level level, int close_it)
+/* With `async`, steps go through trace_writer_step_async, their records in
+ * two arrays used in turn (a step's must stay until the next call). */
+static void write_small_as(const char *path, enum trace_level level, int close_it, int async)
 {
     struct trace_config cfg = {0};
     fill_config(&cfg);
@@ -190,14 +192,17 @@ static void write_small(const char *path, enum trace_level level, int close_it)
     assert_int_equal(trace_writer_ops(w, ops_def, NOPS), 0);
     struct ckpt_fix f;
     struct trace_step s;
-    struct trace_oprec rec[NOPS];
+    struct trace_oprec recs[2][NOPS];
     for (uint64_t i = 0; i < NSMALL; i++) {
         if (i == 0 || i == 3) {
             ckpt_make(&f, i, 0);
             assert_int_equal(trace_writer_ckpt(w, &f.c), 0);
         }
-        expect_step(i, level, &s, rec);
-        assert_int_equal(trace_writer_step(w, &s), 0);
+        expect_step(i, level, &s, recs[i & 1]);
+        if (async)
+            assert_int_equal(trace_writer_step_async(w, &s), 0);
+        else
+            assert_int_equal(trace_writer_step(w, &s), 0);
         if (i == 2) {
             struct trace_event e = {TRACE_EVENT_NONFINITE, 2, 4, "loss is nan"};
             assert_int_equal(trace_writer_event(w, &e), 0);
@@ -209,6 +214,11 @@ static void write_small(const char *path, enum trace_level level, int close_it)
         assert_int_equal(trace_writer_close(w, 3), 0);
     else
         trace_writer_abandon(w);
+}
+
+static void write_small(const char *path, enum trace_level level, int close_it)
+{
+    write_small_as(path, level, close_it, 0);
 }
 
 /* ---- walking the raw file, as divtrace-trace(5) describes it ---- */
@@ -694,27 +704,13 @@ static void test_not_a_trace(void **state)
     free(buf);
 }
 
-static void test_write_errors(void **state)
+/* Disk full in the middle of a run, made with RLIMIT_FSIZE in a child:
+ * the failing step returns -1 (written by the writer's thread, `async`:
+ * the next call does, with the thread's message), every later call says
+ * why, and the file stays a readable prefix. */
+static void check_fsize_failure(const char *name, int async)
 {
-    (void)state;
-    struct trace_config cfg = {0};
-    trace_config_set(&cfg, "model", "autoencoder");
-    struct trace_writer *w = (struct trace_writer *)&w;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/no/such/dir/x.dtr", tu_tmpdir());
-    assert_int_equal(trace_writer_open(&w, path, &cfg, TRACE_LEVEL_OP), -1);
-    assert_null(w);
-    assert_non_null(strstr(dt_error(), path));
-    assert_non_null(strstr(dt_error(), "cannot create"));
-    if (access("/dev/full", W_OK) == 0) {
-        assert_int_equal(trace_writer_open(&w, "/dev/full", &cfg, TRACE_LEVEL_OP), -1);
-        assert_string_equal(dt_error(), "/dev/full: write failed: No space left on device");
-    }
-    trace_config_free(&cfg);
-
-    /* Disk full in the middle of a run, made with RLIMIT_FSIZE in a child:
-     * the failing step returns -1 and the file stays a readable prefix. */
-    const char *p = tu_path("fsize.dtr");
+    const char *p = tu_path(name);
     const rlim_t limit = 6000;
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -729,19 +725,20 @@ static void test_write_errors(void **state)
             trace_writer_ops(cw, ops_def, NOPS) != 0)
             _exit(11);
         struct trace_step s;
-        struct trace_oprec rec[NOPS];
+        struct trace_oprec recs[2][NOPS];
         uint64_t i = 0;
         for (;; i++) {
-            expect_step(i, TRACE_LEVEL_OP, &s, rec);
-            if (trace_writer_step(cw, &s) != 0)
+            expect_step(i, TRACE_LEVEL_OP, &s, recs[i & 1]);
+            if ((async ? trace_writer_step_async(cw, &s) : trace_writer_step(cw, &s)) != 0)
                 break;
             if (i > 100)
                 _exit(12);
         }
         if (!strstr(dt_error(), "write failed: File too large") || !strstr(dt_error(), p))
             _exit(13);
-        expect_step(i + 1, TRACE_LEVEL_OP, &s, rec);
-        if (trace_writer_step(cw, &s) != -1 || !strstr(dt_error(), "earlier write failure"))
+        expect_step(i + 1, TRACE_LEVEL_OP, &s, recs[(i + 1) & 1]);
+        if ((async ? trace_writer_step_async(cw, &s) : trace_writer_step(cw, &s)) != -1 ||
+            !strstr(dt_error(), "earlier write failure"))
             _exit(14);
         if (trace_writer_close(cw, 0) != -1)
             _exit(15);
@@ -760,6 +757,52 @@ static void test_write_errors(void **state)
     assert_null(strstr(tf->note, "partial"));
     check_small_prefix(tf, tf->nsteps, TRACE_LEVEL_OP);
     trace_close(tf);
+}
+
+static void test_write_errors(void **state)
+{
+    (void)state;
+    struct trace_config cfg = {0};
+    trace_config_set(&cfg, "model", "autoencoder");
+    struct trace_writer *w = (struct trace_writer *)&w;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/no/such/dir/x.dtr", tu_tmpdir());
+    assert_int_equal(trace_writer_open(&w, path, &cfg, TRACE_LEVEL_OP), -1);
+    assert_null(w);
+    assert_non_null(strstr(dt_error(), path));
+    assert_non_null(strstr(dt_error(), "cannot create"));
+    if (access("/dev/full", W_OK) == 0) {
+        assert_int_equal(trace_writer_open(&w, "/dev/full", &cfg, TRACE_LEVEL_OP), -1);
+        assert_string_equal(dt_error(), "/dev/full: write failed: No space left on device");
+    }
+    trace_config_free(&cfg);
+
+    check_fsize_failure("fsize.dtr", 0);
+}
+
+/* Steps written by the writer's thread: the same bytes as written in
+ * place, closed or abandoned, at every level; and a write failure in the
+ * thread is reported, with its cause, by the next call. */
+static void test_async_steps(void **state)
+{
+    (void)state;
+    static const enum trace_level levels[] = {TRACE_LEVEL_OP, TRACE_LEVEL_PARAM, TRACE_LEVEL_STEP};
+    for (int l = 0; l < 3; l++)
+        for (int closed = 0; closed < 2; closed++) {
+            const char *a = tu_path("sync.dtr");
+            char b[1100];
+            snprintf(b, sizeof b, "%s", tu_path("async.dtr"));
+            write_small_as(a, levels[l], closed, 0);
+            write_small_as(b, levels[l], closed, 1);
+            size_t na, nb;
+            uint8_t *pa = tu_read_file(a, &na), *pb = tu_read_file(b, &nb);
+            assert_int_equal(na, nb);
+            assert_memory_equal(pa, pb, na);
+            free(pa);
+            free(pb);
+        }
+
+    check_fsize_failure("fsize-async.dtr", 1);
 }
 
 /* ---- SIGKILL at a random moment ---- */
@@ -857,6 +900,7 @@ int main(void)
         cmocka_unit_test(test_crc_valid_garbage),
         cmocka_unit_test(test_not_a_trace),
         cmocka_unit_test(test_write_errors),
+        cmocka_unit_test(test_async_steps),
         cmocka_unit_test(test_sigkill),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
