@@ -131,6 +131,12 @@ static int dnn_bias_grad_is_cudnn(const struct gpu_ctx *c)
     return c->algo_mode == GPU_ALGO_FASTEST && !c->atomic;
 }
 
+/* The forward bias (x + b per channel) is the cuda backend's kernel: one
+ * launch where cuDNN's cudnnAddTensor, which adds in place, needs a copy of
+ * x first (two launches, about 1.8 times the time of the one in PredNet's
+ * step, measured with tests/bench/bench_gpu_profile); the sum is rounded
+ * once either way, so the bits are the same. */
+
 /* cudnnPoolingBackward with CUDNN_POOLING_MAX is documented as not
  * reproducible; its rule for windows with tied maxima (several equal
  * elements, -0 and +0, NaN) is undocumented and may differ from op.h's first
@@ -275,6 +281,7 @@ struct dnn_cand {
     size_t memory;
     cudnnDeterminism_t det;
     cudnnMathType_t math;
+    float time;         /* ms, cudnnFind only */
 };
 
 #define DNN_COPY_CANDS(perf, n, out)                                                        \
@@ -284,6 +291,7 @@ struct dnn_cand {
         (out)[i_].memory = (perf)[i_].memory;                                               \
         (out)[i_].det = (perf)[i_].determinism;                                             \
         (out)[i_].math = (perf)[i_].mathType;                                               \
+        (out)[i_].time = (perf)[i_].time;                                                   \
     }
 
 /* cuDNN's ranking of the algorithms for direction d, best first: its
@@ -453,6 +461,29 @@ static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
     return DT_ERR;
 }
 
+/* With DIVTRACE_CUDNN_REPORT set in the environment: one line on stderr for
+ * each direction of cv, the algorithm chosen and cuDNN's timed ranking
+ * (algorithm, ms, D for the ones it calls deterministic), for benchmarks
+ * that compare the choice with the fastest deterministic one. */
+static void dnn_conv_report(struct gpu_ctx *c, const struct gpu_dnn_conv *cv)
+{
+    char shape[96];
+    dnn_shape_str(shape, sizeof shape, cv);
+    for (int d = 0; d < DNN_NDIR; d++) {
+        if (!cv->used[d])
+            continue;
+        struct dnn_cand cand[DNN_MAX_CANDIDATES];
+        int n = dnn_conv_rank(c, cv, (enum dnn_dir)d, 1, cand);
+        fprintf(stderr, "cudnn-report: %s %s: chosen %s;", dnn_dir_name[d], shape,
+                dnn_algo_name((enum dnn_dir)d, cv->algo[d]));
+        for (int i = 0; i < n; i++)
+            if (cand[i].status == CUDNN_STATUS_SUCCESS)
+                fprintf(stderr, " %s %.4f%s%s", dnn_algo_name((enum dnn_dir)d, cand[i].algo), cand[i].time,
+                        cand[i].det == CUDNN_DETERMINISTIC ? " D" : "", dnn_math_ok(cand[i].math) ? "" : " TC");
+        fputc('\n', stderr);
+    }
+}
+
 /* Choose every used direction of cv, trying the calls on zero buffers. */
 static int dnn_conv_plan(struct gpu_ctx *c, struct gpu_dnn_conv *cv)
 {
@@ -475,6 +506,8 @@ static int dnn_conv_plan(struct gpu_ctx *c, struct gpu_dnn_conv *cv)
         for (int d = 0; d < DNN_NDIR && rc == DT_OK; d++)
             if (cv->used[d])
                 rc = dnn_conv_choose(c, cv, (enum dnn_dir)d, &t);
+        if (rc == DT_OK && getenv("DIVTRACE_CUDNN_REPORT"))
+            dnn_conv_report(c, cv);
     }
     GPU_CHECK(cudaStreamSynchronize(c->stream));
     if (t.x)
@@ -540,12 +573,6 @@ static void dnn_plan_node(struct gpu_dnn_plan *p, const struct graph *g, int i)
         pn->conv = dnn_conv_find(p, in0->shape[0], in0->shape[1], in0->shape[2], in0->shape[3],
                                  in1->shape[1], nd->p.conv.r, nd->p.conv.s);
         p->conv[pn->conv].used[DNN_BWD_FILTER] = 1;
-        break;
-    case OP_ADD_BIAS: /* out (N,C,H,W), bias (1,C,1,1) */
-        if (nd->ndim == 4) {
-            pn->a = dnn_tensor_of(p, nd);
-            pn->b = dnn_tensor(p, 1, nd->shape[1], 1, 1);
-        }
         break;
     case OP_BIAS_GRAD: /* dy (N,C,H,W), out (1,C,1,1) */
         if (in0->ndim == 4) {
@@ -709,21 +736,6 @@ static GPU_OP(dnn_conv2d_bwd_data) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_
 /* out (K,C,R,S) from x (N,C,H,W), dy (N,K,H,W) */
 static GPU_OP(dnn_conv2d_bwd_filter) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_FILTER, out, in); }
 
-/* out (N,C,H,W) = x (N,C,H,W) + b (C): a copy of x, then cudnnAddTensor's
- * out = 1 * b + 1 * out (products by 1 exact: one rounding, as op.h's). */
-static GPU_OP(dnn_add_bias)
-{
-    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
-    if (nd->ndim != 4) {
-        dnn_fallback(ctx, g, nd, out, in, st);
-        return;
-    }
-    const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
-    GPU_CHECK(cudaMemcpyAsync(out, in[0], nd->count * sizeof(float), cudaMemcpyDeviceToDevice,
-                              c->stream));
-    GPU_DNN(cudnnAddTensor(c->dnn_handle, &dnn_one, pn->b, in[1], &dnn_one, pn->a, out));
-}
-
 /* out (C) = sum of dy (N,C,H,W) over n, h, w: cuDNN's order in fastest mode
  * (dnn_bias_grad_is_cudnn), the cuda backend's otherwise. */
 static GPU_OP(dnn_bias_grad)
@@ -843,7 +855,6 @@ static constexpr backend_op_fn dnn_entry(int t)
     case OP_CONV2D: return dnn_conv2d;
     case OP_CONV2D_BWD_DATA: return dnn_conv2d_bwd_data;
     case OP_CONV2D_BWD_FILTER: return dnn_conv2d_bwd_filter;
-    case OP_ADD_BIAS: return dnn_add_bias;
     case OP_BIAS_GRAD: return dnn_bias_grad;
     case OP_MAXPOOL2: return dnn_maxpool2;
     case OP_MAXPOOL2_BWD: return dnn_maxpool2_bwd;
@@ -860,7 +871,7 @@ static constexpr backend_op_fn dnn_entry(int t)
 #define DNN_E16(i) DNN_E4(i), DNN_E4((i) + 4), DNN_E4((i) + 8), DNN_E4((i) + 12)
 /* Entries past the 32 listed are zero (not replaced). */
 static_assert(OP_COUNT >= 32 && OP_CONV2D < 32 && OP_CONV2D_BWD_DATA < 32 &&
-                  OP_CONV2D_BWD_FILTER < 32 && OP_ADD_BIAS < 32 && OP_BIAS_GRAD < 32 &&
+                  OP_CONV2D_BWD_FILTER < 32 && OP_BIAS_GRAD < 32 &&
                   OP_MAXPOOL2 < 32 && OP_MAXPOOL2_BWD < 32 && OP_RELU < 32 && OP_TANH < 32 &&
                   OP_SIGMOID < 32 && OP_TANH_BWD < 32 && OP_SIGMOID_BWD < 32,
               "gpu_dnn_ops lists the first 32 op types: extend it");
