@@ -30,6 +30,8 @@ struct backend_options {
                              * "fastest" or an algorithm number */
     int device;             /* cuda, cudnn: the GPU's index (default 0) */
     int no_graph;           /* cuda, cudnn: run every op eagerly, no CUDA graph */
+    int streams;            /* cuda, cudnn: CUDA streams that ops with no path
+                             * between them may run on at once (0: the default) */
 };
 
 /* A tensor's storage on a backend (float32 on cpu, device memory on a GPU,
@@ -61,6 +63,19 @@ struct backend_ops {
     void (*describe)(void *ctx, struct trace_config *cfg);
     /* optional: wait for queued work; NULL when every call is synchronous */
     int (*sync)(void *ctx);
+    /* optional: upload queued behind the work already asked for, returning
+     * at once. src must stay as it is until the next sync or download (both
+     * wait for the copy). NULL: upload is used. */
+    void (*upload_async)(void *ctx, backend_buf *dst, const float *src, size_t count);
+    /* optional: download queued behind the work already asked for; dst
+     * (from host_alloc) holds the values after the next sync. NULL:
+     * download is used. */
+    void (*download_async)(void *ctx, float *dst, const backend_buf *src, size_t count);
+    /* optional: host memory that upload_async copies from and
+     * download_async copies to fastest (pinned on a GPU), and its release;
+     * NULL, or NULL returned: malloc's. */
+    void *(*host_alloc)(void *ctx, size_t bytes);
+    void (*host_free)(void *ctx, void *p);
     /* optional (GPU backends): the records of n buffers at once, computed
      * where the buffers live in as few launches as the backend can, copied
      * to rec[k] (every field but op). Called once per step after its last
@@ -87,6 +102,12 @@ struct backend_ops {
      * executor then only calls its hook for each op. */
     int (*step_begin)(void *ctx, uint64_t step, int arrangement);
     void (*step_end)(void *ctx, uint64_t step, int arrangement);
+    /* optional: bracket each op node i's kernel (after its inputs' kernels
+     * were called, in graph order), so that a backend can run ops with no
+     * path between them at once; the bracket ends before the tracer's
+     * records are asked for and before step_end. */
+    void (*op_enter)(void *ctx, const struct graph *g, int i);
+    void (*op_leave)(void *ctx, const struct graph *g, int i);
     backend_op_fn op[OP_COUNT];
 };
 

@@ -76,6 +76,9 @@ static void record_usage(FILE *f)
           "      --device N            cuda, cudnn: the GPU to use (default 0)\n"
           "      --cuda-graph on|off   cuda, cudnn: replay each step as a captured CUDA\n"
           "                            graph (default on) or launch every op\n"
+          "      --streams N           cuda, cudnn: run ops with no path between them on up\n"
+          "                            to N CUDA streams at once (1 to 8, default 4; the\n"
+          "                            results are the same for every N)\n"
           "\n"
           "Non-finite values and testing:\n"
           "      --stop-on-nonfinite   end the run after the step that first produced a NaN\n"
@@ -98,7 +101,7 @@ enum {
     OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
     OPT_PRECISION, OPT_INJECT, OPT_NO_SELF_CHECK, OPT_STACK, OPT_RSTACK, OPT_SIZE, OPT_NT,
     OPT_LAYER_WEIGHTS, OPT_VIDEO, OPT_NPY_LAYOUT, OPT_PROTOCOL, OPT_REDUCE, OPT_CUDNN_ALGO,
-    OPT_DEVICE, OPT_CUDA_GRAPH,
+    OPT_DEVICE, OPT_CUDA_GRAPH, OPT_STREAMS,
 };
 
 static const struct option record_options[] = {
@@ -139,6 +142,7 @@ static const struct option record_options[] = {
     {"cudnn-algo", required_argument, NULL, OPT_CUDNN_ALGO},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"cuda-graph", required_argument, NULL, OPT_CUDA_GRAPH},
+    {"streams", required_argument, NULL, OPT_STREAMS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -228,6 +232,7 @@ static int record_option(int c, const char *arg, struct train_config *tc)
         tc->no_graph = strcmp(arg, "off") == 0;
         tc->graph_given = 1;
         return DT_OK;
+    case OPT_STREAMS: return cli_int("--streams", arg, 1, 8, &tc->streams);
     case OPT_PROTOCOL:
         if (strcmp(arg, "paper") != 0) {
             dt_error_set("--protocol '%s': expected paper", arg);

@@ -304,7 +304,7 @@ static void curv_grad(struct curv_op *o, const float *th, double *out)
         exec_set(&r->e, o->param[k], th + off);
         off += r->g.nodes[o->param[k]].count;
     }
-    run_step_exec(r, o->step);
+    run_step_exec(r, o->step, UINT64_MAX);
     off = 0;
     for (int k = 0; k < o->nparam; k++) {
         exec_get(&r->e, graph_grad_of(&r->g, o->param[k]), o->x + off);

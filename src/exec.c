@@ -51,6 +51,24 @@ void exec_set(struct exec *e, int i, const float *host)
     e->be->upload(e->ctx, e->buf[i], host, e->g->nodes[i].count);
 }
 
+void exec_set_async(struct exec *e, int i, const float *host)
+{
+    if (e->be->upload_async)
+        e->be->upload_async(e->ctx, e->buf[i], host, e->g->nodes[i].count);
+    else
+        e->be->upload(e->ctx, e->buf[i], host, e->g->nodes[i].count);
+}
+
+int exec_get_async(struct exec *e, int i, float *host)
+{
+    if (e->be->download_async && e->be->sync) {
+        e->be->download_async(e->ctx, host, e->buf[i], e->g->nodes[i].count);
+        return 1;
+    }
+    e->be->download(e->ctx, host, e->buf[i], e->g->nodes[i].count);
+    return 0;
+}
+
 void exec_get(struct exec *e, int i, float *host)
 {
     e->be->download(e->ctx, host, e->buf[i], e->g->nodes[i].count);
@@ -88,7 +106,11 @@ void exec_step(struct exec *e, uint64_t step)
             for (int k = 0; k < nd->ninputs; k++)
                 in[k] = e->buf[nd->inputs[k]];
             backend_op_fn fn = e->override[i] ? e->override[i] : e->be->op[nd->type];
+            if (e->be->op_enter)
+                e->be->op_enter(e->ctx, e->g, i);
             fn(e->ctx, e->g, nd, e->buf[i], in, &st);
+            if (e->be->op_leave)
+                e->be->op_leave(e->ctx, e->g, i);
             if (e->corrupt)
                 e->corrupt(e->corrupt_arg, i, e->buf[i]);
         }

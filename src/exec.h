@@ -38,6 +38,13 @@ void exec_free(struct exec *e);
 
 void exec_set(struct exec *e, int i, const float *host);  /* upload node i */
 void exec_get(struct exec *e, int i, float *host);        /* download node i */
+/* Upload node i behind the queued work (the backend's upload_async, or
+ * upload): host must stay unchanged until the next download or sync. */
+void exec_set_async(struct exec *e, int i, const float *host);
+/* Download node i behind the queued work (the backend's download_async, or
+ * download): host (from the backend's host_alloc) is valid after the next
+ * sync. Returns 1 when a sync is still needed, 0 when host is valid now. */
+int exec_get_async(struct exec *e, int i, float *host);
 
 /* Run every node once for step `step`. */
 void exec_step(struct exec *e, uint64_t step);

@@ -75,6 +75,7 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         .cudnn_algo = tc->cudnn_algo,
         .device = tc->device,
         .no_graph = tc->no_graph,
+        .streams = tc->streams,
     };
     if (r->be->init(&r->ctx, &bo) < 0) {
         r->ctx = NULL;
@@ -110,7 +111,22 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
             nbatch += r->g.nodes[i].count;
         }
     DT_ASSERT(r->ninputs >= 1, "model without data inputs");
-    r->batch = dt_malloc(nbatch * sizeof(float));
+    r->nbatch = nbatch;
+    r->loss_host = r->be->host_alloc ? r->be->host_alloc(r->ctx, sizeof(float)) : NULL;
+    if (r->loss_host)
+        r->pinned |= 4;
+    else
+        r->loss_host = dt_malloc(sizeof(float));
+    if (r->data.video && nbatch > maxcount) /* run_prefetch makes a video batch in r->host */
+        r->host = dt_realloc(r->host, nbatch * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        r->bbuf[k] = r->be->host_alloc ? r->be->host_alloc(r->ctx, nbatch * sizeof(float)) : NULL;
+        if (r->bbuf[k])
+            r->pinned |= 1 << k;
+        else
+            r->bbuf[k] = dt_malloc(nbatch * sizeof(float));
+        r->bstep[k] = UINT64_MAX;
+    }
 
     /* Trace on a second thread when this process may run on a second core. */
     cpu_set_t cpus;
@@ -129,6 +145,12 @@ void run_close(struct run *r)
 {
     tracer_free(r->tr);
     exec_free(&r->e);
+    float *hosts[3] = {r->bbuf[0], r->bbuf[1], r->loss_host};
+    for (int k = 0; k < 3; k++)
+        if ((r->pinned >> k & 1) && r->ctx && r->be->host_free)
+            r->be->host_free(r->ctx, hosts[k]);
+        else
+            free(hosts[k]);
     if (r->ctx)
         r->be->free(r->ctx);
     graph_free(&r->g);
@@ -136,7 +158,6 @@ void run_close(struct run *r)
     free(r->leaves);
     free(r->inputs);
     free(r->host);
-    free(r->batch);
     memset(r, 0, sizeof *r);
 }
 
@@ -279,35 +300,61 @@ int run_ckpt_load(struct run *r, const struct trace_ckpt *c)
     return DT_OK;
 }
 
-void run_step_begin(struct run *r, uint64_t step)
+void run_prefetch(struct run *r, uint64_t step)
 {
-    tracer_begin(r->tr, step);
+    float *out = r->bbuf[step & 1];
+    r->bstep[step & 1] = step;
     if (!r->data.video) {
-        data_batch(&r->data, step, r->tc->model.batch, r->batch);
-        exec_set(&r->e, r->inputs[0], r->batch);
+        data_batch(&r->data, step, r->tc->model.batch, out);
         return;
     }
     /* (batch, nt, C, H, W) -> frame t of every sequence, input t */
     const struct model_spec *m = &r->tc->model;
-    data_video_batch(&r->data, step, m->batch, r->batch);
+    data_video_batch(&r->data, step, m->batch, r->host);
     size_t frame = (size_t)m->stack[0] * m->height * m->width;
     DT_ASSERT(r->ninputs == (int)m->nt, "prednet: %d inputs for %u frames", r->ninputs, m->nt);
-    for (uint32_t t = 0; t < m->nt; t++) {
+    for (uint32_t t = 0; t < m->nt; t++)
         for (uint32_t b = 0; b < m->batch; b++)
-            memcpy(r->host + b * frame, r->batch + ((size_t)b * m->nt + t) * frame,
+            memcpy(out + ((size_t)t * m->batch + b) * frame, r->host + ((size_t)b * m->nt + t) * frame,
                    frame * sizeof(float));
-        exec_set(&r->e, r->inputs[t], r->host);
+}
+
+void run_step_begin(struct run *r, uint64_t step)
+{
+    tracer_begin(r->tr, step);
+    if (r->bstep[step & 1] != step) {
+        if (r->be->sync)
+            r->be->sync(r->ctx); /* no queued copy still reads the buffer */
+        run_prefetch(r, step);
+    }
+    /* Queued, not waited for: nothing writes bbuf[step & 1] before the
+     * caller's next sync (run_step_exec makes the next step's batch in the
+     * other buffer). */
+    const float *src = r->bbuf[step & 1];
+    for (int k = 0; k < r->ninputs; k++) {
+        exec_set_async(&r->e, r->inputs[k], src);
+        src += r->g.nodes[r->inputs[k]].count;
     }
 }
 
-void run_step_exec(struct run *r, uint64_t step)
+void run_step_exec(struct run *r, uint64_t step, uint64_t next)
 {
     exec_step(&r->e, step);
+    /* the loss comes back with the step's records (the tracer's wait, or
+     * run_loss's sync), not in a round trip of its own */
+    r->loss_pending = r->be->download_async && exec_get_async(&r->e, r->g.loss, r->loss_host);
+    if (next != UINT64_MAX && r->bstep[next & 1] != next && (next & 1) != (step & 1))
+        run_prefetch(r, next);
     tracer_sync(r->tr);
 }
 
 double run_loss(struct run *r)
 {
+    if (r->loss_pending) {
+        r->be->sync(r->ctx);
+        r->loss_pending = 0;
+        return *r->loss_host;
+    }
     float loss;
     exec_get(&r->e, r->g.loss, &loss);
     return loss;
@@ -436,6 +483,10 @@ int run_config_from_trace(struct train_config *tc, const struct trace_config *cf
     tc->cpu_kernel = v && strcmp(v, "default") != 0 ? v : NULL;
     tc->reduce = trace_config_get(cfg, "reduce");
     tc->no_graph = (v = trace_config_get(cfg, "cuda_graph")) && strcmp(v, "off") == 0;
+    /* "4 (3 used by the schedule)"; the results do not depend on it */
+    tc->streams = (v = trace_config_get(cfg, "gpu_streams")) ? atoi(v) : 0;
+    if (tc->streams < 1 || tc->streams > 8)
+        tc->streams = 0;
     if ((v = trace_config_get(cfg, "cudnn_algo")) && strcmp(v, "number") == 0)
         v = trace_config_get(cfg, "cudnn_algo_number");
     tc->cudnn_algo = v;

@@ -27,7 +27,16 @@ struct run {
     int *inputs;               /* the data inputs: data.x, or data.tNN for each frame */
     int ninputs;
     float *host;               /* staging for the largest node */
-    float *batch;              /* one step's data, all inputs one after the other */
+    /* one step's data, all inputs one after the other (a video's frames
+     * regrouped by time step), for two steps: bbuf[s & 1] holds step
+     * bstep[s & 1]'s, so that the next step's batch is made while this
+     * step runs, and uploaded from memory no queued copy still reads */
+    float *bbuf[2];
+    uint64_t bstep[2];
+    size_t nbatch;
+    float *loss_host;          /* the loss, read back behind the step (host_alloc) */
+    int loss_pending;          /* loss_host is valid after a sync */
+    int pinned;                /* bits 0, 1, 2: bbuf[0], bbuf[1], loss_host came from host_alloc */
 };
 
 /* Set everything up (initial parameters from the init seed); 0, or -1 with
@@ -50,10 +59,16 @@ void run_ckpt_release(struct trace_ckpt *c);
 int run_ckpt_load(struct run *r, const struct trace_ckpt *c);
 
 /* Step `step` in two halves, so that a caller can change state between
- * them: begin uploads the step's batch; exec runs every op and waits for
- * the tracer. */
+ * them: begin queues the upload of the step's batch; exec runs every op,
+ * makes the batch of step `next` on the host meanwhile (UINT64_MAX: none)
+ * and waits for the tracer. A step's batch is made once: by the exec of
+ * the step before it, or else by its begin. Exec with a `next` needs a
+ * sync since the step before `step` began (run_loss of that step): the
+ * buffer it writes was that step's upload. */
 void run_step_begin(struct run *r, uint64_t step);
-void run_step_exec(struct run *r, uint64_t step);
+void run_step_exec(struct run *r, uint64_t step, uint64_t next);
+/* Make step `step`'s batch in the host buffer of its parity. */
+void run_prefetch(struct run *r, uint64_t step);
 double run_loss(struct run *r);
 
 /* The summary of the step just executed: records kept at `level` (into

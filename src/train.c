@@ -149,8 +149,8 @@ int train_finish_config(struct train_config *tc)
     if (prednet && train_finish_prednet(tc) < 0)
         return DT_ERR;
     int gpu = strcmp(tc->backend, "cuda") == 0 || strcmp(tc->backend, "cudnn") == 0;
-    if (!gpu && (tc->reduce || tc->device || tc->graph_given)) {
-        dt_error_set("--reduce, --device and --cuda-graph apply to --backend cuda and cudnn only");
+    if (!gpu && (tc->reduce || tc->device || tc->graph_given || tc->streams)) {
+        dt_error_set("--reduce, --device, --cuda-graph and --streams apply to --backend cuda and cudnn only");
         return DT_ERR;
     }
     if (tc->cudnn_algo && strcmp(tc->backend, "cudnn") != 0) {
@@ -300,12 +300,16 @@ int train_run(const struct train_config *tc, struct train_result *res)
     memset(res, 0, sizeof *res);
     int rc = DT_ERR;
     struct run *r = &s.r;
-    struct trace_oprec *keep = NULL;
+    struct trace_oprec *keeps[2] = {NULL, NULL}, *keep = NULL;
     uint64_t *hashes = NULL;
     struct trace_opdef *ops = NULL;
     if (train_setup(&s) < 0)
         goto out;
-    keep = dt_calloc((size_t)r->g.n, sizeof *keep);
+    /* two: the writer's thread may still read last step's while this
+     * step's is made */
+    for (int k = 0; k < 2; k++)
+        keeps[k] = dt_calloc((size_t)r->g.n, sizeof *keeps[k]);
+    keep = keeps[0];
     hashes = dt_calloc((size_t)r->g.n, sizeof *hashes);
     if (!tc->notrace) {
         if (trace_writer_open(&s.w, tc->out, &s.cfg, tc->level) < 0)
@@ -321,11 +325,12 @@ int train_run(const struct train_config *tc, struct train_result *res)
     uint64_t step;
     double t2 = NAN;
     for (step = 0; step < tc->steps; step++) {
-        if (step == 2) {
+        if (step == 3) {
             if (r->be->sync)
                 r->be->sync(r->ctx);
             t2 = dt_now();
         }
+        keep = keeps[step & 1];
         run_step_begin(r, step);
         /* A fault lands before the checkpoint: it is the state this step runs on. */
         if (tc->flip_set && step == tc->flip_step) {
@@ -335,12 +340,13 @@ int train_run(const struct train_config *tc, struct train_result *res)
         }
         if (s.w && step % s.ckpt_every == 0 && train_ckpt(&s, step) < 0)
             goto out;
-        run_step_exec(r, step);
+        uint64_t next = step + 1 < tc->steps ? step + 1 : UINT64_MAX;
+        run_step_exec(r, step, next);
         double loss = run_loss(r);
         if (s.twin) {
             /* the same step at twice the precision: equal float32 results? */
             run_step_begin(&s.r2, step);
-            run_step_exec(&s.r2, step);
+            run_step_exec(&s.r2, step, next);
             struct trace_step a, b;
             run_summarize(r, step, loss, TRACE_LEVEL_STEP, keep, hashes, &a);
             run_summarize(&s.r2, step, run_loss(&s.r2), TRACE_LEVEL_STEP, keep, hashes, &b);
@@ -355,7 +361,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
         if (s.w) {
             struct trace_step ts;
             run_summarize(r, step, loss, tc->level, keep, hashes, &ts);
-            if (trace_writer_step(s.w, &ts) < 0)
+            if (trace_writer_step_async(s.w, &ts) < 0)
                 goto out;
         }
         uint64_t nf_step;
@@ -397,7 +403,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
     if (r->be->sync)
         r->be->sync(r->ctx);
     res->seconds = dt_now() - t0;
-    res->warm_seconds = step > 2 ? dt_now() - t2 : NAN;
+    res->warm_seconds = step > 3 ? dt_now() - t2 : NAN;
     res->cpu_seconds = dt_cpu_now() - c0;
     uint64_t nlast = step < 50 ? step : 50;
     double sum = 0;
@@ -435,7 +441,8 @@ out:
     if (s.w)
         trace_writer_abandon(s.w);
     graph_opdefs_free(ops, r->g.n);
-    free(keep);
+    free(keeps[0]);
+    free(keeps[1]);
     free(hashes);
     train_teardown(&s);
     return rc;

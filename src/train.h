@@ -32,6 +32,7 @@ struct train_config {
     int device;                 /* cuda, cudnn: GPU index */
     int no_graph;               /* cuda, cudnn: --cuda-graph off */
     int graph_given;
+    int streams;                /* cuda, cudnn: --streams (0: the backend's default) */
     const char *inject;         /* fault OP:KIND[:ARGS] (see fault.h), or NULL */
     const char *data_dir;
     char data_dir_buf[4096];    /* storage for data_dir when it is derived (replay) */
@@ -59,10 +60,10 @@ struct train_result {
     double mean_last50;
     int nonfinite;              /* a NaN/Inf was produced */
     double seconds;             /* wall time of the training loop */
-    double warm_seconds;        /* wall time of its steps after the first two (a GPU
-                                 * backend runs the first eagerly and captures the
-                                 * second; it captures step 2 too, for the other
-                                 * buffer arrangement), or NaN with fewer than 3 steps */
+    double warm_seconds;        /* wall time of its steps after the first three (a
+                                 * GPU backend runs step 0 eagerly and captures
+                                 * steps 1 and 2, one for each buffer arrangement),
+                                 * or NaN with fewer than 4 steps */
     double cpu_seconds;         /* CPU time of the process (all threads) in the loop */
 };
 

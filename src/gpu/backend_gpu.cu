@@ -80,6 +80,259 @@ static int gpu_fail(struct gpu_ctx *c, const char *what, const char *why)
 
 static void gpu_free(void *ctx);
 
+/* ---- lanes: the step's ops on several streams ----
+ * Each op writes only its own output buffer, and every op's kernels are
+ * fixed by its shapes and the plan (the algorithms, cuBLAS's pedantic math
+ * and workspace, identical on every lane), so which lane runs an op, and
+ * what runs beside it, changes no bit of any result. */
+
+/* Make lane k the one ops use: its stream, handles and scratch. */
+static void gpu_lane_use(struct gpu_ctx *c, int k)
+{
+    if (k == c->cur)
+        return;
+    struct gpu_lane *o = &c->lane[c->cur], *l = &c->lane[k];
+    o->scratch = c->scratch; /* gpu_scratch may have grown it */
+    o->scratch_bytes = c->scratch_bytes;
+    c->stream = l->stream;
+    c->blas = l->blas;
+    c->dnn_handle = l->dnn_handle;
+    c->scratch = l->scratch;
+    c->scratch_bytes = l->scratch_bytes;
+    c->cur = k;
+}
+
+/* Everything a lane holds, whichever parts exist (a lane half made, or the
+ * context's own after a failed start). */
+static void gpu_lane_destroy(struct gpu_lane *l)
+{
+    if (l->stream)
+        cudaStreamSynchronize(l->stream);
+    if (l->dnn_handle)
+        cudnnDestroy(l->dnn_handle);
+    if (l->blas)
+        cublasDestroy(l->blas);
+    if (l->blas_ws)
+        cudaFree(l->blas_ws);
+    if (l->scratch)
+        cudaFree(l->scratch);
+    if (l->join)
+        cudaEventDestroy(l->join);
+    if (l->stream)
+        cudaStreamDestroy(l->stream);
+    memset(l, 0, sizeof *l);
+}
+
+/* cuBLAS as every lane runs it: pedantic float32 math (no TF32), no
+ * atomics, a workspace of our own (fixed, for reproducibility, and
+ * allocated before any step: cuBLAS must not allocate while a step is
+ * captured as a graph). */
+static void gpu_blas_config(cublasHandle_t h, cudaStream_t s, void *ws)
+{
+    GPU_BLAS(cublasSetStream(h, s));
+    GPU_BLAS(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));
+    GPU_BLAS(cublasSetAtomicsMode(h, CUBLAS_ATOMICS_NOT_ALLOWED));
+    GPU_BLAS(cublasSetWorkspace(h, ws, GPU_BLAS_WORKSPACE));
+}
+
+static void gpu_lanes_free(struct gpu_ctx *c)
+{
+    gpu_lane_use(c, 0);
+    for (int k = 1; k < c->lanes_made; k++)
+        gpu_lane_destroy(&c->lane[k]);
+    c->lanes_made = 1;
+    if (c->lane[0].join)
+        cudaEventDestroy(c->lane[0].join);
+    c->lane[0].join = NULL;
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->ev && c->ev[i])
+            cudaEventDestroy(c->ev[i]);
+    free(c->ev);
+    free(c->lane_of);
+    free(c->evneed);
+    c->ev = NULL;
+    c->lane_of = NULL;
+    c->evneed = NULL;
+    c->nnodes = 0;
+    if (c->fork)
+        cudaEventDestroy(c->fork);
+    c->fork = NULL;
+}
+
+/* Lane k with handles configured as lane 0's; 0, or -1 with dt_error set. */
+static int gpu_lane_make(struct gpu_ctx *c, int k)
+{
+    struct gpu_lane *l = &c->lane[k];
+    cudaError_t e;
+    if ((e = cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&l->join, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaMalloc(&l->blas_ws, GPU_BLAS_WORKSPACE)) != cudaSuccess) {
+        cudaGetLastError();
+        dt_error_set("GPU: cannot make stream %d of %d: %s", k + 1, c->nlanes, cudaGetErrorString(e));
+        return DT_ERR;
+    }
+    if (cublasCreate(&l->blas) != CUBLAS_STATUS_SUCCESS) {
+        dt_error_set("GPU: cannot start cuBLAS for stream %d", k + 1);
+        return DT_ERR;
+    }
+    gpu_blas_config(l->blas, l->stream, l->blas_ws);
+    if (c->dnn) {
+        cudnnStatus_t st = cudnnCreate(&l->dnn_handle);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            dt_error_set("GPU: cannot start cuDNN for stream %d: %s", k + 1, cudnnGetErrorString(st));
+            return DT_ERR;
+        }
+        GPU_DNN(cudnnSetStream(l->dnn_handle, l->stream));
+    }
+    return DT_OK;
+}
+
+/* An op's weight in the schedule: image ops and products take longer. */
+static double gpu_op_cost(enum op_type t)
+{
+    switch (t) {
+    case OP_CONV2D:
+    case OP_CONV2D_BWD_DATA:
+    case OP_CONV2D_BWD_FILTER: return 3.0;
+    case OP_MATMUL: return 2.0;
+    default: return 1.0;
+    }
+}
+
+/* The lane of every op node: list scheduling in graph order, each op on
+ * the lane where it could start first (on a tie, the lane whose last op
+ * is one of its inputs, then the lowest), with the costs above. Then the
+ * lanes it needs are made, and an event for every op with a consumer on
+ * another lane. 0, or -1 with dt_error set. */
+static int gpu_schedule(struct gpu_ctx *c, const struct graph *g)
+{
+    gpu_lanes_free(c);
+    if (c->nlanes == 1)
+        return DT_OK;
+    int n = g->n, used = 1;
+    c->nnodes = n;
+    c->lane_of = (int *)dt_calloc((size_t)n, sizeof *c->lane_of);
+    c->evneed = (unsigned char *)dt_calloc((size_t)n, 1);
+    c->ev = (cudaEvent_t *)dt_calloc((size_t)n, sizeof *c->ev);
+    double *fin = (double *)dt_calloc((size_t)n, sizeof *fin), lfree[GPU_MAX_LANES] = {0};
+    int tail[GPU_MAX_LANES];
+    for (int k = 0; k < GPU_MAX_LANES; k++)
+        tail[k] = -1;
+    for (int i = 0; i < n; i++) {
+        const struct node *nd = &g->nodes[i];
+        if (nd->type == OP_INPUT || nd->type == OP_PARAM || nd->type == OP_STATE) {
+            c->lane_of[i] = -1;
+            continue;
+        }
+        double ready = 0;
+        for (int q = 0; q < nd->ninputs; q++)
+            if (c->lane_of[nd->inputs[q]] >= 0 && fin[nd->inputs[q]] > ready)
+                ready = fin[nd->inputs[q]];
+        int best = 0, bchain = 0;
+        double bstart = 0;
+        for (int k = 0; k < c->nlanes; k++) {
+            double start = lfree[k] > ready ? lfree[k] : ready;
+            int chain = 0;
+            for (int q = 0; q < nd->ninputs; q++)
+                chain |= tail[k] >= 0 && nd->inputs[q] == tail[k];
+            if (k == 0 || start < bstart || (start == bstart && chain && !bchain)) {
+                best = k;
+                bstart = start;
+                bchain = chain;
+            }
+        }
+        c->lane_of[i] = best;
+        fin[i] = bstart + gpu_op_cost(nd->type);
+        lfree[best] = fin[i];
+        tail[best] = i;
+        if (best + 1 > used)
+            used = best + 1;
+    }
+    free(fin);
+    for (int i = 0; i < n; i++) {
+        const struct node *nd = &g->nodes[i];
+        for (int q = 0; q < nd->ninputs && c->lane_of[i] >= 0; q++) {
+            int p = nd->inputs[q];
+            if (c->lane_of[p] >= 0 && c->lane_of[p] != c->lane_of[i])
+                c->evneed[p] = 1;
+        }
+    }
+    cudaError_t e;
+    for (int i = 0; i < n; i++)
+        if (c->evneed[i] && (e = cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming)) != cudaSuccess) {
+            dt_error_set("GPU: cannot make the step's events: %s", cudaGetErrorString(e));
+            return DT_ERR;
+        }
+    if ((e = cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->lane[0].join, cudaEventDisableTiming)) != cudaSuccess) {
+        dt_error_set("GPU: cannot make the step's events: %s", cudaGetErrorString(e));
+        return DT_ERR;
+    }
+    for (int k = 1; k < used; k++) {
+        c->lanes_made = k + 1;
+        if (gpu_lane_make(c, k) < 0)
+            return DT_ERR;
+    }
+    return DT_OK;
+}
+
+/* Before op i of a bracketed step: fork the lanes at the step's first op,
+ * wait for the inputs made elsewhere, switch to i's lane. */
+static void gpu_op_enter(void *ctx, const struct graph *g, int i)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (!c->in_step || c->lanes_made == 1 || !c->lane_of)
+        return;
+    if (!c->forked) {
+        GPU_CHECK(cudaEventRecord(c->fork, c->lane[0].stream));
+        for (int k = 1; k < c->lanes_made; k++)
+            GPU_CHECK(cudaStreamWaitEvent(c->lane[k].stream, c->fork, 0));
+        c->forked = 1;
+    }
+    int k = c->lane_of[i];
+    const struct node *nd = &g->nodes[i];
+    for (int q = 0; q < nd->ninputs; q++) {
+        int p = nd->inputs[q];
+        if (c->lane_of[p] >= 0 && c->lane_of[p] != k)
+            GPU_CHECK(cudaStreamWaitEvent(c->lane[k].stream, c->ev[p], 0));
+    }
+    gpu_lane_use(c, k);
+}
+
+static void gpu_op_leave(void *ctx, const struct graph *g, int i)
+{
+    (void)g;
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (!c->in_step || c->lanes_made == 1 || !c->lane_of)
+        return;
+    if (c->evneed[i])
+        GPU_CHECK(cudaEventRecord(c->ev[i], c->stream));
+    gpu_lane_use(c, 0);
+}
+
+/* A host read or write of a buffer in the middle of a step (a hook that
+ * downloads each op's output as it is made, as replay's does): the op may
+ * still be running on another lane, so wait for all of them. */
+static void gpu_lanes_settle(struct gpu_ctx *c)
+{
+    if (c->in_step && c->forked)
+        for (int k = 1; k < c->lanes_made; k++)
+            GPU_CHECK(cudaStreamSynchronize(c->lane[k].stream));
+}
+
+/* Lane 0 waits for every other lane's work of the step. */
+static void gpu_lanes_join(struct gpu_ctx *c)
+{
+    gpu_lane_use(c, 0);
+    if (!c->forked)
+        return;
+    for (int k = 1; k < c->lanes_made; k++) {
+        GPU_CHECK(cudaEventRecord(c->lane[k].join, c->lane[k].stream));
+        GPU_CHECK(cudaStreamWaitEvent(c->lane[0].stream, c->lane[k].join, 0));
+    }
+    c->forked = 0;
+}
+
 static int gpu_init_common(void **ctxp, const struct backend_options *opt, int dnn)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)dt_calloc(1, sizeof *c);
@@ -91,6 +344,12 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
         return DT_ERR;
     }
     c->atomic = opt->reduce && strcmp(opt->reduce, "atomic") == 0;
+    c->nlanes = opt->streams ? opt->streams : GPU_DEFAULT_LANES;
+    if (c->nlanes < 1 || c->nlanes > GPU_MAX_LANES) {
+        dt_error_set("--streams %d: expected 1 to %d", opt->streams, GPU_MAX_LANES);
+        free(c);
+        return DT_ERR;
+    }
     const char *algo = opt->cudnn_algo ? opt->cudnn_algo : "deterministic";
     if (strcmp(algo, "deterministic") == 0) {
         c->algo_mode = GPU_ALGO_DETERMINISTIC;
@@ -139,13 +398,8 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
         gpu_free(c);
         return DT_ERR;
     }
-    GPU_BLAS(cublasSetStream(c->blas, c->stream));
-    GPU_BLAS(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH));
-    GPU_BLAS(cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED));
-    /* a workspace of our own: fixed (reproducibility) and allocated now
-     * (cuBLAS must not allocate while a step is captured as a graph) */
     GPU_CHECK(cudaMalloc(&c->blas_ws, GPU_BLAS_WORKSPACE));
-    GPU_BLAS(cublasSetWorkspace(c->blas, c->blas_ws, GPU_BLAS_WORKSPACE));
+    gpu_blas_config(c->blas, c->stream, c->blas_ws);
     if (dnn) {
         cudnnStatus_t s = cudnnCreate(&c->dnn_handle);
         if (s != CUDNN_STATUS_SUCCESS) {
@@ -155,6 +409,11 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
         }
         GPU_DNN(cudnnSetStream(c->dnn_handle, c->stream));
     }
+    c->lane[0].stream = c->stream;
+    c->lane[0].blas = c->blas;
+    c->lane[0].blas_ws = c->blas_ws;
+    c->lane[0].dnn_handle = c->dnn_handle;
+    c->lanes_made = 1;
     c->trace = gpu_trace_new(c->stream);
     for (int k = 0; k < 2; k++)
         c->gtrace[k] = gpu_trace_new(c->stream);
@@ -176,6 +435,7 @@ static void gpu_free(void *ctx)
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     if (!c)
         return;
+    gpu_lanes_free(c);
     cudaStreamSynchronize(c->stream);
     for (int k = 0; k < 2; k++)
         if (c->graph[k])
@@ -192,16 +452,10 @@ static void gpu_free(void *ctx)
     }
     if (c->plan)
         gpu_dnn_free(c);
-    if (c->dnn_handle)
-        cudnnDestroy(c->dnn_handle);
-    if (c->blas)
-        cublasDestroy(c->blas);
-    if (c->blas_ws)
-        cudaFree(c->blas_ws);
-    if (c->scratch)
-        cudaFree(c->scratch);
-    if (c->stream)
-        cudaStreamDestroy(c->stream);
+    /* the context's own lane (set up or not when a start failed) */
+    struct gpu_lane own = {c->stream, c->blas, c->blas_ws, c->dnn_handle, c->scratch, c->scratch_bytes,
+                           NULL};
+    gpu_lane_destroy(&own);
     free(c);
 }
 
@@ -225,13 +479,51 @@ static void gpu_release(void *ctx, backend_buf *buf)
 static void gpu_upload(void *ctx, backend_buf *dst, const float *src, size_t count)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    gpu_lanes_settle(c);
     GPU_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyHostToDevice, c->stream));
     GPU_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+/* Queued behind the step's work; a pinned src (gpu_host_alloc) is read by
+ * the copy engine when the stream gets there, a pageable one is staged by
+ * the driver before the call returns. Either way the caller keeps src
+ * unchanged until its next sync or download. */
+static void gpu_upload_async(void *ctx, backend_buf *dst, const float *src, size_t count)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    GPU_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+}
+
+/* Queued; dst (pinned) holds the values once the stream gets past it. */
+static void gpu_download_async(void *ctx, float *dst, const backend_buf *src, size_t count)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    GPU_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+}
+
+/* Pinned host memory, or NULL (the caller falls back to malloc). */
+static void *gpu_host_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void gpu_host_free(void *ctx, void *p)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    GPU_CHECK(cudaStreamSynchronize(c->stream)); /* no queued copy still reads it */
+    GPU_CHECK(cudaFreeHost(p));
 }
 
 static void gpu_download(void *ctx, float *dst, const backend_buf *src, size_t count)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    gpu_lanes_settle(c);
     GPU_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
     GPU_CHECK(cudaStreamSynchronize(c->stream));
 }
@@ -240,6 +532,7 @@ static void gpu_trace_one(void *ctx, const backend_buf *buf, size_t count, struc
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     const float *p = (const float *)buf;
+    gpu_lanes_settle(c);
     gpu_trace_batch(c->trace, &p, &count, 1, rec);
 }
 
@@ -247,6 +540,7 @@ static void gpu_trace_many(void *ctx, const backend_buf *const *bufs, const size
                            struct trace_oprec *rec)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    gpu_lanes_settle(c);
     gpu_trace_batch(c->trace, (const float *const *)bufs, counts, n, rec);
 }
 
@@ -262,6 +556,7 @@ static int gpu_trace_async(void *ctx, const backend_buf *const *bufs, const size
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     const float *const *p = (const float *const *)bufs;
+    gpu_lanes_join(c);
     if (c->capturing >= 0) {
         int a = c->capturing;
         int rc = gpu_trace_enqueue(c->gtrace[a], p, counts, n, 1);
@@ -308,6 +603,7 @@ static void gpu_describe(void *ctx, struct trace_config *cfg)
     trace_config_setf(cfg, "cublas", "%d (pedantic float32 math, no TF32; atomics not allowed)", blas);
     trace_config_set(cfg, "reduce", c->atomic ? "atomic" : "tree");
     trace_config_set(cfg, "cuda_graph", c->graphs ? "on" : "off");
+    trace_config_setf(cfg, "gpu_streams", "%d (%d used by the schedule)", c->nlanes, c->lanes_made);
     if (c->dnn) {
         size_t v = cudnnGetVersion();
         trace_config_setf(cfg, "cudnn", "%zu.%zu.%zu", v / 10000, v % 10000 / 100, v % 100);
@@ -350,7 +646,9 @@ static int gpu_prepare(void *ctx, const struct graph *g)
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i].type == OP_ADAM_P)
             gpu_adam_index(c, g->nodes[i].p.adam.b1, g->nodes[i].p.adam.b2);
-    return c->dnn ? gpu_dnn_prepare(c, g) : DT_OK;
+    if (c->dnn && gpu_dnn_prepare(c, g) < 0)
+        return DT_ERR;
+    return gpu_schedule(c, g);
 }
 
 /* ---- the step as a CUDA graph ----
@@ -364,6 +662,8 @@ static int gpu_step_begin(void *ctx, uint64_t step, int arr)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     gpu_adam_set(c, step);
+    c->forked = 0;
+    c->in_step = 1;
     if (!c->graphs || c->eager_steps == 0)
         return 0;
     if (c->graph[arr]) {
@@ -382,6 +682,8 @@ static int gpu_step_begin(void *ctx, uint64_t step, int arr)
 static void gpu_step_end(void *ctx, uint64_t step, int arr)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    gpu_lanes_join(c);
+    c->in_step = 0;
     c->replaying = -1;
     if (c->capturing < 0) {
         if (!c->graph[arr])
@@ -395,6 +697,7 @@ static void gpu_step_end(void *ctx, uint64_t step, int arr)
               (unsigned long long)step, cudaGetErrorString(e));
     GPU_CHECK(cudaGraphInstantiate(&c->graph[arr], graph, 0));
     GPU_CHECK(cudaGraphDestroy(graph));
+    gpu_trace_upload(c->gtrace[arr]);
     GPU_CHECK(cudaGraphLaunch(c->graph[arr], c->stream));
 }
 
@@ -412,6 +715,10 @@ static struct backend_ops gpu_table(const char *name, int (*init)(void **, const
     b.release = gpu_release;
     b.upload = gpu_upload;
     b.download = gpu_download;
+    b.upload_async = gpu_upload_async;
+    b.host_alloc = gpu_host_alloc;
+    b.host_free = gpu_host_free;
+    b.download_async = gpu_download_async;
     b.trace = gpu_trace_one;
     b.describe = gpu_describe;
     b.sync = gpu_sync;
@@ -421,6 +728,8 @@ static struct backend_ops gpu_table(const char *name, int (*init)(void **, const
     b.prepare = gpu_prepare;
     b.step_begin = gpu_step_begin;
     b.step_end = gpu_step_end;
+    b.op_enter = gpu_op_enter;
+    b.op_leave = gpu_op_leave;
     for (int t = 0; t < OP_COUNT; t++)
         b.op[t] = dnn && gpu_dnn_ops[t] ? gpu_dnn_ops[t] : gpu_ops[t];
     return b;

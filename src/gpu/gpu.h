@@ -22,6 +22,20 @@ enum gpu_algo_mode { GPU_ALGO_DETERMINISTIC, GPU_ALGO_FASTEST, GPU_ALGO_NUMBER }
 #define GPU_MAX_ADAM 4
 #define GPU_BLAS_WORKSPACE ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */
 
+/* A CUDA stream with the handles and scratch of its own that ops running
+ * on it use (lane 0 is the context's own stream). */
+#define GPU_MAX_LANES 8
+#define GPU_DEFAULT_LANES 4
+struct gpu_lane {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    cudnnHandle_t dnn_handle;
+    void *scratch;
+    size_t scratch_bytes;
+    cudaEvent_t join;             /* recorded on this lane when the step's ops are done */
+};
+
 struct gpu_ctx {
     int device;
     int atomic;                   /* --reduce atomic */
@@ -56,9 +70,27 @@ struct gpu_ctx {
      * captured with; tpending: the arrangement whose records are due */
     struct gpu_trace *gtrace[2];
     int tn[2];
+
     const float **tbufs[2];
     size_t *tcounts[2];
     int tpending;
+    /* streams (--streams): the ops of a step are spread over nlanes lanes
+     * by a schedule made once per graph (lane_of: the lane of each op
+     * node, -1 for leaves); an op waits for the events of its inputs made
+     * on other lanes (evneed: some consumer is elsewhere). c->stream,
+     * blas, dnn_handle and scratch are those of lane `cur` while an op runs
+     * and lane 0's otherwise; a bracketed step forks the lanes from lane 0
+     * at its first op and joins them before tracing or step_end. */
+    int nlanes;                   /* asked for */
+    int lanes_made;               /* lanes 1 .. lanes_made-1 exist */
+    struct gpu_lane lane[GPU_MAX_LANES];
+    int cur;
+    int in_step, forked;
+    int *lane_of;
+    unsigned char *evneed;
+    cudaEvent_t *ev;              /* per node (where evneed) */
+    int nnodes;
+    cudaEvent_t fork;
 };
 
 /* A failed CUDA, cuBLAS or cuDNN call in a kernel wrapper cannot be handed
@@ -112,16 +144,19 @@ void gpu_trace_free(struct gpu_trace *t);
 void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
                      struct trace_oprec *rec);
 /* gpu_trace_batch in two halves, for a step captured as a CUDA graph:
- * enqueue queues the copy in, the kernels and the copy out on t's stream
- * (with `fixed`, it allocates nothing and returns -1 when t's buffers are
- * too small: a capture cannot allocate); collect waits for the stream and
- * copies the n records out of t's pinned buffer (every field but op). The
- * pinned descriptors written by enqueue stay as they are until the next
- * enqueue on t, so a captured copy of them reads the same bytes at every
- * replay. */
+ * enqueue queues the copy of the descriptors in and the kernels on t's
+ * stream; the kernels write the records into t's pinned host buffer (with
+ * `fixed`, for a capture, it allocates nothing, returns -1 when t's
+ * buffers are too small, and leaves the descriptors' copy to
+ * gpu_trace_upload); collect waits for the stream and copies the n
+ * records out of t's pinned buffer (every field but op). */
 int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
                       int fixed);
 void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n);
+/* After the capture of an enqueue made with `fixed`: its descriptors, to
+ * the device once (a replay does not copy them again). */
+void gpu_trace_upload(struct gpu_trace *t);
+
 /* Make t's buffers at least as large as like's (before a capture). */
 void gpu_trace_reserve_as(struct gpu_trace *t, const struct gpu_trace *like);
 /* One buffer's record queued on stream s, nothing waited for (libdivtrace):

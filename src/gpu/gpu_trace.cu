@@ -1,10 +1,13 @@
 /* gpu_trace.cu: trace records (hash.h's tree hash, stats.h's statistics) of
  * many device buffers of float32 in one call, computed where they live.
  *
- * One call: one copy of the step's descriptor table to the device, two
- * kernels, one copy of the records back, one stream synchronisation.
- *  1. gt_leaf_kernel: one warp per tile of up to GT_TILE_LEAVES consecutive
- *     16 KiB leaves of one buffer. It hashes each leaf cooperatively (see
+ * One call: one copy of the step's descriptor table to the device (once
+ * for a captured step), two kernels, the second writing the records into
+ * pinned host memory, one stream synchronisation.
+ *  1. gt_leaf_kernel: one warp per tile of consecutive 16 KiB leaves of one
+ *     buffer: one leaf in a buffer of up to GT_SPLIT_LEAVES leaves, else
+ *     GT_TILE_LEAVES (gt_tile_leaves: the tiling, and so the order of the
+ *     statistics' sums, depends on the buffer's length alone). It hashes each leaf cooperatively (see
  *     gpu_hash.cuh: each lane loads 2 x 16 bytes of every 1 KiB block, the
  *     8 lanes of one accumulator pair sum their shares in 3 shuffle rounds
  *     before the scramble), writes the leaf digests, and in the same pass
@@ -28,7 +31,12 @@
 #include "gpu.h"
 #include "gpu_hash.cuh"
 
-#define GT_TILE_LEAVES 8u  /* leaves per warp: 128 KiB, one partial record */
+#define GT_TILE_LEAVES 8u  /* leaves per warp in a large buffer: 128 KiB, one partial record */
+/* A warp hashes its leaves one after the other at well under 1 GB/s (the
+ * kernel's speed comes from thousands of warps at once), so in a step of
+ * small buffers the longest tile sets the kernel's time: 8 leaves took
+ * about 0.1 ms. Buffers of up to 8 MiB get one leaf a tile. */
+#define GT_SPLIT_LEAVES 512u
 /* Two warps a block: a block's resources are freed when its last warp is
  * done, and the tiles of a batch differ in length. 12 blocks per SM: the
  * leaf kernel in 80 registers (ptxas of CUDA 13: one 8-byte spill), 24
@@ -49,8 +57,13 @@ struct gt_desc {
     uint64_t nleaves;
     uint32_t tile0, ntiles;
     uint32_t aligned;  /* ptr is 16-byte aligned (vector loads) */
-    uint32_t pad;
+    uint32_t tile_leaves; /* leaves per tile (gt_tile_leaves) */
 };
+
+static __host__ __device__ uint32_t gt_tile_leaves(uint64_t nleaves)
+{
+    return nleaves <= GT_SPLIT_LEAVES ? 1u : GT_TILE_LEAVES;
+}
 
 /* The statistics of one tile: sk[k] over elements with i % 16 = k. */
 struct gt_part {
@@ -66,6 +79,7 @@ struct gpu_trace {
     unsigned char *host;  /* pinned: descriptors and tile map, then records */
     size_t host_bytes;
     size_t h_rec;         /* offset of the records in host, for gpu_trace_collect */
+    size_t in_pending;    /* descriptor bytes a captured enqueue left for gpu_trace_upload */
 };
 
 /* ---- device ---- */
@@ -225,25 +239,20 @@ static __device__ void gt_lstats_reduce(struct gh_lstats *s)
             s->sk[e] += __shfl_xor_sync(GT_FULL, s->sk[e], m);
 }
 
-__global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
-gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
-               struct gt_part *part, /* (ntiles) */
-               const struct gt_desc *desc, const uint32_t *tile_buf, /* (ntiles): buffer of a tile */
-               uint32_t ntiles)
+/* Tile g of buffer d by one warp: its leaf digests into dig, its
+ * statistics into part[g]. */
+static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_part *part,
+                                                    const struct gt_desc &d, uint32_t g, int lane)
 {
-    uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
-    int lane = (int)(threadIdx.x & 31);
-    if (g >= ntiles)
-        return; /* the whole warp */
-    const struct gt_desc d = desc[tile_buf[g]];
     struct gh_lane c;
     gh_lane_init(&c, lane);
     struct gh_lstats st;
     gh_lstats_init(&st);
     uint32_t m[4], flip = 0; /* the lane's sign words, of leaf l once flipped */
     gh_lane_sign_row(lane, m);
-    uint32_t l = (g - d.tile0) * GT_TILE_LEAVES; /* leaf index in the buffer */
-    uint32_t nl = d.nleaves - l < GT_TILE_LEAVES ? (uint32_t)(d.nleaves - l) : GT_TILE_LEAVES;
+    uint32_t tl = d.tile_leaves;
+    uint32_t l = (g - d.tile0) * tl; /* leaf index in the buffer */
+    uint32_t nl = d.nleaves - l < tl ? (uint32_t)(d.nleaves - l) : tl;
     const float *x = d.ptr + (size_t)l * GT_LEAF_FLOATS;
     uint64_t left = d.count - (uint64_t)l * GT_LEAF_FLOATS; /* elements from x on */
     uint64_t *out = dig + d.leaf0 + l;
@@ -276,6 +285,20 @@ gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
     if (lane < 4)
         for (int e = 0; e < 4; e++)
             o->sk[4 * lane + e] = st.sk[e];
+}
+
+__global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
+gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
+               struct gt_part *part, /* (ntiles) */
+               const struct gt_desc *desc, const uint32_t *tile_buf, /* (ntiles): buffer of a tile */
+               uint32_t ntiles)
+{
+    uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
+    int lane = (int)(threadIdx.x & 31);
+    if (g >= ntiles)
+        return; /* the whole warp */
+    const struct gt_desc d = desc[tile_buf[g]];
+    gt_leaf_tile(dig, part, d, g, lane);
 }
 
 /* XXH3 of the m leaf digests at leaves (16-byte aligned) by the whole
@@ -396,7 +419,7 @@ static __device__ void gt_record(struct trace_oprec *out, const struct gt_acc *a
 /* What one block of the root kernel finishes: one large buffer (n = 0,
  * k[0]) with the whole block, or up to four small ones (n = 1..4), one per
  * warp. Small: at most GT_SMALL_LEAVES leaves, a root of at most 240 bytes
- * (one thread) and at most 4 tiles (one lane each). */
+ * (one thread) and at most 30 tiles (one lane each). */
 #define GT_SMALL_LEAVES 30u
 struct gt_item {
     uint32_t n, k[4];
@@ -417,6 +440,25 @@ static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_de
     gt_acc_warp(&a, width);
     if (lane == 0)
         gt_record(&rec[k], &a, gh_xxh3_64(dig + d.leaf0, 8 * (size_t)d.nleaves));
+}
+
+/* A small buffer's record in one launch (libdivtrace's records of single
+ * tensors): the warps of one block hash its tiles, then warp 0 finishes it
+ * as the root kernel would. Digests and partials go through the scratch,
+ * so tiling and sums are the batch's, bit for bit. */
+#define GT_ONE_WARPS 8
+static_assert(GT_SMALL_LEAVES <= GT_SPLIT_LEAVES && GT_SMALL_LEAVES <= 32,
+              "a small buffer has one tile a leaf, one lane of warp 0 each");
+__global__ void __launch_bounds__(32 * GT_ONE_WARPS)
+gt_one_small_kernel(struct trace_oprec *rec, struct gt_desc d, uint64_t *dig, struct gt_part *part)
+{
+    int lane = (int)(threadIdx.x & 31);
+    uint32_t w = threadIdx.x >> 5;
+    for (uint32_t g = w; g < d.ntiles; g += blockDim.x >> 5)
+        gt_leaf_tile(dig, part, d, g, lane);
+    __syncthreads(); /* the block's global writes are visible to the block */
+    if (w == 0)
+        gt_root_small(rec, &d, dig, part, 0, lane);
 }
 
 __global__ void __launch_bounds__(GT_ROOT_THREADS)
@@ -518,7 +560,7 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
     uint64_t ntiles = 0, nslots = 0;
     for (int k = 0; k < n; k++) {
         uint64_t leaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
-        ntiles += (leaves + GT_TILE_LEAVES - 1) / GT_TILE_LEAVES;
+        ntiles += (leaves + gt_tile_leaves(leaves) - 1) / gt_tile_leaves(leaves);
         nslots += leaves + (leaves & 1);
         DT_ASSERT(((uintptr_t)bufs[k] & 3) == 0, "gpu_trace_batch: buffer %d is not float-aligned", k);
     }
@@ -553,7 +595,8 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
         d->nleaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
         d->leaf0 = slot;
         d->tile0 = (uint32_t)tile;
-        d->ntiles = (uint32_t)((d->nleaves + GT_TILE_LEAVES - 1) / GT_TILE_LEAVES);
+        d->tile_leaves = gt_tile_leaves(d->nleaves);
+        d->ntiles = (uint32_t)((d->nleaves + d->tile_leaves - 1) / d->tile_leaves);
         d->aligned = ((uintptr_t)bufs[k] & 15) == 0;
         for (uint32_t i = 0; i < d->ntiles; i++)
             map[tile + i] = (uint32_t)k;
@@ -575,8 +618,12 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
     const struct gt_desc *ddesc = (const struct gt_desc *)t->dev;
     uint64_t *dig = (uint64_t *)(t->dev + o_dig);
     struct gt_part *part = (struct gt_part *)(t->dev + o_part);
-    struct trace_oprec *drec = (struct trace_oprec *)(t->dev + o_rec);
-    GPU_CHECK(cudaMemcpyAsync(t->dev, t->host, in_bytes, cudaMemcpyHostToDevice, s));
+    /* A captured step's descriptors never change: they are copied once, after
+     * the capture (gpu_trace_upload), not at every replay. */
+    if (fixed)
+        t->in_pending = in_bytes;
+    else
+        GPU_CHECK(cudaMemcpyAsync(t->dev, t->host, in_bytes, cudaMemcpyHostToDevice, s));
     if (ntiles) {
         unsigned grid = (unsigned)((ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32));
         gt_leaf_kernel<<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc,
@@ -584,12 +631,21 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
                                                         (uint32_t)ntiles);
         GPU_LAUNCHED();
     }
-    gt_root_kernel<<<nitems, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(t->dev + o_items),
+    /* the records straight into pinned host memory (mapped: the same
+     * address on the device), no copy after the kernel */
+    struct trace_oprec *hrec = (struct trace_oprec *)(t->host + h_rec);
+    gt_root_kernel<<<nitems, GT_ROOT_THREADS, 0, s>>>(hrec, (const struct gt_item *)(t->dev + o_items),
                                                       ddesc, dig, part);
     GPU_LAUNCHED();
-    struct trace_oprec *hrec = (struct trace_oprec *)(t->host + h_rec);
-    GPU_CHECK(cudaMemcpyAsync(hrec, drec, (size_t)n * sizeof *hrec, cudaMemcpyDeviceToHost, s));
     return 0;
+}
+
+void gpu_trace_upload(struct gpu_trace *t)
+{
+    if (t && t->in_pending) {
+        GPU_CHECK(cudaMemcpy(t->dev, t->host, t->in_pending, cudaMemcpyHostToDevice));
+        t->in_pending = 0;
+    }
 }
 
 void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n)
@@ -604,9 +660,11 @@ void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n)
 }
 
 /* ---- one buffer, queued on the caller's stream (libdivtrace) ----
- * The record of one buffer by the same two kernels as a batch of one, with
- * nothing copied in: its descriptor and work item travel as arguments of a
- * setup kernel that writes them into the scratch. Nothing waits here; the
+ * A buffer of at most GT_SMALL_LEAVES leaves (480 KiB) takes one launch,
+ * gt_one_small_kernel. A larger one takes the two kernels of a batch of
+ * one, with nothing copied in: its descriptor and work item travel as
+ * arguments of a setup kernel that writes them into the scratch. Nothing
+ * waits here; the
  * record lands in *drec when the stream gets there. Tiles and sums are
  * those of gpu_trace_batch, so the record is the same, bit for bit. */
 
@@ -632,7 +690,7 @@ struct gt_one_layout {
 static int gt_one_plan(size_t count, struct gt_one_layout *l)
 {
     l->nleaves = (count + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
-    uint64_t tiles = (l->nleaves + GT_TILE_LEAVES - 1) / GT_TILE_LEAVES;
+    uint64_t tiles = (l->nleaves + gt_tile_leaves(l->nleaves) - 1) / gt_tile_leaves(l->nleaves);
     if (tiles >= UINT32_MAX / 32)
         return -1;
     l->ntiles = (uint32_t)tiles;
@@ -663,6 +721,7 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
     d.count = count;
     d.nleaves = l.nleaves;
     d.ntiles = l.ntiles;
+    d.tile_leaves = gt_tile_leaves(l.nleaves);
     d.aligned = ((uintptr_t)x & 15) == 0;
     struct gt_item it;
     memset(&it, 0, sizeof it);
@@ -671,6 +730,12 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
     uint32_t *map = (uint32_t *)(base + l.o_map);
     uint64_t *dig = (uint64_t *)(base + l.o_dig);
     struct gt_part *part = (struct gt_part *)(base + l.o_part);
+    if (l.nleaves <= GT_SMALL_LEAVES) {
+        /* one tile a leaf (gt_tile_leaves), at most 30: one block */
+        unsigned warps = l.ntiles < GT_ONE_WARPS ? (l.ntiles ? l.ntiles : 1) : GT_ONE_WARPS;
+        gt_one_small_kernel<<<1, 32 * warps, 0, s>>>(drec, d, dig, part);
+        return cudaGetLastError();
+    }
     unsigned sg = l.ntiles > 256 * 64 ? 64 : (l.ntiles + 255) / 256 + 1;
     gt_one_setup<<<sg, 256, 0, s>>>(dd, d, (struct gt_item *)(base + l.o_item), it, map, l.ntiles);
     cudaError_t e = cudaGetLastError();

@@ -82,6 +82,9 @@ check ae_cuda_replay_same 0 -- "$DT" replay "$T/ct1.dtr" --step 150 --steps 3
 # every op launched on its own (no CUDA graph) gives the same trace
 check ae_cuda_nograph 0 -- $A --backend cuda --cuda-graph off -o "$T/cn.dtr"
 check ae_cuda_graph_vs_nograph 0 -- "$DT" diff "$T/ct1.dtr" "$T/cn.dtr"
+# ops on one stream give the same trace as ops spread over four
+check ae_cuda_streams1 0 -- $A --backend cuda --streams 1 -o "$T/cs1.dtr"
+check ae_cuda_streams1_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/cs1.dtr"
 # a fault planted in one op of a GPU run is SEMANTIC there, and only there
 check ae_cuda_inject 0 -- $R --steps 20 --backend cuda --inject dec1.matmul:scale -o "$T/cf.dtr"
 check ae_cuda_inject_replay 1 -- "$DT" replay "$T/cf.dtr" --step 10 --against mpfr
@@ -93,9 +96,16 @@ Q="$R --model prednet --stack 1,8,16 --size 64x64 --nt 10 --batch 2 --steps 10"
 check pn_cudnn_det_a 0 -- $Q --backend cudnn -o "$T/pd1.dtr"
 check pn_cudnn_det_b 0 -- $Q --backend cudnn -o "$T/pd2.dtr"
 check pn_cudnn_det_identical 0 -- "$DT" diff "$T/pd1.dtr" "$T/pd2.dtr"
+check pn_cudnn_streams_header 0 -- sh -c "'$DT' show --summary '$T/pd1.dtr' | grep -E '^# gpu_streams = 4 \(([2-4]) used'"
+check pn_cudnn_streams1 0 -- $Q --backend cudnn --streams 1 -o "$T/ps1.dtr"
+check pn_cudnn_streams1_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/ps1.dtr"
+check pn_cudnn_streams8_nograph 0 -- $Q --backend cudnn --streams 8 --cuda-graph off -o "$T/ps8.dtr"
+check pn_cudnn_streams8_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/ps8.dtr"
+check pn_cuda_streams1 0 -- $Q --backend cuda --streams 1 -o "$T/pcs1.dtr"
 check pn_cuda_tree_a 0 -- $Q --backend cuda -o "$T/pc1.dtr"
 check pn_cuda_tree_b 0 -- $Q --backend cuda -o "$T/pc2.dtr"
 check pn_cuda_tree_identical 0 -- "$DT" diff "$T/pc1.dtr" "$T/pc2.dtr"
+check pn_cuda_streams1_same 0 -- "$DT" diff "$T/pc1.dtr" "$T/pcs1.dtr"
 check pn_cudnn_fastest_a 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf1.dtr"
 check pn_cudnn_fastest_b 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf2.dtr"
 check pn_cudnn_fastest_diff 1 -- "$DT" diff "$T/pf1.dtr" "$T/pf2.dtr"
