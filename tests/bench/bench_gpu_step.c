@@ -4,7 +4,8 @@
  * the autoencoder at batch 100, PredNet 1,16,32,64 at 64x64 (nt 20, batch 1
  * and 4) and the KITTI-sized PredNet 3,48,96,192 at 128x160 (nt 10, batch
  * 4, on random 3-channel frames written to a temporary .npy). Rounds
- * alternate tracing off and on. The IDX data directory is the default one
+ * alternate tracing off, on, and off with every op on one CUDA stream
+ * (--streams 1; the default spreads ops over 4). The IDX data directory is the default one
  * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU. */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,33 +23,6 @@ struct conf {
     int video; /* random 3-channel frames */
 };
 
-/* A random uint8 NPY of (N, T, H, W, C). */
-static int write_npy(const char *path, uint32_t n, uint32_t t, uint32_t h, uint32_t w, uint32_t c)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    char hdr[128];
-    int len = snprintf(hdr, sizeof hdr, "{'descr': '|u1', 'fortran_order': False, 'shape': (%u, %u, %u, %u, %u), }",
-                       n, t, h, w, c);
-    int total = len + 1;
-    while ((10 + total) % 64)
-        total++;
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    unsigned char hl[2] = {(unsigned char)(total & 255), (unsigned char)(total >> 8)};
-    fwrite(hl, 1, 2, f);
-    fwrite(hdr, 1, (size_t)len, f);
-    for (int k = len; k < total - 1; k++)
-        fputc(' ', f);
-    fputc('\n', f);
-    uint64_t s = 12345;
-    for (size_t k = 0; k < (size_t)n * t * h * w * c; k++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        fputc((int)(s >> 56), f);
-    }
-    return fclose(f);
-}
-
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -64,7 +38,7 @@ int main(int argc, char **argv)
     char path[512], npy[512];
     snprintf(path, sizeof path, "%s/bench_gpu_step.dtr", dir);
     snprintf(npy, sizeof npy, "%s/bench_gpu_kitti.npy", dir);
-    if (write_npy(npy, 8, 10, 128, 160, 3) < 0) {
+    if (bench_write_npy(npy, 8, 10, 128, 160, 3, 12345) < 0) {
         fprintf(stderr, "bench_gpu_step: cannot write %s\n", npy);
         return 2;
     }
@@ -76,14 +50,16 @@ int main(int argc, char **argv)
     };
     static const char *const backends[] = {"cuda", "cudnn"};
     int rounds = quick ? 1 : 3;
-    printf("| configuration | backend | median ms/step, tracing off | trace level op | overhead |\n");
-    printf("| --- | --- | ---: | ---: | ---: |\n");
+    printf("| configuration | backend | median ms/step, tracing off | trace level op | overhead |"
+           " tracing off, --streams 1 |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
     for (size_t ci = 0; ci < sizeof confs / sizeof confs[0]; ci++)
         for (int bi = 0; bi < 2; bi++) {
             const struct conf *cf = &confs[ci];
-            double ms[2][8];
+            double ms[3][8];
             for (int r = 0; r < rounds; r++)
-                for (int traced = 0; traced < 2; traced++) {
+                for (int v = 0; v < 3; v++) { /* off, op, off on one stream */
+                    int traced = v == 1;
                     struct train_config tc;
                     train_config_defaults(&tc);
                     if (model_parse_layers(tc.layers, &tc.model) < 0)
@@ -106,6 +82,7 @@ int main(int argc, char **argv)
                     tc.quiet = 1;
                     tc.out = path;
                     tc.notrace = !traced;
+                    tc.streams = v == 2 ? 1 : 0;
                     tc.ckpt_every = 100000;
                     if (train_finish_config(&tc) < 0) {
                         fprintf(stderr, "bench_gpu_step: %s\n", dt_error());
@@ -117,16 +94,17 @@ int main(int argc, char **argv)
                         return 2;
                     }
                     /* steady state: the steps after the eager first and the captured second */
-                    ms[traced][r] = 1e3 * res.warm_seconds / (double)(res.steps - 2);
+                    ms[v][r] = 1e3 * res.warm_seconds / (double)(res.steps - 3);
                 }
-            double off = bench_median(ms[0], rounds), on = bench_median(ms[1], rounds);
-            printf("| %s | %s | %.3f | %.3f | %+.1f%% |\n", cf->what, backends[bi], off, on,
-                   100.0 * (on / off - 1.0));
+            double off = bench_median(ms[0], rounds), on = bench_median(ms[1], rounds),
+                   one = bench_median(ms[2], rounds);
+            printf("| %s | %s | %.3f | %.3f | %+.1f%% | %.3f |\n", cf->what, backends[bi], off, on,
+                   100.0 * (on / off - 1.0), one);
             fflush(stdout);
         }
     remove(path);
     remove(npy);
-    printf("\n(%d alternating rounds; ms per step over the steps after the first two: the\n"
-           "first runs eagerly, the second is captured as a CUDA graph)\n", rounds);
+    printf("\n(%d alternating rounds; ms per step over the steps after the first three: the\n"
+           "first runs eagerly, the next two are captured as CUDA graphs)\n", rounds);
     return 0;
 }

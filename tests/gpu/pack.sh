@@ -9,9 +9,9 @@ B=${1:-build}
 D=${2:-build-gpu}
 rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib" "$D/data"
-make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash \
+make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_profile \
     tests/gpu/test_gpu_trace tests/gpu/test_gpu_ops tests/gpu/test_gpu_dnn tests/gpu/test_lib_gpu >/dev/null
-cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" \
+cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" "$B/tests/bench/bench_gpu_profile" \
     "$B/tests/gpu/test_gpu_trace" "$B/tests/gpu/test_gpu_ops" "$B/tests/gpu/test_gpu_dnn" "$D/bin/"
 # libdivtrace's GPU test (linked -no-install: a plain binary) and the library
 cp "$B/tests/gpu/test_lib_gpu" "$D/bin/"
@@ -21,5 +21,7 @@ for l in libcmocka.so.0; do
     [ -n "$p" ] && cp -L "$p" "$D/lib/"
 done
 cp /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$D/data/"
+# symbols off: the device tool carries at most 64 MiB with the source tree
+command -v strip >/dev/null && strip "$D"/bin/* "$D"/lib/libdivtrace.so.0
 cp tests/gpu/run-all.sh tests/bench/torch_models.py tests/bench/torch_compare.sh "$D/" 2>/dev/null || true
 du -sh "$D"
