@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -238,6 +239,9 @@ void run_describe(struct run *r, struct trace_config *c, uint64_t ckpt_every)
         trace_config_set(c, "inject", tc->inject);
     char host[256];
     run_host_cpu(host, sizeof host);
+    struct utsname un;
+    if (uname(&un) == 0)
+        trace_config_set(c, "host", un.nodename);
     trace_config_set(c, "host_cpu", host);
     trace_config_setf(c, "host_cores", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
 }

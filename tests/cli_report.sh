@@ -63,6 +63,10 @@ for c in one two; do
 done
 has "$S/report.md" "^\| one \| one \| 2/2 \| " "report.md: the condition table"
 has "$S/report.md" "^\| 7 \| \`group=one\` \| \`group=two\` \| final \| 2 \| " "report.md: the compare line"
+# the machines table names this machine as the trace headers do (uname -n)
+host=$(uname -n)
+sed -n '/^## Machines/,/^## Plots/p' "$S/report.md" | grep -qF "| $host | " && ok "report.md: the host is $host" \
+    || bad "report.md: the Machines table does not name $host"
 has "$S/report/comparisons.csv" "^7,group=one,group=two,escape,0,.*fewer than 2 values in a sample" "no test without escapes"
 has "$S/report/comparisons.csv" "^7,group=one,group=two,phases,.*zero variance in both samples, equal means" "phases: degenerate samples said so"
 
