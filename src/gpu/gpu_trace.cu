@@ -31,12 +31,16 @@
 #include "gpu.h"
 #include "gpu_hash.cuh"
 
+#ifndef GT_TILE_LEAVES /* -D for benchmarks of other tilings (tests/bench/RESULTS.md) */
 #define GT_TILE_LEAVES 8u  /* leaves per warp in a large buffer: 128 KiB, one partial record */
+#endif
 /* A warp hashes its leaves one after the other at well under 1 GB/s (the
  * kernel's speed comes from thousands of warps at once), so in a step of
  * small buffers the longest tile sets the kernel's time: 8 leaves took
  * about 0.1 ms. Buffers of up to 8 MiB get one leaf a tile. */
+#ifndef GT_SPLIT_LEAVES
 #define GT_SPLIT_LEAVES 512u
+#endif
 /* Two warps a block: a block's resources are freed when its last warp is
  * done, and the tiles of a batch differ in length. 12 blocks per SM: the
  * leaf kernel in 80 registers (ptxas of CUDA 13: one 8-byte spill), 24
