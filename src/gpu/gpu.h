@@ -70,7 +70,6 @@ struct gpu_ctx {
      * captured with; tpending: the arrangement whose records are due */
     struct gpu_trace *gtrace[2];
     int tn[2];
-
     const float **tbufs[2];
     size_t *tcounts[2];
     int tpending;
@@ -156,7 +155,6 @@ void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n);
 /* After the capture of an enqueue made with `fixed`: its descriptors, to
  * the device once (a replay does not copy them again). */
 void gpu_trace_upload(struct gpu_trace *t);
-
 /* Make t's buffers at least as large as like's (before a capture). */
 void gpu_trace_reserve_as(struct gpu_trace *t, const struct gpu_trace *like);
 /* One buffer's record queued on stream s, nothing waited for (libdivtrace):
