@@ -250,6 +250,14 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
 fi
 expect 2 "--reduce on the cpu" -- $R --reduce atomic -o "$T/keep.dtr"
 one_line "--reduce on the cpu"
+expect 2 "--streams on the cpu" -- $R --streams 2 -o "$T/keep.dtr"
+has "$T/err" "--streams apply to --backend cuda and cudnn only" "--streams on the cpu: says why"
+one_line "--streams on the cpu"
+for n in 0 9 x; do
+    expect 2 "--streams $n" -- $R --backend cuda --streams $n -o "$T/keep.dtr"
+    has "$T/err" "--streams '$n': expected an integer from 1 to 8" "--streams $n: says the range"
+    one_line "--streams $n"
+done
 expect 2 "--cudnn-algo on cuda" -- $R --backend cuda --cudnn-algo fastest -o "$T/keep.dtr"
 one_line "--cudnn-algo on cuda"
 expect 2 "no output" -- $R
