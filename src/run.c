@@ -35,6 +35,18 @@ static int run_check(const struct train_config *tc)
     return DT_OK;
 }
 
+/* n floats of host memory the backend copies from and to fastest (its
+ * host_alloc), else malloc's; bit `which` of r->pinned says which. */
+static float *run_host_buf(struct run *r, int which, size_t n)
+{
+    float *p = r->be->host_alloc && r->be->host_free ? r->be->host_alloc(r->ctx, n * sizeof(float)) : NULL;
+    if (p) {
+        r->pinned |= 1 << which;
+        return p;
+    }
+    return dt_malloc(n * sizeof(float));
+}
+
 int run_open(struct run *r, const struct train_config *tc, long precision, int traced)
 {
     memset(r, 0, sizeof *r);
@@ -113,21 +125,13 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         }
     DT_ASSERT(r->ninputs >= 1, "model without data inputs");
     r->nbatch = nbatch;
-    r->loss_host = r->be->host_alloc ? r->be->host_alloc(r->ctx, sizeof(float)) : NULL;
-    if (r->loss_host)
-        r->pinned |= 4;
-    else
-        r->loss_host = dt_malloc(sizeof(float));
     if (r->data.video && nbatch > maxcount) /* run_prefetch makes a video batch in r->host */
         r->host = dt_realloc(r->host, nbatch * sizeof(float));
     for (int k = 0; k < 2; k++) {
-        r->bbuf[k] = r->be->host_alloc ? r->be->host_alloc(r->ctx, nbatch * sizeof(float)) : NULL;
-        if (r->bbuf[k])
-            r->pinned |= 1 << k;
-        else
-            r->bbuf[k] = dt_malloc(nbatch * sizeof(float));
+        r->bbuf[k] = run_host_buf(r, k, nbatch);
         r->bstep[k] = UINT64_MAX;
     }
+    r->loss_host = run_host_buf(r, 2, 1);
 
     /* Trace on a second thread when this process may run on a second core. */
     cpu_set_t cpus;
@@ -148,7 +152,7 @@ void run_close(struct run *r)
     exec_free(&r->e);
     float *hosts[3] = {r->bbuf[0], r->bbuf[1], r->loss_host};
     for (int k = 0; k < 3; k++)
-        if ((r->pinned >> k & 1) && r->ctx && r->be->host_free)
+        if (r->pinned >> k & 1)
             r->be->host_free(r->ctx, hosts[k]);
         else
             free(hosts[k]);
@@ -346,7 +350,7 @@ void run_step_exec(struct run *r, uint64_t step, uint64_t next)
     exec_step(&r->e, step);
     /* the loss comes back with the step's records (the tracer's wait, or
      * run_loss's sync), not in a round trip of its own */
-    r->loss_pending = r->be->download_async && exec_get_async(&r->e, r->g.loss, r->loss_host);
+    r->loss_pending = exec_get_async(&r->e, r->g.loss, r->loss_host);
     if (next != UINT64_MAX && r->bstep[next & 1] != next && (next & 1) != (step & 1))
         run_prefetch(r, next);
     tracer_sync(r->tr);
@@ -357,11 +361,8 @@ double run_loss(struct run *r)
     if (r->loss_pending) {
         r->be->sync(r->ctx);
         r->loss_pending = 0;
-        return *r->loss_host;
     }
-    float loss;
-    exec_get(&r->e, r->g.loss, &loss);
-    return loss;
+    return *r->loss_host;
 }
 
 void run_summarize(struct run *r, uint64_t step, double loss, enum trace_level level,

@@ -34,7 +34,7 @@ struct run {
     float *bbuf[2];
     uint64_t bstep[2];
     size_t nbatch;
-    float *loss_host;          /* the loss, read back behind the step (host_alloc) */
+    float *loss_host;          /* the last run_step_exec's loss (host_alloc) */
     int loss_pending;          /* loss_host is valid after a sync */
     int pinned;                /* bits 0, 1, 2: bbuf[0], bbuf[1], loss_host came from host_alloc */
 };
@@ -69,6 +69,7 @@ void run_step_begin(struct run *r, uint64_t step);
 void run_step_exec(struct run *r, uint64_t step, uint64_t next);
 /* Make step `step`'s batch in the host buffer of its parity. */
 void run_prefetch(struct run *r, uint64_t step);
+/* The loss of the last run_step_exec (waits for it on a GPU). */
 double run_loss(struct run *r);
 
 /* The summary of the step just executed: records kept at `level` (into
