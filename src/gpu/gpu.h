@@ -73,6 +73,17 @@ struct gpu_ctx {
     const float **tbufs[2];
     size_t *tcounts[2];
     int tpending;
+    /* deferred records (trace_defer): a captured step's tracing is a graph
+     * of its own (tgraph, per arrangement) on tstream, launched behind the
+     * step's graph and run while the next step runs (its kernels capped by
+     * gpu_trace_set_caps, if asked); the stream waits for it (tdone) before
+     * the step after next reuses the arrangement's buffers */
+    int defer;
+    int tlaunch;                  /* this step's trace graph is to be launched at step_end */
+    int tlaunched[2];             /* tgraph[a] runs; the stream has not waited for it yet */
+    cudaStream_t tstream;
+    cudaGraphExec_t tgraph[2];
+    cudaEvent_t stepdone, tdone[2];
     /* streams (--streams): the ops of a step are spread over nlanes lanes
      * by a schedule made once per graph (lane_of: the lane of each op
      * node, -1 for leaves); an op waits for the events of its inputs made
@@ -152,17 +163,28 @@ void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t
 int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
                       int fixed);
 void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n);
+/* collect without the wait: the stream is known to have run the records */
+void gpu_trace_records(const struct gpu_trace *t, struct trace_oprec *rec, int n);
 /* After the capture of an enqueue made with `fixed`: its descriptors, to
  * the device once (a replay does not copy them again). */
 void gpu_trace_upload(struct gpu_trace *t);
 /* Make t's buffers at least as large as like's (before a capture). */
 void gpu_trace_reserve_as(struct gpu_trace *t, const struct gpu_trace *like);
+/* The stream t's work goes to from now on. */
+void gpu_trace_set_stream(struct gpu_trace *t, cudaStream_t s);
+/* At most leaf_blocks and root_blocks blocks of t's two kernels (0: as many
+ * as there is work for): a trace that runs beside a step leaves most of
+ * each SM to the step's kernels. The records do not change. */
+void gpu_trace_set_caps(struct gpu_trace *t, unsigned leaf_blocks, unsigned root_blocks);
 /* One buffer's record queued on stream s, nothing waited for (libdivtrace):
  * scratch of gpu_trace_one_bytes(count) bytes (256-aligned, 0: too large),
  * untouched until s has run it; the record lands in *drec (device memory),
- * the same as gpu_trace_batch's for that buffer. Returns the launch error. */
+ * the same as gpu_trace_batch's for that buffer. *ctr: a device counter
+ * that is 0, and is 0 again once s has run the record (the record's blocks
+ * count themselves in it); not shared with a record queued on another
+ * stream. Returns the launch error. */
 size_t gpu_trace_one_bytes(size_t count);
 cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct trace_oprec *drec,
-                          cudaStream_t s);
+                          unsigned *ctr, cudaStream_t s);
 
 #endif

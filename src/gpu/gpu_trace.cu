@@ -15,7 +15,7 @@
  *  2. gt_root_kernel: finishes each buffer's record: sums its tile
  *     partials (fixed order) and hashes its leaf digests into the root. A
  *     buffer of at most 30 leaves (a root of <= 240 bytes) takes one warp,
- *     four to a block; a larger one a block of GT_ROOT_THREADS (the root's
+ *     16 to a block; a larger one a block of GT_ROOT_THREADS (the root's
  *     long path: the warps compute the 1 KiB blocks' shares, 8 threads run
  *     the chain of scrambles).
  * The host's descriptor table (buffers, tile -> buffer map, root work
@@ -25,6 +25,7 @@
  * order, then shuffle butterflies, then per thread in tile order, then a
  * fixed tree), no atomics: records are bitwise identical run to run. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,10 +47,21 @@
  * leaf kernel in 80 registers (ptxas of CUDA 13: one 8-byte spill), 24
  * warps per SM. */
 #define GT_LEAF_THREADS 64
+#ifndef GT_LEAF_BLOCKS_PER_SM
 #define GT_LEAF_BLOCKS_PER_SM 12
+#endif
+#ifndef GT_PREFETCH_BLOCKS
 #define GT_PREFETCH_BLOCKS 8 /* L2 prefetch distance of a leaf's loads, in 1 KiB blocks */
-#define GT_ROOT_THREADS 128
-#define GT_ROOT_CHUNK 128  /* 1 KiB blocks of leaf digests per round of the root */
+#endif
+/* The root kernel: 16 warps a block. A large buffer's root was 19% of the
+ * time of a 1 GiB record with 4 warps (0.091 of 0.492 ms, H200): its
+ * thousands of tile partials and hundreds of 1 KiB blocks of digests are
+ * read by the whole block at once now. */
+#define GT_ROOT_THREADS 512
+#define GT_ROOT_WARPS (GT_ROOT_THREADS / 32)
+#define GT_ROOT_CHUNK 256  /* 1 KiB blocks of leaf digests per round of the root */
+#define GT_REC_WORDS (sizeof(struct trace_oprec) / 8)
+static_assert(sizeof(struct trace_oprec) % 8 == 0, "a record is whole 8-byte words");
 #define GT_FULL 0xffffffffu
 #define GT_LEAF_FLOATS (GH_LEAF / 4u)
 
@@ -78,6 +90,7 @@ struct gt_part {
 
 struct gpu_trace {
     cudaStream_t stream;
+    unsigned cap_leaf, cap_root; /* at most this many blocks of each kernel (0: no cap) */
     unsigned char *dev;   /* descriptors, tile map, digests, partials, records */
     size_t dev_bytes;
     unsigned char *host;  /* pinned: descriptors and tile map, then records */
@@ -164,18 +177,39 @@ static __device__ __forceinline__ void gt_prefetch(const void *p)
  * on, the bound of the prefetches, which run GT_PREFETCH_BLOCKS blocks
  * ahead of the loads (into the next leaf near the end): the warp's own
  * registers only cover the block it works on. */
+template <bool PIPE>
 static __device__ __forceinline__ uint64_t gt_leaf_full(const struct gh_lane *c, const float *x,
                                                         size_t ahead, const uint32_t m[4],
                                                         struct gh_lstats *st)
 {
     const uint4 *v = (const uint4 *)x + c->lane;
     uint64_t a = gh_init_acc(2 * c->q), b = gh_init_acc(2 * c->q + 1);
+    /* PIPE: each block's loads are issued a block ahead, into registers of
+     * their own; the same arithmetic in the same order (a lone warp, as in
+     * a single tensor's record, then waits less; the batch kernel has no
+     * registers to spare for it) */
+    uint4 n0, n1;
+    if (PIPE) {
+        n0 = __ldcs(v);
+        n1 = __ldcs(v + 32);
+    }
 #pragma unroll
     for (int k = 0; k < 16; k++) {
         size_t pf = GH_BLOCK * (size_t)(k + GT_PREFETCH_BLOCKS) + 128 * (size_t)c->lane;
         if (GT_PREFETCH_BLOCKS > 0 && c->lane < 8 && pf < ahead)
             gt_prefetch((const char *)x + pf);
-        uint4 c0 = __ldcs(v + 64 * k), c1 = __ldcs(v + 64 * k + 32);
+        uint4 c0, c1;
+        if (PIPE) {
+            c0 = n0;
+            c1 = n1;
+            if (k < 15) {
+                n0 = __ldcs(v + 64 * (k + 1));
+                n1 = __ldcs(v + 64 * (k + 1) + 32);
+            }
+        } else {
+            c0 = __ldcs(v + 64 * k);
+            c1 = __ldcs(v + 64 * k + 32);
+        }
         uint64_t pa = 0, pb = 0;
         if (k < 15)
             gh_lane_block(c, gt_w(c0.x, c0.y), gt_w(c0.z, c0.w), gt_w(c1.x, c1.y), gt_w(c1.z, c1.w),
@@ -245,6 +279,7 @@ static __device__ void gt_lstats_reduce(struct gh_lstats *s)
 
 /* Tile g of buffer d by one warp: its leaf digests into dig, its
  * statistics into part[g]. */
+template <bool PIPE>
 static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_part *part,
                                                     const struct gt_desc &d, uint32_t g, int lane)
 {
@@ -271,7 +306,7 @@ static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_par
             m[r] ^= f ^ flip;
         flip = f;
         uint64_t h = left >= GT_LEAF_FLOATS && a16
-                         ? gt_leaf_full(&c, x, 4 * (size_t)left, m, &st)
+                         ? gt_leaf_full<PIPE>(&c, x, 4 * (size_t)left, m, &st)
                          : gt_leaf_part(&c, x, left < GT_LEAF_FLOATS ? (uint32_t)left : GT_LEAF_FLOATS,
                                         a16, m, &st);
         if (lane == 0)
@@ -291,64 +326,47 @@ static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_par
             o->sk[4 * lane + e] = st.sk[e];
 }
 
+/* LOOP: a capped grid (gpu_trace_set_caps), each warp taking tiles g,
+ * g + warps, ...; else one tile a warp (the loop's live values cost the
+ * kernel spills in its 80 registers). */
+template <bool LOOP>
 __global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
 gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
                struct gt_part *part, /* (ntiles) */
                const struct gt_desc *desc, const uint32_t *tile_buf, /* (ntiles): buffer of a tile */
                uint32_t ntiles)
 {
-    uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
     int lane = (int)(threadIdx.x & 31);
-    if (g >= ntiles)
-        return; /* the whole warp */
-    const struct gt_desc d = desc[tile_buf[g]];
-    gt_leaf_tile(dig, part, d, g, lane);
+    uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
+    if constexpr (!LOOP) {
+        if (g < ntiles)
+            gt_leaf_tile<false>(dig, part, desc[tile_buf[g]], g, lane);
+    } else {
+        for (uint32_t stride = (gridDim.x * GT_LEAF_THREADS) >> 5; g < ntiles; g += stride)
+            gt_leaf_tile<false>(dig, part, desc[tile_buf[g]], g, lane);
+    }
 }
 
-/* XXH3 of the m leaf digests at leaves (16-byte aligned) by the whole
- * block; the digest is valid in warp 0. */
-static __device__ uint64_t gt_root_hash(const uint64_t *leaves, uint64_t m,
-                                        uint64_t (*share)[8] /* (GT_ROOT_CHUNK, 8) shared */)
+/* The shares of blocks c0 .. c0 + cn - 1 of the root's input p (1 KiB
+ * each) into share[i], by warps w0, w0 + nw, ... (w: this warp's index
+ * among them). */
+static __device__ __forceinline__ void gt_root_shares(const struct gh_lane *c, const struct gt_ld &ld,
+                                                      size_t c0, size_t cn, uint64_t (*share)[8],
+                                                      int w, int nw)
 {
-    size_t len = 8 * m;
-    const uint8_t *p = (const uint8_t *)leaves;
-    if (len <= GH_MIDSIZE_MAX)
-        return gh_xxh3_64(p, len);
-    int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    struct gh_lane c;
-    gh_lane_init(&c, lane);
-    struct gt_ld ld = {p, 1};
-    size_t nb = (len - 1) / GH_BLOCK;
-    /* thread i < 8 carries acc[i] through the scrambles */
-    uint64_t acc = tid < 8 ? gh_init_acc(tid) : 0, sc = tid < 8 ? gh_secret_word(GH_SEC_SCRAMBLE / 8 + tid) : 0;
-    for (size_t c0 = 0; c0 < nb; c0 += GT_ROOT_CHUNK) {
-        size_t cn = nb - c0 < GT_ROOT_CHUNK ? nb - c0 : GT_ROOT_CHUNK;
 #pragma unroll 4
-        for (size_t i = (size_t)warp; i < cn; i += GT_ROOT_THREADS / 32) {
-            uint64_t u0a, u0b, u1a, u1b, pa = 0, pb = 0;
-            size_t off = (c0 + i) * GH_BLOCK + 16 * (size_t)lane;
-            ld(off, &u0a, &u0b);
-            ld(off + 512, &u1a, &u1b);
-            gh_lane_block(&c, u0a, u0b, u1a, u1b, &pa, &pb);
-            gt_sum_q(&pa, &pb);
-            if (lane < 4) {
-                share[i][2 * lane] = pa;
-                share[i][2 * lane + 1] = pb;
-            }
+    for (size_t i = (size_t)w; i < cn; i += (size_t)nw) {
+        uint64_t u0a, u0b, u1a, u1b, pa = 0, pb = 0;
+        size_t off = (c0 + i) * GH_BLOCK + 16 * (size_t)c->lane;
+        ld(off, &u0a, &u0b);
+        ld(off + 512, &u1a, &u1b);
+        gh_lane_block(c, u0a, u0b, u1a, u1b, &pa, &pb);
+        gt_sum_q(&pa, &pb);
+        if (c->lane < 4) {
+            share[i][2 * c->lane] = pa;
+            share[i][2 * c->lane + 1] = pb;
         }
-        __syncthreads();
-        if (tid < 8)
-            for (size_t i = 0; i < cn; i++)
-                acc = gh_scramble(acc + share[i][tid], sc);
-        __syncthreads();
     }
-    if (warp != 0)
-        return 0;
-    uint64_t pa = 0, pb = 0;
-    gh_lane_tail(&c, ld, len, &pa, &pb);
-    gt_sum_q(&pa, &pb);
-    uint64_t a = __shfl_sync(GT_FULL, acc, 2 * c.q), b = __shfl_sync(GT_FULL, acc, 2 * c.q + 1);
-    return gt_merge(&c, a + pa, b + pb, len);
 }
 
 /* A record's statistics while tiles are summed. */
@@ -404,7 +422,11 @@ static __device__ void gt_acc_warp(struct gt_acc *a, int width)
     }
 }
 
-static __device__ void gt_record(struct trace_oprec *out, const struct gt_acc *a, uint64_t hash)
+/* The record into stage (shared memory, one thread); gt_record_copy then
+ * writes it out with one store a lane: records go to pinned host memory,
+ * where 15 stores of 8 bytes from one thread each cross the bus on their
+ * own (7441 records took 0.13 ms that way). */
+static __device__ void gt_record(uint64_t *stage, const struct gt_acc *a, uint64_t hash)
 {
     struct trace_oprec r;
     memset(&r, 0, sizeof r);
@@ -417,21 +439,32 @@ static __device__ void gt_record(struct trace_oprec *out, const struct gt_acc *a
     r.inf = a->inf;
     for (int k = 0; k < TRACE_SKETCH_LEN; k++)
         r.sketch[k] = (float)a->sk[k];
-    *out = r;
+    memcpy(stage, &r, sizeof r);
+}
+
+/* The warp's copy of a staged record to out (the warp's lanes all call it,
+ * after the stage was written by one of them). */
+static __device__ __forceinline__ void gt_record_copy(struct trace_oprec *out, const uint64_t *stage, int lane)
+{
+    __syncwarp();
+    if ((unsigned)lane < GT_REC_WORDS)
+        ((uint64_t *)out)[lane] = stage[lane];
 }
 
 /* What one block of the root kernel finishes: one large buffer (n = 0,
- * k[0]) with the whole block, or up to four small ones (n = 1..4), one per
- * warp. Small: at most GT_SMALL_LEAVES leaves, a root of at most 240 bytes
- * (one thread) and at most 30 tiles (one lane each). */
+ * k[0]) with the whole block, or up to GT_ROOT_WARPS small ones (n = 1..16),
+ * one per warp. Small: at most GT_SMALL_LEAVES leaves, a root of at most 240
+ * bytes (one thread) and at most 30 tiles (one lane each). */
 #define GT_SMALL_LEAVES 30u
 struct gt_item {
-    uint32_t n, k[4];
+    uint32_t n, k[GT_ROOT_WARPS];
 };
 
-/* A small buffer by one warp. */
+/* A small buffer by one warp; stage: the warp's GT_REC_WORDS words of
+ * shared memory. */
 static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_desc *desc,
-                                     const uint64_t *dig, const struct gt_part *part, uint32_t k, int lane)
+                                     const uint64_t *dig, const struct gt_part *part, uint32_t k, int lane,
+                                     uint64_t *stage)
 {
     const struct gt_desc d = desc[k];
     struct gt_acc a;
@@ -443,61 +476,134 @@ static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_de
         width <<= 1;
     gt_acc_warp(&a, width);
     if (lane == 0)
-        gt_record(&rec[k], &a, gh_xxh3_64(dig + d.leaf0, 8 * (size_t)d.nleaves));
+        gt_record(stage, &a, gh_xxh3_64(dig + d.leaf0, 8 * (size_t)d.nleaves));
+    gt_record_copy(&rec[k], stage, lane);
 }
 
 /* A small buffer's record in one launch (libdivtrace's records of single
- * tensors): the warps of one block hash its tiles, then warp 0 finishes it
- * as the root kernel would. Digests and partials go through the scratch,
- * so tiling and sums are the batch's, bit for bit. */
-#define GT_ONE_WARPS 8
+ * tensors): one warp a tile (a leaf), GT_ONE_WARPS warps a block, every
+ * tile at once; the block that finishes last (a ticket from *ctr, which it
+ * sets back to 0) finishes the record as the root kernel would. Digests
+ * and partials go through the scratch, so tiling and sums are the
+ * batch's, bit for bit. One block of 8 warps took each warp through up to
+ * four leaves one after the other: 45 us for 25 leaves against 15 us for
+ * one (H200). */
+#define GT_ONE_WARPS 2
 static_assert(GT_SMALL_LEAVES <= GT_SPLIT_LEAVES && GT_SMALL_LEAVES <= 32,
               "a small buffer has one tile a leaf, one lane of warp 0 each");
-__global__ void __launch_bounds__(32 * GT_ONE_WARPS)
-gt_one_small_kernel(struct trace_oprec *rec, struct gt_desc d, uint64_t *dig, struct gt_part *part)
+__global__ void __launch_bounds__(32 * GT_ONE_WARPS, 1)
+gt_one_small_kernel(struct trace_oprec *rec, struct gt_desc d, uint64_t *dig, struct gt_part *part,
+                    unsigned *ctr)
 {
+    __shared__ uint64_t stage[GT_REC_WORDS];
+    __shared__ int last;
     int lane = (int)(threadIdx.x & 31);
-    uint32_t w = threadIdx.x >> 5;
-    for (uint32_t g = w; g < d.ntiles; g += blockDim.x >> 5)
-        gt_leaf_tile(dig, part, d, g, lane);
-    __syncthreads(); /* the block's global writes are visible to the block */
-    if (w == 0)
-        gt_root_small(rec, &d, dig, part, 0, lane);
+    uint32_t g = blockIdx.x * GT_ONE_WARPS + (threadIdx.x >> 5);
+    if (g < d.ntiles)
+        gt_leaf_tile<true>(dig, part, d, g, lane);
+    __threadfence(); /* this thread's digest and partial, before the ticket */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(ctr, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence(); /* the other blocks' writes, after the ticket */
+    if (threadIdx.x < 32) {
+        gt_root_small(rec, &d, dig, part, 0, lane, stage);
+        if (lane == 0)
+            *ctr = 0;
+    }
+}
+
+/* Work item it by the whole block. */
+static __device__ void gt_root_item(struct trace_oprec *rec, const struct gt_item *it,
+                                    const struct gt_desc *desc, const uint64_t *dig,
+                                    const struct gt_part *part)
+{
+    __shared__ uint64_t share[2][GT_ROOT_CHUNK][8];
+    __shared__ struct gt_acc wacc[GT_ROOT_WARPS];
+    __shared__ uint64_t stage[GT_ROOT_WARPS][GT_REC_WORDS];
+    int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    uint32_t n = it->n;
+    if (n) {
+        if ((uint32_t)warp < n)
+            gt_root_small(rec, desc, dig, part, it->k[warp], lane, stage[warp]);
+        return; /* the whole block */
+    }
+    uint32_t k = it->k[0];
+    const struct gt_desc d = desc[k];
+
+    /* A large buffer: XXH3 of its leaf digests (the long path, > 240
+     * bytes), and its statistics, as a pipeline: the 1 KiB blocks' shares
+     * are computed a chunk at a time by the warps, while warp 0's lanes
+     * 0..7 (one accumulator each) run the chain of scrambles over the
+     * chunk before; the last chunk's chain runs beside the statistics
+     * (warps 1.. sum the tile partials). The chain, one scramble after the
+     * other, is the part that cannot be spread; it was 0.05 ms of a 1 GiB
+     * record's root when the statistics and each chunk's shares waited
+     * for it. */
+    const uint8_t *p = (const uint8_t *)(dig + d.leaf0);
+    size_t len = 8 * (size_t)d.nleaves;
+    struct gh_lane c;
+    gh_lane_init(&c, lane);
+    struct gt_ld ld = {p, 1};
+    size_t nb = (len - 1) / GH_BLOCK, nch = (nb + GT_ROOT_CHUNK - 1) / GT_ROOT_CHUNK;
+    uint64_t acc = tid < 8 ? gh_init_acc(tid) : 0, sc = tid < 8 ? gh_secret_word(GH_SEC_SCRAMBLE / 8 + tid) : 0;
+    if (nch)
+        gt_root_shares(&c, ld, 0, nb < GT_ROOT_CHUNK ? nb : GT_ROOT_CHUNK, share[0], warp, GT_ROOT_WARPS);
+    __syncthreads();
+    for (size_t ch = 0; ch < (nch ? nch : 1); ch++) {
+        if (warp == 0) {
+            if (ch < nch && tid < 8) {
+                size_t cn = nb - ch * GT_ROOT_CHUNK < GT_ROOT_CHUNK ? nb - ch * GT_ROOT_CHUNK : GT_ROOT_CHUNK;
+                const uint64_t (*sh)[8] = share[ch & 1];
+                for (size_t i = 0; i < cn; i++)
+                    acc = gh_scramble(acc + sh[i][tid], sc);
+            }
+        } else if (ch + 1 < nch) {
+            size_t c0 = (ch + 1) * GT_ROOT_CHUNK;
+            gt_root_shares(&c, ld, c0, nb - c0 < GT_ROOT_CHUNK ? nb - c0 : GT_ROOT_CHUNK, share[(ch + 1) & 1],
+                           warp - 1, GT_ROOT_WARPS - 1);
+        } else {
+            /* statistics: thread t of warps 1.. sums tiles t, t + (threads
+             * of warps 1..), ... in order; then each warp's lanes, then the
+             * warps in order */
+            struct gt_acc a;
+            gt_acc_init(&a);
+#pragma unroll 4
+            for (uint32_t t = (uint32_t)tid - 32; t < d.ntiles; t += GT_ROOT_THREADS - 32)
+                gt_acc_part(&a, part + d.tile0 + t);
+            gt_acc_warp(&a, 32);
+            if (lane == 0)
+                wacc[warp] = a;
+        }
+        __syncthreads();
+    }
+    if (warp != 0)
+        return;
+    uint64_t pa = 0, pb = 0;
+    gh_lane_tail(&c, ld, len, &pa, &pb);
+    gt_sum_q(&pa, &pb);
+    uint64_t ha = __shfl_sync(GT_FULL, acc, 2 * c.q), hb = __shfl_sync(GT_FULL, acc, 2 * c.q + 1);
+    uint64_t h = gt_merge(&c, ha + pa, hb + pb, len);
+    if (tid == 0) {
+        struct gt_acc a = wacc[1];
+        for (int w = 2; w < GT_ROOT_WARPS; w++)
+            gt_acc_add(&a, &wacc[w]);
+        gt_record(stage[0], &a, h);
+    }
+    gt_record_copy(&rec[k], stage[0], lane);
 }
 
 __global__ void __launch_bounds__(GT_ROOT_THREADS)
 gt_root_kernel(struct trace_oprec *rec, /* (n) */
-               const struct gt_item *items, const struct gt_desc *desc, const uint64_t *dig,
-               const struct gt_part *part)
+               const struct gt_item *items, unsigned nitems, const struct gt_desc *desc,
+               const uint64_t *dig, const struct gt_part *part)
 {
-    __shared__ uint64_t share[GT_ROOT_CHUNK][8];
-    __shared__ struct gt_acc wacc[GT_ROOT_THREADS / 32];
-    const struct gt_item it = items[blockIdx.x];
-    int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (it.n) {
-        if ((uint32_t)warp < it.n)
-            gt_root_small(rec, desc, dig, part, it.k[warp], lane);
-        return; /* the whole block */
-    }
-    const struct gt_desc d = desc[it.k[0]];
-
-    /* statistics: thread t sums tiles t, t + 128, ... in order */
-    struct gt_acc a;
-    gt_acc_init(&a);
-#pragma unroll 4
-    for (uint32_t t = (uint32_t)tid; t < d.ntiles; t += GT_ROOT_THREADS)
-        gt_acc_part(&a, part + d.tile0 + t);
-    gt_acc_warp(&a, 32);
-    if (lane == 0)
-        wacc[warp] = a;
-
-    uint64_t h = gt_root_hash(dig + d.leaf0, d.nleaves, share); /* syncs the block */
-    __syncthreads();
-    if (tid == 0) {
-        a = wacc[0];
-        for (int w = 1; w < GT_ROOT_THREADS / 32; w++)
-            gt_acc_add(&a, &wacc[w]);
-        gt_record(&rec[it.k[0]], &a, h);
+    for (unsigned i = blockIdx.x; i < nitems; i += gridDim.x) {
+        gt_root_item(rec, &items[i], desc, dig, part);
+        __syncthreads(); /* the shared memory, for the next item */
     }
 }
 
@@ -540,6 +646,17 @@ static void gt_reserve(struct gpu_trace *t, size_t dev_bytes, size_t host_bytes)
         t->host_bytes = host_bytes + host_bytes / 4;
         GPU_CHECK(cudaMallocHost((void **)&t->host, t->host_bytes));
     }
+}
+
+void gpu_trace_set_stream(struct gpu_trace *t, cudaStream_t s)
+{
+    t->stream = s;
+}
+
+void gpu_trace_set_caps(struct gpu_trace *t, unsigned leaf_blocks, unsigned root_blocks)
+{
+    t->cap_leaf = leaf_blocks;
+    t->cap_root = root_blocks;
 }
 
 void gpu_trace_reserve_as(struct gpu_trace *t, const struct gpu_trace *like)
@@ -610,7 +727,7 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
             items[nitems].n = 0;
             items[nitems++].k[0] = (uint32_t)k;
         } else {
-            if (!small || small->n == 4) {
+            if (!small || small->n == GT_ROOT_WARPS) {
                 small = &items[nitems++];
                 small->n = 0;
             }
@@ -628,19 +745,46 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
         t->in_pending = in_bytes;
     else
         GPU_CHECK(cudaMemcpyAsync(t->dev, t->host, in_bytes, cudaMemcpyHostToDevice, s));
+/* -DGT_TIMING (a measurement build): each batch that is not captured
+ * prints its leaf and root kernels' times on stderr */
+#ifdef GT_TIMING
+    static cudaEvent_t ev[3];
+    if (!ev[0])
+        for (int q = 0; q < 3; q++)
+            cudaEventCreate(&ev[q]);
+    cudaEventRecord(ev[0], s);
+#endif
     if (ntiles) {
         unsigned grid = (unsigned)((ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32));
-        gt_leaf_kernel<<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc,
-                                                        (const uint32_t *)(t->dev + o_map),
-                                                        (uint32_t)ntiles);
+        const uint32_t *map = (const uint32_t *)(t->dev + o_map);
+        if (t->cap_leaf && grid > t->cap_leaf)
+            gt_leaf_kernel<true><<<t->cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map,
+                                                                         (uint32_t)ntiles);
+        else
+            gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, (uint32_t)ntiles);
         GPU_LAUNCHED();
     }
+#ifdef GT_TIMING
+    cudaEventRecord(ev[1], s);
+#endif
     /* the records straight into pinned host memory (mapped: the same
      * address on the device), no copy after the kernel */
     struct trace_oprec *hrec = (struct trace_oprec *)(t->host + h_rec);
-    gt_root_kernel<<<nitems, GT_ROOT_THREADS, 0, s>>>(hrec, (const struct gt_item *)(t->dev + o_items),
-                                                      ddesc, dig, part);
+    unsigned rgrid = t->cap_root && nitems > t->cap_root ? t->cap_root : nitems;
+    gt_root_kernel<<<rgrid, GT_ROOT_THREADS, 0, s>>>(hrec, (const struct gt_item *)(t->dev + o_items),
+                                                     nitems, ddesc, dig, part);
     GPU_LAUNCHED();
+#ifdef GT_TIMING
+    cudaEventRecord(ev[2], s);
+    if (!fixed) {
+        float a = 0, b = 0;
+        cudaEventSynchronize(ev[2]);
+        cudaEventElapsedTime(&a, ev[0], ev[1]);
+        cudaEventElapsedTime(&b, ev[1], ev[2]);
+        fprintf(stderr, "gt-timing n=%d ntiles=%llu leaf_ms=%.4f root_ms=%.4f\n", n,
+                (unsigned long long)ntiles, a, b);
+    }
+#endif
     return 0;
 }
 
@@ -655,6 +799,11 @@ void gpu_trace_upload(struct gpu_trace *t)
 void gpu_trace_collect(struct gpu_trace *t, struct trace_oprec *rec, int n)
 {
     GPU_CHECK(cudaStreamSynchronize(t->stream));
+    gpu_trace_records(t, rec, n);
+}
+
+void gpu_trace_records(const struct gpu_trace *t, struct trace_oprec *rec, int n)
+{
     const struct trace_oprec *hrec = (const struct trace_oprec *)(t->host + t->h_rec);
     for (int k = 0; k < n; k++) {
         uint32_t op = rec[k].op;
@@ -713,7 +862,7 @@ size_t gpu_trace_one_bytes(size_t count)
 }
 
 cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct trace_oprec *drec,
-                          cudaStream_t s)
+                          unsigned *ctr, cudaStream_t s)
 {
     struct gt_one_layout l;
     if (gt_one_plan(count, &l) < 0 || ((uintptr_t)x & 3) != 0 || ((uintptr_t)scratch & 255) != 0)
@@ -735,9 +884,9 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
     uint64_t *dig = (uint64_t *)(base + l.o_dig);
     struct gt_part *part = (struct gt_part *)(base + l.o_part);
     if (l.nleaves <= GT_SMALL_LEAVES) {
-        /* one tile a leaf (gt_tile_leaves), at most 30: one block */
-        unsigned warps = l.ntiles < GT_ONE_WARPS ? (l.ntiles ? l.ntiles : 1) : GT_ONE_WARPS;
-        gt_one_small_kernel<<<1, 32 * warps, 0, s>>>(drec, d, dig, part);
+        /* one tile a leaf (gt_tile_leaves), at most 30: one warp each */
+        unsigned blocks = l.ntiles ? (l.ntiles + GT_ONE_WARPS - 1) / GT_ONE_WARPS : 1;
+        gt_one_small_kernel<<<blocks, 32 * GT_ONE_WARPS, 0, s>>>(drec, d, dig, part, ctr);
         return cudaGetLastError();
     }
     unsigned sg = l.ntiles > 256 * 64 ? 64 : (l.ntiles + 255) / 256 + 1;
@@ -747,11 +896,11 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
         return e;
     if (l.ntiles) {
         unsigned grid = (l.ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32);
-        gt_leaf_kernel<<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, dd, map, l.ntiles);
+        gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, dd, map, l.ntiles);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     }
-    gt_root_kernel<<<1, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(base + l.o_item), dd,
+    gt_root_kernel<<<1, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(base + l.o_item), 1, dd,
                                                  dig, part);
     return cudaGetLastError();
 }

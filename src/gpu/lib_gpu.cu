@@ -31,6 +31,7 @@ struct lib_gpu {
     struct lg_chunk *chunk;     /* scratch of the queued records */
     int nchunk, cchunk;
     struct trace_oprec *drec;   /* (rcap) on the device, by slot */
+    unsigned *dctr;             /* (rcap) on the device: each slot's block counter, 0 at rest */
     uint32_t rcap;
     struct trace_oprec *hrec;   /* (hcap) pinned */
     uint32_t hcap;
@@ -57,11 +58,13 @@ struct lg_on {
     int prev, ok;
     explicit lg_on(int dev)
     {
-        ok = cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess;
+        ok = cudaGetDevice(&prev) == cudaSuccess && (prev == dev || cudaSetDevice(dev) == cudaSuccess);
+        if (!ok || prev == dev)
+            prev = -1; /* nothing to restore */
     }
     ~lg_on()
     {
-        if (ok)
+        if (prev >= 0)
             cudaSetDevice(prev);
     }
 };
@@ -144,6 +147,8 @@ void lib_gpu_free(struct lib_gpu *g)
         cudaFree(g->chunk[i].p);
     if (g->drec)
         cudaFree(g->drec);
+    if (g->dctr)
+        cudaFree(g->dctr);
     if (g->hrec)
         cudaFreeHost(g->hrec);
     cudaEventDestroy(g->ev);
@@ -216,19 +221,35 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
     while (cap < need)
         cap *= 2;
     struct trace_oprec *d = NULL;
+    unsigned *ctr = NULL;
     LG_CHECK(cudaMalloc((void **)&d, (size_t)cap * sizeof *d));
+    cudaError_t e = cudaMalloc((void **)&ctr, (size_t)cap * sizeof *ctr);
+    if (e == cudaSuccess)
+        e = cudaMemset(ctr, 0, (size_t)cap * sizeof *ctr);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize(); /* the zeros are there before a record counts on them */
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        if (ctr)
+            cudaFree(ctr);
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaMalloc of record counters", e);
+    }
     if (g->drec) {
+        /* the queued records' counters are back at 0 once they have run */
         int rc = lg_wait_queued(g, msg, n);
-        cudaError_t e = rc == DIVTRACE_OK
-                            ? cudaMemcpy(d, g->drec, (size_t)g->rcap * sizeof *d, cudaMemcpyDeviceToDevice)
-                            : cudaSuccess;
+        e = rc == DIVTRACE_OK
+                ? cudaMemcpy(d, g->drec, (size_t)g->rcap * sizeof *d, cudaMemcpyDeviceToDevice)
+                : cudaSuccess;
         if (rc != DIVTRACE_OK || e != cudaSuccess) {
             cudaFree(d);
+            cudaFree(ctr);
             return rc != DIVTRACE_OK ? rc : lg_fail(msg, n, DIVTRACE_ECUDA, "cudaMemcpy of records", e);
         }
         cudaFree(g->drec);
+        cudaFree(g->dctr);
     }
     g->drec = d;
+    g->dctr = ctr;
     g->rcap = cap;
     return DIVTRACE_OK;
 }
@@ -274,7 +295,7 @@ int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *strea
     if ((rc = lg_scratch(g, bytes, &scratch, msg, n)) != DIVTRACE_OK ||
         (rc = lg_reserve_rec(g, slot + 1, msg, n)) != DIVTRACE_OK)
         return rc;
-    LG_CHECK(gpu_trace_one(scratch, x, count, g->drec + slot, s));
+    LG_CHECK(gpu_trace_one(scratch, x, count, g->drec + slot, g->dctr + slot, s));
     if (!known)
         g->streams[g->nstreams++] = s;
     if (slot + 1 > g->nslots)
