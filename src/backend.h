@@ -91,6 +91,12 @@ struct backend_ops {
     int (*trace_batch_async)(void *ctx, const backend_buf *const *bufs, const size_t *counts,
                              int n, struct trace_oprec *rec);
     void (*trace_batch_wait)(void *ctx, struct trace_oprec *rec, int n);
+    /* optional, with trace_batch_async: on = 1 lets the backend compute a
+     * step's records while the next step runs (trace_batch_wait for step
+     * t may then come after step t + 1 has begun, and always before step
+     * t + 1's trace_batch_async); the caller keeps step t's buffers intact
+     * through step t + 1 (exec_double). 0, or -1 when the backend cannot. */
+    int (*trace_defer)(void *ctx, int on);
     /* optional: see the whole graph once before the first step (choose
      * algorithms, plan workspaces); 0, or -1 with dt_error set. */
     int (*prepare)(void *ctx, const struct graph *g);

@@ -26,6 +26,7 @@ int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, voi
     e->before_end_arg = NULL;
     e->advances = 0;
     e->override = dt_calloc((size_t)g->n, sizeof *e->override);
+    e->alt = NULL;
     e->buf = dt_calloc((size_t)g->n, sizeof *e->buf);
     for (int i = 0; i < g->n; i++)
         e->buf[i] = be->alloc(ctx, g->nodes[i].count);
@@ -38,9 +39,14 @@ void exec_free(struct exec *e)
 {
     if (!e->buf)
         return;
-    for (int i = 0; i < e->g->n; i++)
+    for (int i = 0; i < e->g->n; i++) {
         e->be->release(e->ctx, e->buf[i]);
+        if (e->alt && e->alt[i])
+            e->be->release(e->ctx, e->alt[i]);
+    }
     free(e->buf);
+    free(e->alt);
+    e->alt = NULL;
     free(e->override);
     e->buf = NULL;
     e->override = NULL;
@@ -134,6 +140,30 @@ void exec_advance(struct exec *e)
             e->buf[i] = e->buf[nx];
             e->buf[nx] = t;
         }
+        if (e->alt && e->alt[i]) {
+            backend_buf *t = e->buf[i];
+            e->buf[i] = e->alt[i];
+            e->alt[i] = t;
+        }
     }
     e->advances++;
+}
+
+void exec_double(struct exec *e)
+{
+    if (e->alt)
+        return;
+    int n = e->g->n;
+    char *paired = dt_calloc((size_t)n, 1);
+    for (int i = 0; i < n; i++)
+        if (e->g->nodes[i].next >= 0)
+            paired[i] = paired[e->g->nodes[i].next] = 1;
+    e->alt = dt_calloc((size_t)n, sizeof *e->alt);
+    for (int i = 0; i < n; i++) {
+        enum op_type t = e->g->nodes[i].type;
+        /* leaves that no update replaces keep one buffer: no step writes them */
+        if (!paired[i] && t != OP_PARAM && t != OP_STATE)
+            e->alt[i] = e->be->alloc(e->ctx, e->g->nodes[i].count);
+    }
+    free(paired);
 }

@@ -16,6 +16,7 @@ struct exec {
     const struct backend_ops *be;
     void *ctx;
     backend_buf **buf;         /* per node: its storage on the backend */
+    backend_buf **alt;         /* per node: the other step's storage (exec_double), or NULL */
     exec_hook_fn hook;
     void *hook_arg;
     /* Faults injected on purpose (fault.h): a node's kernel replaced, and a
@@ -48,7 +49,15 @@ int exec_get_async(struct exec *e, int i, float *host);
 
 /* Run every node once for step `step`. */
 void exec_step(struct exec *e, uint64_t step);
-/* Make every leaf's next value (node.next) its current value. */
+/* Make every leaf's next value (node.next) its current value; with
+ * exec_double, the other set of op outputs becomes the current one. */
 void exec_advance(struct exec *e);
+/* Give every node that is neither a leaf nor a leaf's update a second
+ * buffer, used every other step (the parity of exec_advance, as the
+ * leaves' arrangement): the outputs of one step stay intact while the
+ * next step runs, so that they can be read (traced) meanwhile. The leaves'
+ * buffers already alternate with their updates. Call before the first
+ * step; it doubles the memory of the op outputs. */
+void exec_double(struct exec *e);
 
 #endif

@@ -371,7 +371,7 @@ void run_summarize(struct run *r, uint64_t step, double loss, enum trace_level l
     uint32_t nrec = 0;
     double g2 = 0;
     int gfinite = 1;
-    const struct trace_oprec *rec = tracer_records(r->tr);
+    const struct trace_oprec *rec = tracer_records_of(r->tr, step);
     for (int i = 0; i < r->g.n; i++) {
         const struct trace_oprec *o = &rec[i];
         /* the root hashes the op hashes as little-endian u64 on any host */

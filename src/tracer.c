@@ -34,7 +34,8 @@ struct tracer {
     const struct graph *g;
     const struct backend_ops *be;
     void *ctx;
-    struct trace_oprec *rec;   /* per node, this step */
+    struct trace_oprec *rec;   /* per node, this step: recs[step & 1] */
+    struct trace_oprec *recs[2]; /* the same array twice unless deferred */
     char *dirty;               /* per node: leaf changed outside the graph this step */
     uint64_t step;
     uint64_t nsteps;           /* steps traced to their end */
@@ -60,6 +61,15 @@ struct tracer {
     struct trace_oprec *brec;
     int bpending;              /* brec's first bpending records come at trace_batch_wait */
     int requested;             /* this step's records were asked for before step_end */
+    /* deferred (tracer_defer): a step's records may still be on their way
+     * while the next step runs; they are taken before the next step asks
+     * for its own (or at tracer_flush) */
+    int deferred;
+    int dpending;              /* step dstep's records are due */
+    uint64_t dstep;
+    int dn, dnq;               /* its pending records, its ops */
+    int *dnode, *dqueue;
+    int64_t final_step;        /* the last step whose records are final, -1: none */
 };
 
 int tracer_finite(const struct trace_oprec *r)
@@ -137,6 +147,8 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
     t->be = be;
     t->ctx = ctx;
     t->rec = dt_calloc((size_t)g->n, sizeof *t->rec);
+    t->recs[0] = t->recs[1] = t->rec;
+    t->final_step = -1;
     t->dirty = dt_calloc((size_t)g->n, 1);
     t->nonfinite_op = -1;
     t->buf = dt_calloc((size_t)g->n, sizeof *t->buf);
@@ -173,7 +185,11 @@ void tracer_free(struct tracer *t)
     }
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->wake);
-    free(t->rec);
+    if (t->recs[1] != t->recs[0])
+        free(t->recs[1]);
+    free(t->recs[0]);
+    free(t->dnode);
+    free(t->dqueue);
     free(t->dirty);
     free(t->buf);
     free(t->queue);
@@ -191,7 +207,23 @@ void tracer_begin(struct tracer *t, uint64_t step)
         t->nsteps++;
     t->begun = 1;
     t->step = step;
+    t->rec = t->recs[step & 1];
     memset(t->dirty, 0, (size_t)t->g->n);
+}
+
+int tracer_defer(struct tracer *t)
+{
+    if (t->deferred)
+        return 1;
+    if (!t->batch || !t->be->trace_batch_async || !t->be->trace_defer || t->begun ||
+        t->be->trace_defer(t->ctx, 1) < 0)
+        return 0;
+    int n = t->g->n;
+    t->recs[1] = dt_calloc((size_t)n, sizeof *t->recs[1]);
+    t->dnode = dt_calloc((size_t)n, sizeof *t->dnode);
+    t->dqueue = dt_calloc((size_t)n, sizeof *t->dqueue);
+    t->deferred = 1;
+    return 1;
 }
 
 void tracer_mark_dirty(struct tracer *t, int i)
@@ -209,11 +241,12 @@ void tracer_mark_dirty(struct tracer *t, int i)
 static void tracer_batch_request(struct tracer *t, int early)
 {
     int n = 0;
+    const struct trace_oprec *prev = t->recs[(t->step - 1) & 1];
     for (int k = 0; k < t->nbatch; k++) {
         int i = t->queue[k];
         const struct node *nd = &t->g->nodes[i];
         if (nd->next >= 0 && t->nsteps > 0 && !t->dirty[i]) {
-            t->rec[i] = t->rec[nd->next];
+            t->rec[i] = prev[nd->next];
             continue;
         }
         t->bbuf[n] = t->buf[i];
@@ -234,35 +267,57 @@ static void tracer_batch_request(struct tracer *t, int early)
             t->rec[t->bnode[k]] = t->brec[k];
 }
 
-static void tracer_batch_finish(struct tracer *t)
+/* The records of step `step` (its ops queue[0..nq-1], its pending
+ * records for nodes node[0..npend-1]) are final: take them, then watch for
+ * non-finite values in op order. */
+static void tracer_batch_take(struct tracer *t, uint64_t step, const int *queue, int nq, const int *node,
+                              int npend)
 {
-    if (t->bpending) {
-        t->be->trace_batch_wait(t->ctx, t->brec, t->bpending);
-        for (int k = 0; k < t->bpending; k++)
-            t->rec[t->bnode[k]] = t->brec[k];
-        t->bpending = 0;
+    struct trace_oprec *rec = t->recs[step & 1];
+    if (npend) {
+        t->be->trace_batch_wait(t->ctx, t->brec, npend);
+        for (int k = 0; k < npend; k++)
+            rec[node[k]] = t->brec[k];
     }
-    for (int k = 0; k < t->nbatch; k++) {
-        int i = t->queue[k];
+    for (int k = 0; k < nq; k++) {
+        int i = queue[k];
         const struct node *nd = &t->g->nodes[i];
-        t->rec[i].op = (uint32_t)i;
-        if (t->nonfinite_op >= 0 || tracer_finite(&t->rec[i]))
+        rec[i].op = (uint32_t)i;
+        if (t->nonfinite_op >= 0 || tracer_finite(&rec[i]))
             continue;
         int inputs_finite = 1;
         for (int q = 0; q < nd->ninputs; q++)
-            inputs_finite &= tracer_finite(&t->rec[nd->inputs[q]]);
+            inputs_finite &= tracer_finite(&rec[nd->inputs[q]]);
         if (inputs_finite) {
             t->nonfinite_op = i;
-            t->nonfinite_step = t->step;
+            t->nonfinite_step = step;
         }
     }
+    t->final_step = (int64_t)step;
+}
+
+static void tracer_batch_finish(struct tracer *t)
+{
+    int npend = t->bpending;
+    t->bpending = 0;
+    tracer_batch_take(t, t->step, t->queue, t->nbatch, t->bnode, npend);
     t->nbatch = 0;
+}
+
+/* A deferred step's records, if one is due. */
+void tracer_flush(struct tracer *t)
+{
+    if (!t->dpending)
+        return;
+    t->dpending = 0;
+    tracer_batch_take(t, t->dstep, t->dqueue, t->dnq, t->dnode, t->dn);
 }
 
 void tracer_before_end(void *arg)
 {
     struct tracer *t = arg;
     if (t->batch && t->nbatch > 0 && !t->requested) {
+        tracer_flush(t); /* last step's, before this step's request */
         tracer_batch_request(t, 1);
         t->requested = 1;
     }
@@ -295,28 +350,56 @@ void tracer_sync(struct tracer *t)
 {
     if (t->batch) {
         if (t->nbatch > 0) {
-            if (!t->requested)
-                tracer_batch_request(t, 0);
-            tracer_batch_finish(t);
+            if (t->deferred && t->requested && t->bpending) {
+                /* left on its way: taken before the next step's request */
+                t->dpending = 1;
+                t->dstep = t->step;
+                t->dn = t->bpending;
+                t->dnq = t->nbatch;
+                memcpy(t->dnode, t->bnode, (size_t)t->dn * sizeof *t->dnode);
+                memcpy(t->dqueue, t->queue, (size_t)t->dnq * sizeof *t->dqueue);
+                t->bpending = 0;
+                t->nbatch = 0;
+            } else {
+                tracer_flush(t);
+                if (!t->requested)
+                    tracer_batch_request(t, 0);
+                tracer_batch_finish(t);
+            }
         }
         t->requested = 0;
         return;
     }
-    if (!t->async)
-        return;
-    t->pending = 0;
-    tracer_kick(t);
-    for (int spin = 0; atomic_load(&t->done) != atomic_load(&t->pushed); spin++) {
-        if (spin < TRACER_SPIN)
-            tracer_relax();
-        else
-            sched_yield(); /* the worker may be waiting for a core */
+    if (t->async) {
+        t->pending = 0;
+        tracer_kick(t);
+        for (int spin = 0; atomic_load(&t->done) != atomic_load(&t->pushed); spin++) {
+            if (spin < TRACER_SPIN)
+                tracer_relax();
+            else
+                sched_yield(); /* the worker may be waiting for a core */
+        }
     }
+    if (t->begun)
+        t->final_step = (int64_t)t->step;
 }
 
 const struct trace_oprec *tracer_records(const struct tracer *t)
 {
     return t->rec;
+}
+
+const struct trace_oprec *tracer_records_of(const struct tracer *t, uint64_t step)
+{
+    DT_ASSERT(t->final_step >= (int64_t)step && (uint64_t)t->final_step - step < 2,
+              "records of step %llu asked for; the last final step is %lld", (unsigned long long)step,
+              (long long)t->final_step);
+    return t->recs[step & 1];
+}
+
+int64_t tracer_done(const struct tracer *t)
+{
+    return t->final_step;
 }
 
 int tracer_nonfinite(const struct tracer *t, uint64_t *step)

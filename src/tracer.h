@@ -33,6 +33,20 @@ void tracer_sync(struct tracer *t);
 
 /* This step's record of every node (after tracer_sync). */
 const struct trace_oprec *tracer_records(const struct tracer *t);
+/* Deferred records (batch mode on a backend with trace_defer; call before
+ * the first step; 1 when on, 0 when the backend cannot): tracer_sync then
+ * leaves a step's records on their way while the next step runs; they
+ * are taken (and watched for non-finite values) when the next step asks
+ * for its own, at the next tracer_sync of a step that is not run as a
+ * unit, or at tracer_flush. The executor's buffers must not be reused by
+ * the next step meanwhile (exec_double). */
+int tracer_defer(struct tracer *t);
+/* Take the records still on their way, if any. */
+void tracer_flush(struct tracer *t);
+/* The last step whose records are final (-1: none yet), and the records of
+ * such a step: the last one, or the one before it. */
+int64_t tracer_done(const struct tracer *t);
+const struct trace_oprec *tracer_records_of(const struct tracer *t, uint64_t step);
 /* The first op whose output held a NaN or Inf while its inputs were finite,
  * and its step; -1 if none so far. */
 int tracer_nonfinite(const struct tracer *t, uint64_t *step);

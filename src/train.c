@@ -195,6 +195,7 @@ struct train_state {
     struct run r;
     struct run r2;             /* mpfr self-check: the same run at twice the precision */
     int twin;
+    int pipe;                  /* a step's records are made while the next step runs */
     struct trace_writer *w;
     struct trace_config cfg;
     uint64_t ckpt_every;
@@ -263,6 +264,15 @@ static int train_setup(struct train_state *s)
             return DT_ERR;
         s->twin = 1;
     }
+    /* Pipelined (a GPU backend running the step as a graph): a step's
+     * records are made while the next step runs, and its summary is
+     * written once the next step is under way. Not with the mpfr
+     * self-check, nor with --stop-on-nonfinite (the step after the one that
+     * made a NaN would already have run). Before run_describe: the header
+     * says so. */
+    s->pipe = !tc->notrace && !s->twin && !tc->stop_on_nonfinite && tracer_defer(s->r.tr);
+    if (s->pipe)
+        exec_double(&s->r.e);
     s->ckpt_every = tc->ckpt_every ? tc->ckpt_every
                                    : train_default_ckpt_every(tc->steps, run_ckpt_bytes(&s->r));
     run_describe(&s->r, &s->cfg, s->ckpt_every);
@@ -292,6 +302,47 @@ static void train_progress(const struct train_config *tc, uint64_t step, double 
     fflush(stderr);
 }
 
+/* Step `step`'s summary into the trace, once its records are final, and
+ * the watch for the first op that made a non-finite value: its message
+ * and event; *stop set when --stop-on-nonfinite ends the run there. */
+static int train_out(struct train_state *s, struct train_result *res, uint64_t step, double loss,
+                     struct trace_oprec *keep, uint64_t *hashes, int *stop)
+{
+    const struct train_config *tc = s->tc;
+    struct run *r = &s->r;
+    if (s->w) {
+        struct trace_step ts;
+        run_summarize(r, step, loss, tc->level, keep, hashes, &ts);
+        if (trace_writer_step_async(s->w, &ts) < 0)
+            return DT_ERR;
+    }
+    uint64_t nf_step;
+    int nf = tracer_nonfinite(r->tr, &nf_step);
+    if (nf < 0 || nf_step != step)
+        return DT_OK;
+    const struct node *nd = &r->g.nodes[nf];
+    const struct trace_oprec *rec = &tracer_records_of(r->tr, step)[nf];
+    char text[512];
+    snprintf(text, sizeof text,
+             "step %" PRIu64 ": op %d %s (%s) produced %" PRIu64 " NaN and %" PRIu64 " Inf from finite inputs",
+             step, nf, nd->name, op_type_name(nd->type), rec->nan, rec->inf);
+    if (tc->progress)
+        fputc('\n', stderr);
+    fprintf(stderr, "divtrace record: non-finite values: %s\n", text);
+    res->nonfinite = 1;
+    struct trace_event ev = {TRACE_EVENT_NONFINITE, step, (uint32_t)nf, text};
+    if (s->w && trace_writer_event(s->w, &ev) < 0)
+        return DT_ERR;
+    if (tc->stop_on_nonfinite) {
+        snprintf(text, sizeof text, "stopped after step %" PRIu64 " (--stop-on-nonfinite)", step);
+        struct trace_event st = {TRACE_EVENT_STOPPED, step, UINT32_MAX, text};
+        if (s->w && trace_writer_event(s->w, &st) < 0)
+            return DT_ERR;
+        *stop = 1;
+    }
+    return DT_OK;
+}
+
 int train_run(const struct train_config *tc, struct train_result *res)
 {
     struct train_state s;
@@ -319,6 +370,10 @@ int train_run(const struct train_config *tc, struct train_result *res)
             goto out;
     }
 
+    int pipe = s.pipe && s.w;
+    uint64_t pend = UINT64_MAX; /* a step whose summary waits for its records */
+    double pend_loss = 0;
+
     double ring[50];
     double t0 = dt_now(), c0 = dt_cpu_now(), last = 0;
     int stopped = 0;
@@ -334,14 +389,31 @@ int train_run(const struct train_config *tc, struct train_result *res)
         run_step_begin(r, step);
         /* A fault lands before the checkpoint: it is the state this step runs on. */
         if (tc->flip_set && step == tc->flip_step) {
+            tracer_flush(r->tr); /* last step's records may still read the leaf */
             train_flip(&s, r);
             if (s.twin)
                 train_flip(&s, &s.r2);
         }
-        if (s.w && step % s.ckpt_every == 0 && train_ckpt(&s, step) < 0)
-            goto out;
+        if (s.w && step % s.ckpt_every == 0) {
+            if (pend != UINT64_MAX) { /* the trace keeps its order: step, then checkpoint */
+                tracer_flush(r->tr);
+                if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)
+                    goto out;
+                pend = UINT64_MAX;
+            }
+            if (train_ckpt(&s, step) < 0)
+                goto out;
+        }
         uint64_t next = step + 1 < tc->steps ? step + 1 : UINT64_MAX;
         run_step_exec(r, step, next);
+        if (pend != UINT64_MAX) {
+            /* its records were taken before this step asked for its own */
+            if (tracer_done(r->tr) < (int64_t)pend)
+                tracer_flush(r->tr);
+            if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)
+                goto out;
+            pend = UINT64_MAX;
+        }
         double loss = run_loss(r);
         if (s.twin) {
             /* the same step at twice the precision: equal float32 results? */
@@ -358,35 +430,13 @@ int train_run(const struct train_config *tc, struct train_result *res)
         res->final_loss = loss;
         if (!isfinite(loss))
             res->nonfinite = 1;
-        if (s.w) {
-            struct trace_step ts;
-            run_summarize(r, step, loss, tc->level, keep, hashes, &ts);
-            if (trace_writer_step_async(s.w, &ts) < 0)
+        if (pipe && tracer_done(r->tr) < (int64_t)step) {
+            pend = step;
+            pend_loss = loss;
+        } else {
+            if (train_out(&s, res, step, loss, keep, hashes, &stopped) < 0)
                 goto out;
-        }
-        uint64_t nf_step;
-        int nf = tracer_nonfinite(r->tr, &nf_step);
-        if (nf >= 0 && nf_step == step) {
-            const struct node *nd = &r->g.nodes[nf];
-            const struct trace_oprec *rec = &tracer_records(r->tr)[nf];
-            char text[512];
-            snprintf(text, sizeof text,
-                     "step %" PRIu64 ": op %d %s (%s) produced %" PRIu64 " NaN and %" PRIu64
-                     " Inf from finite inputs", step, nf, nd->name,
-                     op_type_name(nd->type), rec->nan, rec->inf);
-            if (tc->progress)
-                fputc('\n', stderr);
-            fprintf(stderr, "divtrace record: non-finite values: %s\n", text);
-            res->nonfinite = 1;
-            struct trace_event ev = {TRACE_EVENT_NONFINITE, step, (uint32_t)nf, text};
-            if (s.w && trace_writer_event(s.w, &ev) < 0)
-                goto out;
-            if (tc->stop_on_nonfinite) {
-                snprintf(text, sizeof text, "stopped after step %" PRIu64 " (--stop-on-nonfinite)", step);
-                struct trace_event st = {TRACE_EVENT_STOPPED, step, UINT32_MAX, text};
-                if (s.w && trace_writer_event(s.w, &st) < 0)
-                    goto out;
-                stopped = 1;
+            if (stopped) {
                 step++;
                 break;
             }
@@ -394,6 +444,11 @@ int train_run(const struct train_config *tc, struct train_result *res)
         exec_advance(&r->e);
         if (tc->progress)
             train_progress(tc, step, loss, t0, &last, 0);
+    }
+    if (pend != UINT64_MAX) {
+        tracer_flush(r->tr);
+        if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)
+            goto out;
     }
     if (tc->progress && !stopped)
         train_progress(tc, step - 1, res->final_loss, t0, &last, 1);

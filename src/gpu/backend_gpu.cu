@@ -437,9 +437,18 @@ static void gpu_free(void *ctx)
         return;
     gpu_lanes_free(c);
     cudaStreamSynchronize(c->stream);
-    for (int k = 0; k < 2; k++)
+    if (c->tstream)
+        cudaStreamSynchronize(c->tstream);
+    for (int k = 0; k < 2; k++) {
         if (c->graph[k])
             cudaGraphExecDestroy(c->graph[k]);
+        if (c->tgraph[k])
+            cudaGraphExecDestroy(c->tgraph[k]);
+        if (c->tdone[k])
+            cudaEventDestroy(c->tdone[k]);
+    }
+    if (c->stepdone)
+        cudaEventDestroy(c->stepdone);
     if (c->d_adam)
         cudaFree(c->d_adam);
     if (c->trace)
@@ -452,6 +461,8 @@ static void gpu_free(void *ctx)
     }
     if (c->plan)
         gpu_dnn_free(c);
+    if (c->tstream)
+        cudaStreamDestroy(c->tstream);
     /* the context's own lane (set up or not when a start failed) */
     struct gpu_lane own = {c->stream, c->blas, c->blas_ws, c->dnn_handle, c->scratch, c->scratch_bytes,
                            NULL};
@@ -559,8 +570,12 @@ static int gpu_trace_async(void *ctx, const backend_buf *const *bufs, const size
     gpu_lanes_join(c);
     if (c->capturing >= 0) {
         int a = c->capturing;
-        int rc = gpu_trace_enqueue(c->gtrace[a], p, counts, n, 1);
-        DT_ASSERT(rc == 0, "tracing %d buffers inside a captured step: scratch too small", n);
+        if (c->defer) {
+            c->tlaunch = 1; /* captured into tgraph[a] at step_end */
+        } else {
+            int rc = gpu_trace_enqueue(c->gtrace[a], p, counts, n, 1);
+            DT_ASSERT(rc == 0, "tracing %d buffers inside a captured step: scratch too small", n);
+        }
         free(c->tbufs[a]);
         free(c->tcounts[a]);
         c->tbufs[a] = (const float **)dt_calloc((size_t)n, sizeof *c->tbufs[a]);
@@ -575,6 +590,7 @@ static int gpu_trace_async(void *ctx, const backend_buf *const *bufs, const size
     if (a >= 0 && c->tn[a] == n && memcmp(c->tbufs[a], p, (size_t)n * sizeof *p) == 0 &&
         memcmp(c->tcounts[a], counts, (size_t)n * sizeof *counts) == 0) {
         c->tpending = a;
+        c->tlaunch = c->defer;
         return 1;
     }
     gpu_trace_batch(c->trace, p, counts, n, rec);
@@ -585,8 +601,48 @@ static void gpu_trace_wait(void *ctx, struct trace_oprec *rec, int n)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     DT_ASSERT(c->tpending >= 0 && c->tn[c->tpending] == n, "trace records waited for without a request");
-    gpu_trace_collect(c->gtrace[c->tpending], rec, n);
+    if (c->capturing >= 0 && c->defer)
+        /* no waiting while a step is captured: step_begin waited for the
+         * trace stream before the capture began */
+        gpu_trace_records(c->gtrace[c->tpending], rec, n);
+    else
+        gpu_trace_collect(c->gtrace[c->tpending], rec, n);
     c->tpending = -1;
+}
+
+/* Deferred records need the step as a graph: the trace graph's buffers
+ * are the arrangement's, like the step's. DIVTRACE_TRACE_CAPS=L,R caps the
+ * trace kernels' blocks (gpu_trace_set_caps), for measurements. Default:
+ * no cap. On the H200, PredNet 1,16,32,64 at batch 1 (cudnn, 3 alternating
+ * rounds of bench_gpu_step) traced at level op took +0.3% with no cap,
+ * +1.6% with 2 leaf blocks an SM and a root block per 8 SMs, +1.8% with 8
+ * and 33, +4.0% with 66 and 4: the trace is done sooner than the next
+ * step's kernels need the SMs back. */
+static int gpu_trace_defer(void *ctx, int on)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (!on) {
+        c->defer = 0;
+        return 0;
+    }
+    if (!c->graphs)
+        return -1;
+    if (!c->tstream) {
+        GPU_CHECK(cudaStreamCreateWithFlags(&c->tstream, cudaStreamNonBlocking));
+        GPU_CHECK(cudaEventCreateWithFlags(&c->stepdone, cudaEventDisableTiming));
+        for (int k = 0; k < 2; k++)
+            GPU_CHECK(cudaEventCreateWithFlags(&c->tdone[k], cudaEventDisableTiming));
+    }
+    unsigned leaf = 0, root = 0;
+    const char *caps = getenv("DIVTRACE_TRACE_CAPS");
+    if (caps && *caps)
+        sscanf(caps, "%u,%u", &leaf, &root);
+    for (int k = 0; k < 2; k++) {
+        gpu_trace_set_stream(c->gtrace[k], c->tstream);
+        gpu_trace_set_caps(c->gtrace[k], leaf, root);
+    }
+    c->defer = 1;
+    return 0;
 }
 
 static void gpu_describe(void *ctx, struct trace_config *cfg)
@@ -603,6 +659,8 @@ static void gpu_describe(void *ctx, struct trace_config *cfg)
     trace_config_setf(cfg, "cublas", "%d (pedantic float32 math, no TF32; atomics not allowed)", blas);
     trace_config_set(cfg, "reduce", c->atomic ? "atomic" : "tree");
     trace_config_set(cfg, "cuda_graph", c->graphs ? "on" : "off");
+    trace_config_set(cfg, "trace_overlap", c->defer ? "on (a step's records are made while the next step runs)"
+                                                    : "off");
     trace_config_setf(cfg, "gpu_streams", "%d (%d used by the schedule)", c->nlanes, c->lanes_made);
     if (c->dnn) {
         size_t v = cudnnGetVersion();
@@ -633,11 +691,20 @@ static int gpu_prepare(void *ctx, const struct graph *g)
     /* a context may run one graph after another (tests do): the captured
      * steps belong to the last one */
     GPU_CHECK(cudaStreamSynchronize(c->stream));
-    for (int k = 0; k < 2; k++)
+    if (c->tstream)
+        GPU_CHECK(cudaStreamSynchronize(c->tstream));
+    for (int k = 0; k < 2; k++) {
         if (c->graph[k]) {
             GPU_CHECK(cudaGraphExecDestroy(c->graph[k]));
             c->graph[k] = NULL;
         }
+        if (c->tgraph[k]) {
+            GPU_CHECK(cudaGraphExecDestroy(c->tgraph[k]));
+            c->tgraph[k] = NULL;
+        }
+        c->tlaunched[k] = 0;
+    }
+    c->tlaunch = 0;
     c->eager_steps = 0;
     for (int k = 0; k < 2; k++)
         c->tn[k] = 0; /* the graphs these belonged to are gone */
@@ -674,9 +741,31 @@ static int gpu_step_begin(void *ctx, uint64_t step, int arr)
     /* nothing may be allocated during the capture: the arrangement's tracer
      * gets the buffers of the one that traced the eager step (every op) */
     gpu_trace_reserve_as(c->gtrace[arr], c->trace);
+    if (c->tstream) /* a deferred trace's records are taken during the capture */
+        GPU_CHECK(cudaStreamSynchronize(c->tstream));
     GPU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     c->capturing = arr;
     return 0;
+}
+
+/* Behind the step on the stream: its trace graph on the trace stream
+ * (when the step asked for its records), and the stream's wait for the
+ * other arrangement's trace, whose buffers the next step overwrites. */
+static void gpu_trace_launch(struct gpu_ctx *c, int arr)
+{
+    if (c->tlaunch) {
+        c->tlaunch = 0;
+        GPU_CHECK(cudaEventRecord(c->stepdone, c->stream));
+        GPU_CHECK(cudaStreamWaitEvent(c->tstream, c->stepdone, 0));
+        GPU_CHECK(cudaGraphLaunch(c->tgraph[arr], c->tstream));
+        GPU_CHECK(cudaEventRecord(c->tdone[arr], c->tstream));
+        c->tlaunched[arr] = 1;
+    }
+    int o = arr ^ 1;
+    if (c->tlaunched[o]) {
+        GPU_CHECK(cudaStreamWaitEvent(c->stream, c->tdone[o], 0));
+        c->tlaunched[o] = 0;
+    }
 }
 
 static void gpu_step_end(void *ctx, uint64_t step, int arr)
@@ -688,6 +777,7 @@ static void gpu_step_end(void *ctx, uint64_t step, int arr)
     if (c->capturing < 0) {
         if (!c->graph[arr])
             c->eager_steps++;
+        gpu_trace_launch(c, arr);
         return;
     }
     cudaGraph_t graph;
@@ -697,8 +787,21 @@ static void gpu_step_end(void *ctx, uint64_t step, int arr)
               (unsigned long long)step, cudaGetErrorString(e));
     GPU_CHECK(cudaGraphInstantiate(&c->graph[arr], graph, 0));
     GPU_CHECK(cudaGraphDestroy(graph));
+    if (c->tlaunch) {
+        /* the step's records as a graph of their own, on the trace stream */
+        GPU_CHECK(cudaStreamBeginCapture(c->tstream, cudaStreamCaptureModeThreadLocal));
+        int rc = gpu_trace_enqueue(c->gtrace[arr], c->tbufs[arr], c->tcounts[arr], c->tn[arr], 1);
+        e = cudaStreamEndCapture(c->tstream, &graph);
+        DT_ASSERT(rc == 0 && e == cudaSuccess, "capturing step %llu's tracing as a CUDA graph: %s",
+                  (unsigned long long)step, rc ? "scratch too small" : cudaGetErrorString(e));
+        if (c->tgraph[arr])
+            GPU_CHECK(cudaGraphExecDestroy(c->tgraph[arr]));
+        GPU_CHECK(cudaGraphInstantiate(&c->tgraph[arr], graph, 0));
+        GPU_CHECK(cudaGraphDestroy(graph));
+    }
     gpu_trace_upload(c->gtrace[arr]);
     GPU_CHECK(cudaGraphLaunch(c->graph[arr], c->stream));
+    gpu_trace_launch(c, arr);
 }
 
 /* The two tables differ only in the entries cuDNN replaces. */
@@ -725,6 +828,7 @@ static struct backend_ops gpu_table(const char *name, int (*init)(void **, const
     b.trace_batch = gpu_trace_many;
     b.trace_batch_async = gpu_trace_async;
     b.trace_batch_wait = gpu_trace_wait;
+    b.trace_defer = gpu_trace_defer;
     b.prepare = gpu_prepare;
     b.step_begin = gpu_step_begin;
     b.step_end = gpu_step_end;

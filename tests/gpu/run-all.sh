@@ -82,6 +82,16 @@ check ae_cuda_replay_same 0 -- "$DT" replay "$T/ct1.dtr" --step 150 --steps 3
 # every op launched on its own (no CUDA graph) gives the same trace
 check ae_cuda_nograph 0 -- $A --backend cuda --cuda-graph off -o "$T/cn.dtr"
 check ae_cuda_graph_vs_nograph 0 -- "$DT" diff "$T/ct1.dtr" "$T/cn.dtr"
+# a step's records made while the next step runs (no checkpoint between
+# steps to take them early) give the same trace, with a bit flipped in a
+# parameter (the flip waits for the records still being made) as well
+check ae_cuda_overlap 0 -- $A --backend cuda --checkpoint-every 1000 -o "$T/co.dtr"
+check ae_cuda_overlap_header 0 -- sh -c "'$DT' show --summary '$T/co.dtr' | grep -E '^# trace_overlap = on'"
+check ae_cuda_overlap_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/co.dtr"
+check ae_cuda_overlap_flip 0 -- $A --backend cuda --checkpoint-every 1000 --flip-bit 77:enc1.W:5:30 -o "$T/cof.dtr"
+check ae_cuda_nograph_flip 0 -- $A --backend cuda --cuda-graph off --flip-bit 77:enc1.W:5:30 -o "$T/cnf.dtr"
+check ae_cuda_overlap_flip_same 0 -- "$DT" diff "$T/cof.dtr" "$T/cnf.dtr"
+check ae_cuda_overlap_flip_differs 1 -- "$DT" diff "$T/co.dtr" "$T/cof.dtr"
 # ops on one stream give the same trace as ops spread over four
 check ae_cuda_streams1 0 -- $A --backend cuda --streams 1 -o "$T/cs1.dtr"
 check ae_cuda_streams1_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/cs1.dtr"
@@ -97,6 +107,8 @@ check pn_cudnn_det_a 0 -- $Q --backend cudnn -o "$T/pd1.dtr"
 check pn_cudnn_det_b 0 -- $Q --backend cudnn -o "$T/pd2.dtr"
 check pn_cudnn_det_identical 0 -- "$DT" diff "$T/pd1.dtr" "$T/pd2.dtr"
 check pn_cudnn_streams_header 0 -- sh -c "'$DT' show --summary '$T/pd1.dtr' | grep -E '^# gpu_streams = 4 \(([2-4]) used'"
+check pn_cudnn_overlap 0 -- $Q --backend cudnn --checkpoint-every 100 -o "$T/po.dtr"
+check pn_cudnn_overlap_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/po.dtr"
 check pn_cudnn_streams1 0 -- $Q --backend cudnn --streams 1 -o "$T/ps1.dtr"
 check pn_cudnn_streams1_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/ps1.dtr"
 check pn_cudnn_streams8_nograph 0 -- $Q --backend cudnn --streams 8 --cuda-graph off -o "$T/ps8.dtr"
