@@ -6,7 +6,9 @@
  * 4, on random 3-channel frames written to a temporary .npy). Rounds
  * alternate tracing off, on, and off with every op on one CUDA stream
  * (--streams 1; the default spreads ops over 4). The IDX data directory is the default one
- * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU. */
+ * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU.
+ * Usage: bench_gpu_step [--quick] [--rounds N] [--backend cuda|cudnn] [CONF...]
+ * CONF: ae, pn1, pn4 or kitti (default: all four). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,14 +20,37 @@
 #include "bench_util.h"
 
 struct conf {
-    const char *what, *model, *stack, *size;
+    const char *key, *what, *model, *stack, *size;
     uint32_t nt, batch;
     int video; /* random 3-channel frames */
 };
 
 int main(int argc, char **argv)
 {
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0, rounds = 0;
+    const char *only_backend = NULL;
+    char want[4] = {0, 0, 0, 0};
+    int any = 0;
+    static const char *const keys[] = {"ae", "pn1", "pn4", "kitti"};
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[a], "--rounds") == 0 && a + 1 < argc) {
+            rounds = atoi(argv[++a]);
+        } else if (strcmp(argv[a], "--backend") == 0 && a + 1 < argc) {
+            only_backend = argv[++a];
+        } else {
+            int k = 0;
+            while (k < 4 && strcmp(argv[a], keys[k]) != 0)
+                k++;
+            if (k == 4) {
+                fprintf(stderr, "bench_gpu_step: unknown argument '%s' (--quick, --rounds N, --backend B, "
+                        "ae, pn1, pn4, kitti)\n", argv[a]);
+                return 2;
+            }
+            want[k] = any = 1;
+        }
+    }
     const struct backend_ops *probe = backend_find("cuda");
     void *ctx;
     struct backend_options bo = {.threads = 1};
@@ -43,19 +68,25 @@ int main(int argc, char **argv)
         return 2;
     }
     static const struct conf confs[] = {
-        {"autoencoder 784-128-32-128-784, batch 100", "autoencoder", NULL, NULL, 0, 100, 0},
-        {"PredNet 1,16,32,64 @ 64x64, nt 20, batch 1", "prednet", "1,16,32,64", "64x64", 20, 1, 0},
-        {"PredNet 1,16,32,64 @ 64x64, nt 20, batch 4", "prednet", "1,16,32,64", "64x64", 20, 4, 0},
-        {"PredNet 3,48,96,192 @ 128x160, nt 10, batch 4", "prednet", "3,48,96,192", "128x160", 10, 4, 1},
+        {"ae", "autoencoder 784-128-32-128-784, batch 100", "autoencoder", NULL, NULL, 0, 100, 0},
+        {"pn1", "PredNet 1,16,32,64 @ 64x64, nt 20, batch 1", "prednet", "1,16,32,64", "64x64", 20, 1, 0},
+        {"pn4", "PredNet 1,16,32,64 @ 64x64, nt 20, batch 4", "prednet", "1,16,32,64", "64x64", 20, 4, 0},
+        {"kitti", "PredNet 3,48,96,192 @ 128x160, nt 10, batch 4", "prednet", "3,48,96,192", "128x160", 10,
+         4, 1},
     };
     static const char *const backends[] = {"cuda", "cudnn"};
-    int rounds = quick ? 1 : 3;
+    if (rounds <= 0)
+        rounds = quick ? 1 : 3;
+    if (rounds > 8)
+        rounds = 8;
     printf("| configuration | backend | median ms/step, tracing off | trace level op | overhead |"
            " tracing off, --streams 1 |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
     for (size_t ci = 0; ci < sizeof confs / sizeof confs[0]; ci++)
         for (int bi = 0; bi < 2; bi++) {
             const struct conf *cf = &confs[ci];
+            if ((any && !want[ci]) || (only_backend && strcmp(only_backend, backends[bi]) != 0))
+                continue;
             double ms[3][8];
             for (int r = 0; r < rounds; r++)
                 for (int v = 0; v < 3; v++) { /* off, op, off on one stream */
