@@ -89,6 +89,8 @@ def main(argv):
     ap.add_argument("--level", default="op", choices=["op", "param", "step"])
     ap.add_argument("--nondeterministic", action="store_true",
                     help="leave torch's default (nondeterministic) algorithms")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of an untraced and a traced run, in alternating order (default 3)")
     args, rest = ap.parse_known_args(argv)
     if args.small:
         given = set(a.split("=")[0] for a in rest)
@@ -111,27 +113,36 @@ def main(argv):
     print()
     print("Median ms per training step over %d timed steps after %d warm-up steps (wall clock, "
           "each step ending in loss.item()); untraced and traced runs start from the same weights "
-          "and batch." % (margs.steps, margs.warmup))
+          "and batch. %d rounds of an untraced and a traced run, in alternating order; the "
+          "overhead is the median of the rounds' (one machine's speed drifts by more than the "
+          "overhead between runs), the times are the medians over all rounds."
+          % (margs.steps, margs.warmup, max(1, args.rounds)))
     print()
-    print("| configuration | records per step | untraced ms | traced ms | overhead | same losses |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print("| configuration | records per step | untraced ms | traced ms | overhead | rounds | same losses |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
     sys.stdout.flush()
     tmp = tempfile.mkdtemp(prefix="divtrace-bench-", dir=os.environ.get("TMPDIR"))
     worst = 0.0
     try:
         for cfg in cfgs:
-            # untraced, traced, untraced again: the untraced time is the
-            # better of the two medians (a machine warming up favours neither)
-            t0, l0, _ = run(cfg, device, margs, False, args.level, tmp)
-            t1, l1, nrec = run(cfg, device, margs, True, args.level, tmp)
-            t2, _, _ = run(cfg, device, margs, False, args.level, tmp)
-            tm.release(device)
-            base = min(statistics.median(t0), statistics.median(t2))
-            traced = statistics.median(t1)
-            over = (traced / base - 1) * 100
+            bases, traceds, overs, same, nrec = [], [], [], True, 0
+            for r in range(max(1, args.rounds)):
+                order = (False, True) if r % 2 == 0 else (True, False)
+                got = {}
+                for traced in order:
+                    got[traced] = run(cfg, device, margs, traced, args.level, tmp)
+                tm.release(device)
+                b, t = statistics.median(got[False][0]), statistics.median(got[True][0])
+                bases.append(b)
+                traceds.append(t)
+                overs.append((t / b - 1) * 100)
+                same = same and got[False][1] == got[True][1]
+                nrec = got[True][2]
+            over = statistics.median(overs)
             worst = max(worst, over)
-            print("| %s | %d | %.3f | %.3f | %+.1f%% | %s |" % (
-                tm.describe(cfg), nrec, base, traced, over, "yes" if l0 == l1 else "NO"))
+            print("| %s | %d | %.3f | %.3f | %+.1f%% | %s | %s |" % (
+                tm.describe(cfg), nrec, statistics.median(bases), statistics.median(traceds), over,
+                " ".join("%+.1f%%" % o for o in overs), "yes" if same else "NO"))
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
