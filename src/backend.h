@@ -95,7 +95,8 @@ struct backend_ops {
      * step's records while the next step runs (trace_batch_wait for step
      * t may then come after step t + 1 has begun, and always before step
      * t + 1's trace_batch_async); the caller keeps step t's buffers intact
-     * through step t + 1 (exec_double). 0, or -1 when the backend cannot. */
+     * through step t + 1 (exec_double). Called before the first step. 0,
+     * or -1 when the backend cannot. */
     int (*trace_defer)(void *ctx, int on);
     /* optional: see the whole graph once before the first step (choose
      * algorithms, plan workspaces); 0, or -1 with dt_error set. */

@@ -370,7 +370,6 @@ int train_run(const struct train_config *tc, struct train_result *res)
             goto out;
     }
 
-    int pipe = s.pipe && s.w;
     uint64_t pend = UINT64_MAX; /* a step whose summary waits for its records */
     double pend_loss = 0;
 
@@ -430,7 +429,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
         res->final_loss = loss;
         if (!isfinite(loss))
             res->nonfinite = 1;
-        if (pipe && tracer_done(r->tr) < (int64_t)step) {
+        if (s.pipe && tracer_done(r->tr) < (int64_t)step) {
             pend = step;
             pend_loss = loss;
         } else {

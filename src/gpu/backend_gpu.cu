@@ -622,6 +622,13 @@ static int gpu_trace_defer(void *ctx, int on)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     if (!on) {
+        /* before any step is captured: the tracing goes back into the step's graphs */
+        if (c->tstream)
+            GPU_CHECK(cudaStreamSynchronize(c->tstream));
+        for (int k = 0; k < 2; k++) {
+            gpu_trace_set_stream(c->gtrace[k], c->stream);
+            gpu_trace_set_caps(c->gtrace[k], 0, 0);
+        }
         c->defer = 0;
         return 0;
     }

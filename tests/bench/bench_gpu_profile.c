@@ -27,20 +27,7 @@
 #include "train.h"
 #include "util.h"
 #include "bench_util.h"
-
-struct conf {
-    const char *key, *what, *model, *stack, *size;
-    uint32_t nt, batch;
-    int video;
-};
-
-static const struct conf confs[] = {
-    {"ae", "autoencoder 784-128-32-128-784, batch 100", "autoencoder", NULL, NULL, 0, 100, 0},
-    {"pn1", "PredNet 1,16,32,64 @ 64x64, nt 20, batch 1", "prednet", "1,16,32,64", "64x64", 20, 1, 0},
-    {"pn4", "PredNet 1,16,32,64 @ 64x64, nt 20, batch 4", "prednet", "1,16,32,64", "64x64", 20, 4, 0},
-    {"kitti", "PredNet 3,48,96,192 @ 128x160, nt 10, batch 4", "prednet", "3,48,96,192", "128x160", 10,
-     4, 1},
-};
+#include "bench_gpu_confs.h"
 
 struct prof {
     const struct backend_ops *be;
@@ -63,24 +50,11 @@ static void prof_hook(void *arg, int i, const backend_buf *buf)
 
 static int streams; /* --streams N: given to the backend (0: its default) */
 
-static int setup(struct train_config *tc, const struct conf *cf, const char *backend, const char *npy,
+static int setup(struct train_config *tc, const struct bench_gpu_conf *cf, const char *backend, const char *npy,
                  int no_graph, int traced)
 {
-    train_config_defaults(tc);
-    if (model_parse_layers(tc->layers, &tc->model) < 0)
+    if (bench_gpu_conf_setup(tc, cf, backend, npy) < 0)
         return -1;
-    tc->model.name = cf->model;
-    tc->backend = backend;
-    tc->model.batch = cf->batch;
-    tc->batch_given = 1;
-    tc->stack = cf->stack;
-    tc->size = cf->size;
-    tc->model.nt = cf->nt;
-    tc->video = cf->video ? npy : NULL;
-    if (cf->video)
-        tc->npy_layout = "tnhw";
-    if (getenv("DIVTRACE_DATA"))
-        tc->data_dir = getenv("DIVTRACE_DATA");
     tc->steps = 100;
     tc->steps_given = 1;
     tc->quiet = 1;
@@ -103,7 +77,7 @@ static int agg_cmp(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-static int profile_ops(const struct conf *cf, const char *backend, const char *npy, int steps)
+static int profile_ops(const struct bench_gpu_conf *cf, const char *backend, const char *npy, int steps)
 {
     struct train_config tc;
     struct run r;
@@ -185,7 +159,7 @@ static int profile_ops(const struct conf *cf, const char *backend, const char *n
     return 0;
 }
 
-static int profile_phases(const struct conf *cf, const char *backend, const char *npy, int steps,
+static int profile_phases(const struct bench_gpu_conf *cf, const char *backend, const char *npy, int steps,
                           int traced)
 {
     struct train_config tc;
@@ -241,7 +215,7 @@ static int profile_phases(const struct conf *cf, const char *backend, const char
 
 int main(int argc, char **argv)
 {
-    int quick = 0, want[4] = {0, 0, 0, 0}, any = 0, phases_only = 0;
+    int quick = 0, want[BENCH_GPU_NCONF] = {0}, any = 0, phases_only = 0;
     for (int k = 1; k < argc; k++) {
         if (strcmp(argv[k], "--quick") == 0) {
             quick = 1;
@@ -255,26 +229,19 @@ int main(int argc, char **argv)
             streams = atoi(argv[++k]);
             continue;
         }
-        int found = 0;
-        for (int c = 0; c < 4; c++)
-            if (strcmp(argv[k], confs[c].key) == 0)
-                want[c] = found = any = 1;
-        if (!found) {
+        int c = bench_gpu_conf_find(argv[k]);
+        if (c >= 0)
+            want[c] = any = 1;
+        else {
             fprintf(stderr, "bench_gpu_profile: unknown configuration '%s' (ae, pn1, pn4, kitti)\n", argv[k]);
             return 2;
         }
     }
     if (!any)
-        for (int c = 0; c < 4; c++)
+        for (int c = 0; c < BENCH_GPU_NCONF; c++)
             want[c] = 1;
-    const struct backend_ops *probe = backend_find("cuda");
-    void *ctx;
-    struct backend_options bo = {.threads = 1};
-    if (!probe || probe->init(&ctx, &bo) < 0) {
-        printf("bench_gpu_profile: skipped: %s\n", dt_error());
+    if (bench_gpu_probe("bench_gpu_profile") != 0)
         return 77;
-    }
-    probe->free(ctx);
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char npy[512];
     snprintf(npy, sizeof npy, "%s/bench_gpu_profile.npy", dir);
@@ -286,16 +253,16 @@ int main(int argc, char **argv)
     printf("## Step phases, CUDA graph on (ms/step), streams %d (0: default)\n\n", streams);
     printf("| conf | backend | tracing | upload | step + loss | summary | total | step alone, back to back |\n");
     printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
-    for (int c = 0; c < 4; c++)
+    for (int c = 0; c < BENCH_GPU_NCONF; c++)
         for (int b = 0; b < 2 && want[c]; b++)
             for (int tr = 0; tr < 2; tr++) {
                 int steps = c == 0 ? (quick ? 200 : 1000) : (quick ? 5 : 15);
-                if (profile_phases(&confs[c], backends[b], npy, steps, tr) < 0)
+                if (profile_phases(bench_gpu_conf(c), backends[b], npy, steps, tr) < 0)
                     return 2;
             }
-    for (int c = 0; c < 4 && !phases_only; c++)
+    for (int c = 0; c < BENCH_GPU_NCONF && !phases_only; c++)
         for (int b = 0; b < 2 && want[c]; b++)
-            if (profile_ops(&confs[c], backends[b], npy, c == 0 ? 50 : (quick ? 2 : 4)) < 0)
+            if (profile_ops(bench_gpu_conf(c), backends[b], npy, c == 0 ? 50 : (quick ? 2 : 4)) < 0)
                 return 2;
     if (want[3])
         remove(npy);

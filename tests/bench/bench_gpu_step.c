@@ -18,20 +18,14 @@
 #include "train.h"
 #include "util.h"
 #include "bench_util.h"
-
-struct conf {
-    const char *key, *what, *model, *stack, *size;
-    uint32_t nt, batch;
-    int video; /* random 3-channel frames */
-};
+#include "bench_gpu_confs.h"
 
 int main(int argc, char **argv)
 {
     int quick = 0, rounds = 0;
     const char *only_backend = NULL;
-    char want[4] = {0, 0, 0, 0};
+    char want[BENCH_GPU_NCONF] = {0};
     int any = 0;
-    static const char *const keys[] = {"ae", "pn1", "pn4", "kitti"};
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "--quick") == 0) {
             quick = 1;
@@ -40,10 +34,8 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[a], "--backend") == 0 && a + 1 < argc) {
             only_backend = argv[++a];
         } else {
-            int k = 0;
-            while (k < 4 && strcmp(argv[a], keys[k]) != 0)
-                k++;
-            if (k == 4) {
+            int k = bench_gpu_conf_find(argv[a]);
+            if (k < 0) {
                 fprintf(stderr, "bench_gpu_step: unknown argument '%s' (--quick, --rounds N, --backend B, "
                         "ae, pn1, pn4, kitti)\n", argv[a]);
                 return 2;
@@ -51,14 +43,8 @@ int main(int argc, char **argv)
             want[k] = any = 1;
         }
     }
-    const struct backend_ops *probe = backend_find("cuda");
-    void *ctx;
-    struct backend_options bo = {.threads = 1};
-    if (!probe || probe->init(&ctx, &bo) < 0) {
-        printf("bench_gpu_step: skipped: %s\n", dt_error());
+    if (bench_gpu_probe("bench_gpu_step") != 0)
         return 77;
-    }
-    probe->free(ctx);
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char path[512], npy[512];
     snprintf(path, sizeof path, "%s/bench_gpu_step.dtr", dir);
@@ -67,13 +53,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu_step: cannot write %s\n", npy);
         return 2;
     }
-    static const struct conf confs[] = {
-        {"ae", "autoencoder 784-128-32-128-784, batch 100", "autoencoder", NULL, NULL, 0, 100, 0},
-        {"pn1", "PredNet 1,16,32,64 @ 64x64, nt 20, batch 1", "prednet", "1,16,32,64", "64x64", 20, 1, 0},
-        {"pn4", "PredNet 1,16,32,64 @ 64x64, nt 20, batch 4", "prednet", "1,16,32,64", "64x64", 20, 4, 0},
-        {"kitti", "PredNet 3,48,96,192 @ 128x160, nt 10, batch 4", "prednet", "3,48,96,192", "128x160", 10,
-         4, 1},
-    };
     static const char *const backends[] = {"cuda", "cudnn"};
     if (rounds <= 0)
         rounds = quick ? 1 : 3;
@@ -82,9 +61,9 @@ int main(int argc, char **argv)
     printf("| configuration | backend | median ms/step, tracing off | trace level op | overhead |"
            " tracing off, --streams 1 |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
-    for (size_t ci = 0; ci < sizeof confs / sizeof confs[0]; ci++)
+    for (int ci = 0; ci < BENCH_GPU_NCONF; ci++)
         for (int bi = 0; bi < 2; bi++) {
-            const struct conf *cf = &confs[ci];
+            const struct bench_gpu_conf *cf = bench_gpu_conf(ci);
             if ((any && !want[ci]) || (only_backend && strcmp(only_backend, backends[bi]) != 0))
                 continue;
             double ms[3][8];
@@ -92,21 +71,8 @@ int main(int argc, char **argv)
                 for (int v = 0; v < 3; v++) { /* off, op, off on one stream */
                     int traced = v == 1;
                     struct train_config tc;
-                    train_config_defaults(&tc);
-                    if (model_parse_layers(tc.layers, &tc.model) < 0)
+                    if (bench_gpu_conf_setup(&tc, cf, backends[bi], npy) < 0)
                         return 2;
-                    tc.model.name = cf->model;
-                    tc.backend = backends[bi];
-                    tc.model.batch = cf->batch;
-                    tc.batch_given = 1;
-                    tc.stack = cf->stack;
-                    tc.size = cf->size;
-                    tc.model.nt = cf->nt;
-                    tc.video = cf->video ? npy : NULL;
-                    if (getenv("DIVTRACE_DATA"))
-                        tc.data_dir = getenv("DIVTRACE_DATA");
-                    if (cf->video)
-                        tc.npy_layout = "tnhw";
                     uint64_t steps = strcmp(cf->model, "autoencoder") == 0 ? (quick ? 100 : 400) : (quick ? 5 : 20);
                     tc.steps = steps;
                     tc.steps_given = 1;
