@@ -74,6 +74,7 @@ struct gt_desc {
     uint32_t tile0, ntiles;
     uint32_t aligned;  /* ptr is 16-byte aligned (vector loads) */
     uint32_t tile_leaves; /* leaves per tile (gt_tile_leaves) */
+    uint32_t out;      /* its record's index in the kernels' record array */
 };
 
 static __host__ __device__ uint32_t gt_tile_leaves(uint64_t nleaves)
@@ -477,7 +478,7 @@ static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_de
     gt_acc_warp(&a, width);
     if (lane == 0)
         gt_record(stage, &a, gh_xxh3_64(dig + d.leaf0, 8 * (size_t)d.nleaves));
-    gt_record_copy(&rec[k], stage, lane);
+    gt_record_copy(&rec[d.out], stage, lane);
 }
 
 /* A small buffer's record in one launch (libdivtrace's records of single
@@ -593,7 +594,7 @@ static __device__ void gt_root_item(struct trace_oprec *rec, const struct gt_ite
             gt_acc_add(&a, &wacc[w]);
         gt_record(stage[0], &a, h);
     }
-    gt_record_copy(&rec[k], stage[0], lane);
+    gt_record_copy(&rec[d.out], stage[0], lane);
 }
 
 __global__ void __launch_bounds__(GT_ROOT_THREADS)
@@ -674,38 +675,45 @@ void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t
     gpu_trace_collect(t, rec, n);
 }
 
-int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
-                      int fixed)
+/* Where a batch's pieces go. Device: descriptors | tile map | work items
+ * (the three copied in as one piece from the same layout on the host) |
+ * digests | partials, then (gpu_trace_enqueue) records. */
+struct gt_layout {
+    uint64_t ntiles, nslots;
+    size_t o_map, o_items, in_bytes, o_dig, o_part, o_end;
+};
+
+/* The layout of n buffers of counts[k] floats; -1: too many tiles. */
+static int gt_plan(const size_t *counts, int n, struct gt_layout *l)
 {
-    DT_ASSERT(t && n > 0, "gpu_trace_enqueue: no tracer or n = %d", n);
     uint64_t ntiles = 0, nslots = 0;
     for (int k = 0; k < n; k++) {
         uint64_t leaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
         ntiles += (leaves + gt_tile_leaves(leaves) - 1) / gt_tile_leaves(leaves);
         nslots += leaves + (leaves & 1);
-        DT_ASSERT(((uintptr_t)bufs[k] & 3) == 0, "gpu_trace_batch: buffer %d is not float-aligned", k);
     }
-    DT_ASSERT(ntiles < UINT32_MAX / 32, "gpu_trace_batch: %llu tiles", (unsigned long long)ntiles);
-
-    /* device: descriptors | tile map | digests | partials | records;
-     * host: descriptors | tile map (one copy in) | records (one copy out) */
-    size_t o_map = gt_align((size_t)n * sizeof(struct gt_desc), 16);
-    size_t o_items = gt_align(o_map + 4 * (size_t)ntiles, 16);
-    size_t in_bytes = o_items + (size_t)n * sizeof(struct gt_item);
-    size_t o_dig = gt_align(in_bytes, 256);
-    size_t o_part = gt_align(o_dig + 8 * (size_t)nslots, 256);
-    size_t o_rec = gt_align(o_part + sizeof(struct gt_part) * (size_t)ntiles, 256);
-    size_t h_rec = gt_align(in_bytes, 64);
-    size_t need_dev = o_rec + (size_t)n * sizeof(struct trace_oprec);
-    size_t need_host = h_rec + (size_t)n * sizeof(struct trace_oprec);
-    if (fixed && (need_dev > t->dev_bytes || need_host > t->host_bytes))
+    if (ntiles >= UINT32_MAX / 32)
         return -1;
-    gt_reserve(t, need_dev, need_host);
-    t->h_rec = h_rec;
+    l->ntiles = ntiles;
+    l->nslots = nslots;
+    l->o_map = gt_align((size_t)n * sizeof(struct gt_desc), 16);
+    l->o_items = gt_align(l->o_map + 4 * (size_t)ntiles, 16);
+    l->in_bytes = l->o_items + (size_t)n * sizeof(struct gt_item);
+    l->o_dig = gt_align(l->in_bytes, 256);
+    l->o_part = gt_align(l->o_dig + 8 * (size_t)nslots, 256);
+    l->o_end = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)ntiles, 256);
+    return 0;
+}
 
-    struct gt_desc *desc = (struct gt_desc *)t->host;
-    uint32_t *map = (uint32_t *)(t->host + o_map);
-    struct gt_item *items = (struct gt_item *)(t->host + o_items), *small = NULL;
+/* The descriptors, tile map and work items into host (l->in_bytes);
+ * buffer k's record goes to index out[k] (out NULL: k). Returns the
+ * number of work items. */
+static unsigned gt_fill(unsigned char *host, const struct gt_layout *l, const float *const *bufs,
+                        const size_t *counts, const uint32_t *out, int n)
+{
+    struct gt_desc *desc = (struct gt_desc *)host;
+    uint32_t *map = (uint32_t *)(host + l->o_map);
+    struct gt_item *items = (struct gt_item *)(host + l->o_items), *small = NULL;
     uint64_t tile = 0, slot = 0;
     unsigned nitems = 0;
     for (int k = 0; k < n; k++) {
@@ -719,6 +727,7 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
         d->tile_leaves = gt_tile_leaves(d->nleaves);
         d->ntiles = (uint32_t)((d->nleaves + d->tile_leaves - 1) / d->tile_leaves);
         d->aligned = ((uintptr_t)bufs[k] & 15) == 0;
+        d->out = out ? out[k] : (uint32_t)k;
         for (uint32_t i = 0; i < d->ntiles; i++)
             map[tile + i] = (uint32_t)k;
         tile += d->ntiles;
@@ -734,57 +743,88 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
             small->k[small->n++] = (uint32_t)k;
         }
     }
+    return nitems;
+}
 
-    cudaStream_t s = t->stream;
-    const struct gt_desc *ddesc = (const struct gt_desc *)t->dev;
-    uint64_t *dig = (uint64_t *)(t->dev + o_dig);
-    struct gt_part *part = (struct gt_part *)(t->dev + o_part);
-    /* A captured step's descriptors never change: they are copied once, after
-     * the capture (gpu_trace_upload), not at every replay. */
-    if (fixed)
-        t->in_pending = in_bytes;
-    else
-        GPU_CHECK(cudaMemcpyAsync(t->dev, t->host, in_bytes, cudaMemcpyHostToDevice, s));
-/* -DGT_TIMING (a measurement build): each batch that is not captured
- * prints its leaf and root kernels' times on stderr */
+/* The two kernels over a batch laid out at dev (its descriptors there or
+ * on their way in stream order), records into rec (device or mapped
+ * pinned memory); caps as gpu_trace_set_caps. -DGT_TIMING (a measurement
+ * build): with `timed`, waits and prints the kernels' times on stderr. */
+static void gt_launch(unsigned char *dev, const struct gt_layout *l, unsigned nitems, struct trace_oprec *rec,
+                      cudaStream_t s, unsigned cap_leaf, unsigned cap_root, int timed)
+{
+    const struct gt_desc *ddesc = (const struct gt_desc *)dev;
+    uint64_t *dig = (uint64_t *)(dev + l->o_dig);
+    struct gt_part *part = (struct gt_part *)(dev + l->o_part);
+    uint32_t ntiles = (uint32_t)l->ntiles;
 #ifdef GT_TIMING
     static cudaEvent_t ev[3];
     if (!ev[0])
         for (int q = 0; q < 3; q++)
             cudaEventCreate(&ev[q]);
     cudaEventRecord(ev[0], s);
+#else
+    (void)timed;
 #endif
     if (ntiles) {
         unsigned grid = (unsigned)((ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32));
-        const uint32_t *map = (const uint32_t *)(t->dev + o_map);
-        if (t->cap_leaf && grid > t->cap_leaf)
-            gt_leaf_kernel<true><<<t->cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map,
-                                                                         (uint32_t)ntiles);
+        const uint32_t *map = (const uint32_t *)(dev + l->o_map);
+        if (cap_leaf && grid > cap_leaf)
+            gt_leaf_kernel<true><<<cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, ntiles);
         else
-            gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, (uint32_t)ntiles);
-        GPU_LAUNCHED();
+            gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, ntiles);
     }
 #ifdef GT_TIMING
     cudaEventRecord(ev[1], s);
 #endif
-    /* the records straight into pinned host memory (mapped: the same
-     * address on the device), no copy after the kernel */
-    struct trace_oprec *hrec = (struct trace_oprec *)(t->host + h_rec);
-    unsigned rgrid = t->cap_root && nitems > t->cap_root ? t->cap_root : nitems;
-    gt_root_kernel<<<rgrid, GT_ROOT_THREADS, 0, s>>>(hrec, (const struct gt_item *)(t->dev + o_items),
-                                                     nitems, ddesc, dig, part);
-    GPU_LAUNCHED();
+    unsigned rgrid = cap_root && nitems > cap_root ? cap_root : nitems;
+    gt_root_kernel<<<rgrid, GT_ROOT_THREADS, 0, s>>>(rec, (const struct gt_item *)(dev + l->o_items), nitems,
+                                                     ddesc, dig, part);
 #ifdef GT_TIMING
     cudaEventRecord(ev[2], s);
-    if (!fixed) {
+    if (timed) {
         float a = 0, b = 0;
         cudaEventSynchronize(ev[2]);
         cudaEventElapsedTime(&a, ev[0], ev[1]);
         cudaEventElapsedTime(&b, ev[1], ev[2]);
-        fprintf(stderr, "gt-timing n=%d ntiles=%llu leaf_ms=%.4f root_ms=%.4f\n", n,
-                (unsigned long long)ntiles, a, b);
+        fprintf(stderr, "gt-timing ntiles=%llu items=%u leaf_ms=%.4f root_ms=%.4f\n",
+                (unsigned long long)ntiles, nitems, a, b);
     }
 #endif
+}
+
+int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
+                      int fixed)
+{
+    DT_ASSERT(t && n > 0, "gpu_trace_enqueue: no tracer or n = %d", n);
+    for (int k = 0; k < n; k++)
+        DT_ASSERT(((uintptr_t)bufs[k] & 3) == 0, "gpu_trace_batch: buffer %d is not float-aligned", k);
+    struct gt_layout l;
+    DT_ASSERT(gt_plan(counts, n, &l) == 0, "gpu_trace_batch: too many tiles in %d buffers", n);
+
+    /* host: descriptors | tile map | items (one copy in) | records (one
+     * copy out); device: the layout's, then room for records */
+    size_t h_rec = gt_align(l.in_bytes, 64);
+    size_t need_dev = l.o_end + (size_t)n * sizeof(struct trace_oprec);
+    size_t need_host = h_rec + (size_t)n * sizeof(struct trace_oprec);
+    if (fixed && (need_dev > t->dev_bytes || need_host > t->host_bytes))
+        return -1;
+    gt_reserve(t, need_dev, need_host);
+    t->h_rec = h_rec;
+    unsigned nitems = gt_fill(t->host, &l, bufs, counts, NULL, n);
+
+    cudaStream_t s = t->stream;
+    /* A captured step's descriptors never change: they are copied once, after
+     * the capture (gpu_trace_upload), not at every replay. */
+    if (fixed)
+        t->in_pending = l.in_bytes;
+    else
+        GPU_CHECK(cudaMemcpyAsync(t->dev, t->host, l.in_bytes, cudaMemcpyHostToDevice, s));
+    /* the records straight into pinned host memory (mapped: the same
+     * address on the device), no copy after the kernel; a batch that is
+     * not captured is timed in a -DGT_TIMING build */
+    gt_launch(t->dev, &l, nitems, (struct trace_oprec *)(t->host + h_rec), s, t->cap_leaf, t->cap_root, !fixed);
+    GPU_LAUNCHED();
     return 0;
 }
 
@@ -902,5 +942,39 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
     }
     gt_root_kernel<<<1, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(base + l.o_item), 1, dd,
                                                  dig, part);
+    return cudaGetLastError();
+}
+
+/* ---- many buffers, queued on the caller's stream (libdivtrace's deferred
+ * records) ----
+ * The batch's layout and kernels, with the caller's scratch and no wait:
+ * the descriptors are built in the caller's pinned staging, copied in on
+ * the stream, and the records land in drec[out[k]] (device memory). */
+
+int gpu_trace_many_bytes(const size_t *counts, int n, size_t *dev_bytes, size_t *host_bytes)
+{
+    struct gt_layout l;
+    if (n <= 0 || gt_plan(counts, n, &l) < 0)
+        return -1;
+    *dev_bytes = l.o_end;
+    *host_bytes = gt_align(l.in_bytes, 256);
+    return 0;
+}
+
+cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *bufs, const size_t *counts,
+                           const uint32_t *out, int n, struct trace_oprec *drec, cudaStream_t s)
+{
+    struct gt_layout l;
+    if (n <= 0 || gt_plan(counts, n, &l) < 0 || ((uintptr_t)scratch & 255) != 0 ||
+        ((uintptr_t)staging & 15) != 0)
+        return cudaErrorInvalidValue;
+    for (int k = 0; k < n; k++)
+        if (((uintptr_t)bufs[k] & 3) != 0)
+            return cudaErrorInvalidValue;
+    unsigned nitems = gt_fill((unsigned char *)staging, &l, bufs, counts, out, n);
+    cudaError_t e = cudaMemcpyAsync(scratch, staging, l.in_bytes, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess)
+        return e;
+    gt_launch((unsigned char *)scratch, &l, nitems, drec, s, 0, 0, 0);
     return cudaGetLastError();
 }
