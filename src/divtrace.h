@@ -64,6 +64,13 @@ enum divtrace_kind {
 enum divtrace_where {
     DIVTRACE_HOST = 0,
     DIVTRACE_DEVICE = 1,    /* CUDA device memory (current device of the pointer) */
+    /* Device memory hashed later, in one batch with the step's other
+     * deferred tensors: at divtrace_flush(), at divtrace_step_end(), or
+     * when a deferred tensor comes on another stream. Until then the
+     * tensor must stay allocated and unchanged; in exchange a record costs
+     * no launch of its own (a step of hundreds of small tensors queues two
+     * kernels, not hundreds). */
+    DIVTRACE_DEVICE_DEFERRED = 2,
 };
 
 typedef struct divtrace divtrace;
@@ -100,11 +107,17 @@ int divtrace_step_begin(divtrace *t, uint64_t step);
  * the previous step: how a parameter names the update that produced it);
  * may be NULL when ninputs is 0. For DIVTRACE_DEVICE, stream is the
  * cudaStream_t the tensor is produced on (NULL: the default stream); the
- * data must stay valid until the stream reaches this point. */
+ * data must stay valid until the stream reaches this point. For
+ * DIVTRACE_DEVICE_DEFERRED, the data must stay valid and unchanged until
+ * the flush that hashes it has been reached by the stream. */
 int divtrace_record(divtrace *t, const char *name, const char *type, enum divtrace_kind kind,
                     const float *data, enum divtrace_where where, void *stream, int ndim,
                     const int64_t *shape, const char *const *inputs, int ninputs);
-/* End the step: waits for its device hashes, writes the step with its
+/* Queue the hashing of the deferred tensors recorded so far (one batch on
+ * their stream); nothing waits. Call it before a deferred tensor's memory
+ * is changed or freed. A no-op when nothing is deferred. */
+int divtrace_flush(divtrace *t);
+/* End the step: flushes, waits for its device hashes, writes the step with its
  * loss (the gradient norm is computed from the GRAD tensors). */
 int divtrace_step_end(divtrace *t, double loss);
 

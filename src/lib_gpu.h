@@ -24,9 +24,17 @@ void lib_gpu_free(struct lib_gpu *g);
  * (a cudaStream_t; NULL the default stream) into record slot `slot`. */
 int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
                     char *msg, size_t n);
-/* Whether anything was queued since the last collect or discard. */
+/* Note the record of x for slot `slot`, to be queued with the other
+ * deferred records by the next lib_gpu_flush (or collect); a record on
+ * another stream than the ones deferred so far flushes those first. */
+int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
+                  char *msg, size_t n);
+/* Queue the deferred records as one batch on their stream (g may be NULL;
+ * nothing deferred: nothing to do). */
+int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n);
+/* Whether anything was queued or deferred since the last collect or discard. */
 int lib_gpu_pending(const struct lib_gpu *g);
-/* Wait for every queued record and copy slots 0 .. nslots-1 to out (one
+/* Flush, wait for every queued record and copy slots 0 .. nslots-1 to out (one
  * transfer); the slots not queued hold nothing useful. */
 int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, char *msg,
                     size_t n);
@@ -57,6 +65,17 @@ static inline int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t coun
 {
     (void)g, (void)x, (void)count, (void)stream, (void)slot;
     return lib_gpu_nocuda(msg, n);
+}
+static inline int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream,
+                                uint32_t slot, char *msg, size_t n)
+{
+    (void)g, (void)x, (void)count, (void)stream, (void)slot;
+    return lib_gpu_nocuda(msg, n);
+}
+static inline int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n)
+{
+    (void)g, (void)msg, (void)n;
+    return DIVTRACE_OK;
 }
 static inline int lib_gpu_pending(const struct lib_gpu *g) { (void)g; return 0; }
 static inline int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,

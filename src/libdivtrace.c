@@ -401,7 +401,7 @@ static int lib_tensor(divtrace *t, const char *fn, const char *name, const float
                       enum divtrace_where where, int ndim, const int64_t *shape,
                       uint32_t out[TRACE_MAX_DIM], size_t *count)
 {
-    if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE)
+    if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE && where != DIVTRACE_DEVICE_DEFERRED)
         return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown where %d", fn, name, (int)where);
     if (ndim < 1 || ndim > TRACE_MAX_DIM)
         return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': ndim %d (1 to %d)", fn, name, ndim,
@@ -550,13 +550,15 @@ int divtrace_record(divtrace *t, const char *name, const char *type, enum divtra
     struct trace_oprec *r = &t->rec[t->nrec];
     memset(r, 0, sizeof *r);
     r->op = t->nrec;
-    t->on_dev[t->nrec] = where == DIVTRACE_DEVICE;
-    if (where == DIVTRACE_DEVICE) {
+    t->on_dev[t->nrec] = where != DIVTRACE_HOST;
+    if (where != DIVTRACE_HOST) {
         char msg[LIB_MSG];
         if (!t->gpu && count > 0)
             rc = lib_gpu_new(&t->gpu, data, msg, sizeof msg);
         if (rc == DIVTRACE_OK && count > 0)
-            rc = lib_gpu_enqueue(t->gpu, data, count, stream, t->nrec, msg, sizeof msg);
+            rc = where == DIVTRACE_DEVICE
+                     ? lib_gpu_enqueue(t->gpu, data, count, stream, t->nrec, msg, sizeof msg)
+                     : lib_gpu_defer(t->gpu, data, count, stream, t->nrec, msg, sizeof msg);
         if (rc != DIVTRACE_OK) {
             lib_fail(t, rc, "%s: '%s': %s", fn, name, msg);
             goto out;
@@ -573,6 +575,18 @@ int divtrace_record(divtrace *t, const char *name, const char *type, enum divtra
                    * with the next one's; the step should be begun again */
     t->nrec++;
 out:
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int divtrace_flush(divtrace *t)
+{
+    int rc = lib_enter(t, "divtrace_flush");
+    if (rc != DIVTRACE_OK)
+        return rc;
+    char msg[LIB_MSG];
+    if (t->gpu && (rc = lib_gpu_flush(t->gpu, msg, sizeof msg)) != DIVTRACE_OK)
+        lib_fail(t, rc, "divtrace_flush: step %" PRIu64 ": %s", t->step, msg);
     pthread_mutex_unlock(&t->mu);
     return rc;
 }
@@ -778,7 +792,7 @@ int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data,
         rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: '%s': out of memory for %zu floats", fn, name, count);
         goto out;
     }
-    if (where == DIVTRACE_DEVICE && count > 0) {
+    if (where != DIVTRACE_HOST && count > 0) {
         char msg[LIB_MSG];
         rc = lib_gpu_download(t->gpu, copy, data, count, msg, sizeof msg);
         if (rc != DIVTRACE_OK) {

@@ -330,6 +330,7 @@ static void test_bad_arguments(void **state)
     assert_int_equal(divtrace_checkpoint_begin(NULL, 0), DIVTRACE_EINVAL);
     assert_int_equal(divtrace_checkpoint_add(NULL, "x", x, DIVTRACE_HOST, 1, sh), DIVTRACE_EINVAL);
     assert_int_equal(divtrace_checkpoint_end(NULL), DIVTRACE_EINVAL);
+    assert_int_equal(divtrace_flush(NULL), DIVTRACE_EINVAL);
     assert_int_equal(divtrace_close(NULL, 0, NULL), DIVTRACE_EINVAL);
 
     assert_int_equal(divtrace_open(&t, tu_path("a.dtr"), NULL, NULL), DIVTRACE_OK);
@@ -351,7 +352,8 @@ static void test_bad_arguments(void **state)
     assert_int_equal(REC("x", NULL, DIVTRACE_INPUT, x, DIVTRACE_HOST, 1, sh, NULL, 0), DIVTRACE_EINVAL);
     assert_int_equal(REC("x", "t", (enum divtrace_kind)7, x, DIVTRACE_HOST, 1, sh, NULL, 0), DIVTRACE_EINVAL);
     assert_int_equal(REC("x", "t", (enum divtrace_kind)-1, x, DIVTRACE_HOST, 1, sh, NULL, 0), DIVTRACE_EINVAL);
-    assert_int_equal(REC("x", "t", DIVTRACE_INPUT, x, (enum divtrace_where)2, 1, sh, NULL, 0), DIVTRACE_EINVAL);
+    assert_int_equal(REC("x", "t", DIVTRACE_INPUT, x, (enum divtrace_where)3, 1, sh, NULL, 0), DIVTRACE_EINVAL);
+    assert_non_null(strstr(divtrace_errmsg(t), "unknown where 3"));
     assert_int_equal(REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_HOST, 0, sh, NULL, 0), DIVTRACE_EINVAL);
     assert_non_null(strstr(divtrace_errmsg(t), "ndim 0"));
     assert_int_equal(REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_HOST, 5, sh, NULL, 0), DIVTRACE_EINVAL);
@@ -372,13 +374,25 @@ static void test_bad_arguments(void **state)
     assert_non_null(strstr(divtrace_errmsg(t), "without CUDA"));
 #endif
     assert_true(strlen(divtrace_errmsg(t)) > 0);
+    /* the same, deferred: refused when recorded, not at a later flush */
+    assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
+    st = REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_DEVICE_DEFERRED, 1, sh, NULL, 0);
+#ifdef HAVE_CUDA
+    assert_true(st == DIVTRACE_ENOCUDA || st == DIVTRACE_EINVAL);
+#else
+    assert_int_equal(st, DIVTRACE_ENOCUDA);
+    assert_non_null(strstr(divtrace_errmsg(t), "without CUDA"));
+#endif
+    assert_int_equal(divtrace_flush(t), DIVTRACE_OK); /* nothing deferred */
     /* an error in the step: it may be begun again, and then works */
     assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
     assert_int_equal(REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_HOST, 1, sh, NULL, 0), DIVTRACE_OK);
     assert_int_equal(REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_HOST, 1, sh, NULL, 0), DIVTRACE_EINVAL);
     assert_non_null(strstr(divtrace_errmsg(t), "twice"));
     assert_int_equal(REC("y", "t", DIVTRACE_FORWARD, x, DIVTRACE_HOST, 2, sh, in, 1), DIVTRACE_OK);
+    assert_int_equal(divtrace_flush(t), DIVTRACE_OK); /* host records only: nothing to do */
     assert_int_equal(divtrace_step_end(t, 1), DIVTRACE_OK);
+    assert_int_equal(divtrace_flush(t), DIVTRACE_OK); /* between steps */
     /* steps go up */
     assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_ESTATE);
     assert_int_equal(divtrace_checkpoint_begin(t, 0), DIVTRACE_ESTATE);

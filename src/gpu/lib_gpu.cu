@@ -1,11 +1,14 @@
-/* lib_gpu.cu: libdivtrace's device tensors (see lib_gpu.h). Each record is
+/* lib_gpu.cu: libdivtrace's device tensors (see lib_gpu.h). A record is
  * queued on the caller's stream by gpu_trace_one, into its own piece of
- * scratch and its slot of a device array of records; the step's end makes
- * the library's stream wait for every stream used and copies the records
- * back in one transfer. Scratch is handed out from chunks that never move
- * while a step is queued; only the record array, when a first step
- * outgrows it, waits for the queued work before it is moved. Every CUDA
- * failure comes back as a status and one line, never an abort. */
+ * scratch and its slot of a device array of records; a deferred record
+ * waits in a host list until a flush queues the whole list as one batch
+ * (gpu_trace_many: one copy of descriptors in, two kernels). The step's
+ * end makes the library's stream wait for every stream used and copies
+ * the records back in one transfer. Scratch (device) and staging (pinned)
+ * are handed out from chunks that never move while a step is queued; only
+ * the record array, when a first step outgrows it, waits for the queued
+ * work before it is moved. Every CUDA failure comes back as a status and
+ * one line, never an abort. */
 #include "config.h"
 
 #include <stdio.h>
@@ -24,12 +27,27 @@ struct lg_chunk {
     size_t size, used;
 };
 
+/* Memory for queued work, device or pinned, reused once it has run. */
+struct lg_pool {
+    struct lg_chunk *chunk;
+    int n, cap;
+    int pinned;
+};
+
+static void lg_pool_free(struct lg_pool *p);
+
 struct lib_gpu {
     int device;
     cudaStream_t stream;        /* the library's own (non-blocking): the one transfer */
     cudaEvent_t ev;
-    struct lg_chunk *chunk;     /* scratch of the queued records */
-    int nchunk, cchunk;
+    struct lg_pool scratch;     /* device scratch of the queued records */
+    struct lg_pool staging;     /* pinned: the deferred batches' descriptors */
+    /* deferred records not yet queued (one stream) */
+    const float **dptr;
+    size_t *dcount;
+    uint32_t *dslot;
+    int ndef, cdef;
+    cudaStream_t dstream;
     struct trace_oprec *drec;   /* (rcap) on the device, by slot */
     unsigned *dctr;             /* (rcap) on the device: each slot's block counter, 0 at rest */
     uint32_t rcap;
@@ -120,6 +138,7 @@ int lib_gpu_new(struct lib_gpu **gp, const void *ptr, char *msg, size_t n)
         return DIVTRACE_ENOMEM;
     }
     g->device = dev;
+    g->staging.pinned = 1;
     cudaError_t e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(g);
@@ -143,8 +162,8 @@ void lib_gpu_free(struct lib_gpu *g)
     cudaStreamSynchronize(g->stream);
     if (g->pending)
         cudaDeviceSynchronize();
-    for (int i = 0; i < g->nchunk; i++)
-        cudaFree(g->chunk[i].p);
+    lg_pool_free(&g->scratch);
+    lg_pool_free(&g->staging);
     if (g->drec)
         cudaFree(g->drec);
     if (g->dctr)
@@ -154,8 +173,10 @@ void lib_gpu_free(struct lib_gpu *g)
     cudaEventDestroy(g->ev);
     cudaStreamDestroy(g->stream);
     cudaGetLastError();
-    free(g->chunk);
     free(g->streams);
+    free(g->dptr);
+    free(g->dcount);
+    free(g->dslot);
     free(g);
 }
 
@@ -172,44 +193,83 @@ static int lg_wait_queued(struct lib_gpu *g, char *msg, size_t n)
     return DIVTRACE_OK;
 }
 
-/* Scratch for one record, from a chunk that stays where it is. */
-static int lg_scratch(struct lib_gpu *g, size_t bytes, void **out, char *msg, size_t n)
+static void lg_pool_free(struct lg_pool *p)
 {
-    for (int i = 0; i < g->nchunk; i++) {
-        struct lg_chunk *c = &g->chunk[i];
+    for (int i = 0; i < p->n; i++) {
+        if (p->pinned)
+            cudaFreeHost(p->chunk[i].p);
+        else
+            cudaFree(p->chunk[i].p);
+    }
+    free(p->chunk);
+    memset(p, 0, sizeof *p);
+}
+
+/* bytes (a multiple of 256) from a chunk that stays where it is. */
+static int lg_take(struct lg_pool *p, size_t bytes, void **out, char *msg, size_t n)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct lg_chunk *c = &p->chunk[i];
         if (c->size - c->used >= bytes) {
             *out = c->p + c->used;
             c->used += bytes;
             return DIVTRACE_OK;
         }
     }
-    if (g->nchunk == g->cchunk) {
-        int cap = g->cchunk ? 2 * g->cchunk : 8;
-        struct lg_chunk *ch = (struct lg_chunk *)realloc(g->chunk, (size_t)cap * sizeof *ch);
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 8;
+        struct lg_chunk *ch = (struct lg_chunk *)realloc(p->chunk, (size_t)cap * sizeof *ch);
         if (!ch) {
             snprintf(msg, n, "out of memory");
             return DIVTRACE_ENOMEM;
         }
-        g->chunk = ch;
-        g->cchunk = cap;
+        p->chunk = ch;
+        p->cap = cap;
     }
     size_t total = 0;
-    for (int i = 0; i < g->nchunk; i++)
-        total += g->chunk[i].size;
+    for (int i = 0; i < p->n; i++)
+        total += p->chunk[i].size;
     size_t size = total > LG_CHUNK_MIN ? total : LG_CHUNK_MIN;
     if (size < bytes)
         size = bytes;
-    struct lg_chunk *c = &g->chunk[g->nchunk];
-    cudaError_t e = cudaMalloc((void **)&c->p, size);
+    struct lg_chunk *c = &p->chunk[p->n];
+    cudaError_t e = p->pinned ? cudaMallocHost((void **)&c->p, size) : cudaMalloc((void **)&c->p, size);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaMalloc of hash scratch", e);
+        return lg_fail(msg, n, DIVTRACE_ECUDA, p->pinned ? "cudaMallocHost of hash staging"
+                                                         : "cudaMalloc of hash scratch", e);
     }
     c->size = size;
     c->used = bytes;
-    g->nchunk++;
+    p->n++;
     *out = c->p;
     return DIVTRACE_OK;
+}
+
+/* Nothing queued uses the pool any more: all of it free, merged into one
+ * chunk so that the next step allocates nothing. */
+static void lg_pool_reset(struct lg_pool *p)
+{
+    if (p->n > 1) {
+        size_t total = 0;
+        for (int i = 0; i < p->n; i++) {
+            total += p->chunk[i].size;
+            if (p->pinned)
+                cudaFreeHost(p->chunk[i].p);
+            else
+                cudaFree(p->chunk[i].p);
+        }
+        p->n = 0;
+        cudaError_t e = p->pinned ? cudaMallocHost((void **)&p->chunk[0].p, total)
+                                  : cudaMalloc((void **)&p->chunk[0].p, total);
+        if (e == cudaSuccess) {
+            p->chunk[0].size = total;
+            p->n = 1;
+        }
+        cudaGetLastError();
+    }
+    for (int i = 0; i < p->n; i++)
+        p->chunk[i].used = 0;
 }
 
 /* A record array of at least `need` slots; the queued records move along. */
@@ -254,8 +314,9 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
     return DIVTRACE_OK;
 }
 
-int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
-                    char *msg, size_t n)
+/* What every device record is checked for: on this trace's GPU, aligned
+ * to a float, not too large to hash. */
+static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, char *msg, size_t n)
 {
     int dev, rc = lg_device_of(x, &dev, msg, n);
     if (rc != DIVTRACE_OK)
@@ -269,19 +330,21 @@ int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *strea
         snprintf(msg, n, "%p is not aligned to a float", (const void *)x);
         return DIVTRACE_EINVAL;
     }
-    size_t bytes = gpu_trace_one_bytes(count);
-    if (bytes == 0) {
+    if (gpu_trace_one_bytes(count) == 0) {
         snprintf(msg, n, "%zu elements are too many to hash on the device", count);
         return DIVTRACE_EINVAL;
     }
-    lg_on on(g->device);
-    if (!on.ok)
-        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
-    cudaStream_t s = (cudaStream_t)stream;
-    int known = 0;
-    for (int i = 0; i < g->nstreams && !known; i++)
-        known = g->streams[i] == s;
-    if (!known && g->nstreams == g->cstreams) {
+    return DIVTRACE_OK;
+}
+
+/* Room to note stream s among the streams used (*known: it is there
+ * already), before anything is queued on it. */
+static int lg_stream_room(struct lib_gpu *g, cudaStream_t s, int *known, char *msg, size_t n)
+{
+    *known = 0;
+    for (int i = 0; i < g->nstreams && !*known; i++)
+        *known = g->streams[i] == s;
+    if (!*known && g->nstreams == g->cstreams) {
         int cap = g->cstreams ? 2 * g->cstreams : 4;
         cudaStream_t *st = (cudaStream_t *)realloc(g->streams, (size_t)cap * sizeof *st);
         if (!st) {
@@ -291,38 +354,110 @@ int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *strea
         g->streams = st;
         g->cstreams = cap;
     }
+    return DIVTRACE_OK;
+}
+
+/* Work was queued on s for slots below top. */
+static void lg_queued(struct lib_gpu *g, cudaStream_t s, int known, uint32_t top)
+{
+    if (!known)
+        g->streams[g->nstreams++] = s;
+    if (top > g->nslots)
+        g->nslots = top;
+    g->pending = 1;
+}
+
+int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
+                    char *msg, size_t n)
+{
+    int rc = lg_check_tensor(g, x, count, msg, n), known;
+    if (rc != DIVTRACE_OK)
+        return rc;
+    lg_on on(g->device);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    cudaStream_t s = (cudaStream_t)stream;
     void *scratch;
-    if ((rc = lg_scratch(g, bytes, &scratch, msg, n)) != DIVTRACE_OK ||
+    if ((rc = lg_stream_room(g, s, &known, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_take(&g->scratch, gpu_trace_one_bytes(count), &scratch, msg, n)) != DIVTRACE_OK ||
         (rc = lg_reserve_rec(g, slot + 1, msg, n)) != DIVTRACE_OK)
         return rc;
     LG_CHECK(gpu_trace_one(scratch, x, count, g->drec + slot, g->dctr + slot, s));
-    if (!known)
-        g->streams[g->nstreams++] = s;
-    if (slot + 1 > g->nslots)
-        g->nslots = slot + 1;
+    lg_queued(g, s, known, slot + 1);
+    return DIVTRACE_OK;
+}
+
+int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
+                  char *msg, size_t n)
+{
+    int rc = lg_check_tensor(g, x, count, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (g->ndef > 0 && s != g->dstream && (rc = lib_gpu_flush(g, msg, n)) != DIVTRACE_OK)
+        return rc; /* one stream a batch: the batch runs after what its stream queued */
+    if (g->ndef == g->cdef) {
+        int cap = g->cdef ? 2 * g->cdef : 256;
+        const float **p = (const float **)realloc(g->dptr, (size_t)cap * sizeof *p);
+        if (p)
+            g->dptr = p;
+        size_t *c = (size_t *)realloc(g->dcount, (size_t)cap * sizeof *c);
+        if (c)
+            g->dcount = c;
+        uint32_t *sl = (uint32_t *)realloc(g->dslot, (size_t)cap * sizeof *sl);
+        if (sl)
+            g->dslot = sl;
+        if (!p || !c || !sl) {
+            snprintf(msg, n, "out of memory");
+            return DIVTRACE_ENOMEM;
+        }
+        g->cdef = cap;
+    }
+    g->dptr[g->ndef] = x;
+    g->dcount[g->ndef] = count;
+    g->dslot[g->ndef] = slot;
+    g->ndef++;
+    g->dstream = s;
     g->pending = 1;
     return DIVTRACE_OK;
 }
 
-/* After a collect or a discard: nothing is queued, the scratch is free
- * (merged into one chunk, so that the next step needs no cudaMalloc). */
+int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n)
+{
+    if (!g || g->ndef == 0)
+        return DIVTRACE_OK;
+    lg_on on(g->device);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    size_t dev_bytes, host_bytes;
+    if (gpu_trace_many_bytes(g->dcount, g->ndef, &dev_bytes, &host_bytes) < 0) {
+        snprintf(msg, n, "%d deferred tensors are too many to hash in one batch", g->ndef);
+        return DIVTRACE_EINVAL;
+    }
+    uint32_t top = 0;
+    for (int i = 0; i < g->ndef; i++)
+        if (g->dslot[i] + 1 > top)
+            top = g->dslot[i] + 1;
+    int rc, known;
+    void *scratch, *staging;
+    if ((rc = lg_stream_room(g, g->dstream, &known, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_take(&g->scratch, dev_bytes, &scratch, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_take(&g->staging, host_bytes, &staging, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_reserve_rec(g, top, msg, n)) != DIVTRACE_OK)
+        return rc;
+    LG_CHECK(gpu_trace_many(scratch, staging, g->dptr, g->dcount, g->dslot, g->ndef, g->drec, g->dstream));
+    lg_queued(g, g->dstream, known, top);
+    g->ndef = 0;
+    return DIVTRACE_OK;
+}
+
+/* After a collect or a discard: nothing is queued or deferred, scratch
+ * and staging are free. */
 static void lg_reset(struct lib_gpu *g)
 {
-    if (g->nchunk > 1) {
-        size_t total = 0;
-        for (int i = 0; i < g->nchunk; i++) {
-            total += g->chunk[i].size;
-            cudaFree(g->chunk[i].p);
-        }
-        g->nchunk = 0;
-        if (cudaMalloc((void **)&g->chunk[0].p, total) == cudaSuccess) {
-            g->chunk[0].size = total;
-            g->nchunk = 1;
-        }
-        cudaGetLastError();
-    }
-    for (int i = 0; i < g->nchunk; i++)
-        g->chunk[i].used = 0;
+    lg_pool_reset(&g->scratch);
+    lg_pool_reset(&g->staging);
+    g->ndef = 0;
     g->nstreams = 0;
     g->nslots = 0;
     g->pending = 0;
@@ -333,6 +468,9 @@ int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,
     lg_on on(g->device);
     if (!on.ok)
         return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    int rc = lib_gpu_flush(g, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
     uint32_t k = nslots < g->nslots ? nslots : g->nslots;
     for (int i = 0; i < g->nstreams; i++) {
         LG_CHECK(cudaEventRecord(g->ev, g->streams[i]));

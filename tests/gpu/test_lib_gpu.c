@@ -6,8 +6,11 @@
  * and bit for bit the records of the cuda backend (gpu_trace_batch). A
  * record queued right behind an asynchronous upload on the same stream
  * sees the uploaded bytes; a device checkpoint is copied whole; host memory
- * passed as device memory is refused. Skips (exit 77) where no GPU is
- * usable. */
+ * passed as device memory is refused. Deferred records (one batch a flush)
+ * give the same records as immediate ones, alone and mixed with them over
+ * two streams, and are hashed at the flush: bytes changed before it are
+ * what is recorded, bytes changed after it are not. Skips (exit 77) where
+ * no GPU is usable. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -110,9 +113,17 @@ static void lg_set_free(struct lg_set *s)
     free(s->count);
 }
 
+/* How lg_write records the device tensors. */
+enum {
+    LG_HOST,     /* the host copies */
+    LG_DEVICE,   /* DIVTRACE_DEVICE */
+    LG_DEFERRED, /* DIVTRACE_DEVICE_DEFERRED, one batch a stream change */
+    LG_MIXED,    /* every other tensor deferred, and a divtrace_flush a third of the way */
+};
+
 /* Write nsteps steps of the set, from the device (on `stream`, or NULL and
  * a stream of its own alternately) or from the host. */
-static void lg_write(const struct lg_set *s, const char *path, int device, cudaStream_t stream,
+static void lg_write(const struct lg_set *s, const char *path, int mode, cudaStream_t stream,
                      int nsteps)
 {
     divtrace *t;
@@ -124,10 +135,17 @@ static void lg_write(const struct lg_set *s, const char *path, int device, cudaS
             snprintf(name, sizeof name, "t%d", i);
             int64_t shape[1] = {(int64_t)s->count[i]};
             enum divtrace_kind kind = i % 3 == 0 ? DIVTRACE_GRAD : DIVTRACE_FORWARD;
-            int rc = device ? divtrace_record(t, name, "x", kind, s->view[i], DIVTRACE_DEVICE,
-                                              (i + st) % 2 ? (void *)stream : NULL, 1, shape, NULL, 0)
-                            : divtrace_record(t, name, "x", kind, s->x[i], DIVTRACE_HOST, NULL, 1,
-                                              shape, NULL, 0);
+            enum divtrace_where where = mode == LG_DEVICE || (mode == LG_MIXED && i % 2)
+                                            ? DIVTRACE_DEVICE : DIVTRACE_DEVICE_DEFERRED;
+            /* deferred: a run of tensors on each stream, so that batches are
+             * flushed both by a stream change and by the step's end */
+            void *sm = mode == LG_DEVICE ? ((i + st) % 2 ? (void *)stream : NULL)
+                                         : ((i / 7 + st) % 2 ? (void *)stream : NULL);
+            int rc = mode == LG_HOST
+                         ? divtrace_record(t, name, "x", kind, s->x[i], DIVTRACE_HOST, NULL, 1, shape, NULL, 0)
+                         : divtrace_record(t, name, "x", kind, s->view[i], where, sm, 1, shape, NULL, 0);
+            if (rc == DIVTRACE_OK && mode == LG_MIXED && i == s->n / 3)
+                rc = divtrace_flush(t);
             if (rc != DIVTRACE_OK)
                 fprintf(stderr, "%s\n", divtrace_errmsg(t));
             assert_int_equal(rc, DIVTRACE_OK);
@@ -154,15 +172,31 @@ static int lg_same_bits(const struct trace_oprec *a, const struct trace_oprec *b
            a->nan == b->nan && a->inf == b->inf && memcmp(a->sketch, b->sketch, sizeof a->sketch) == 0;
 }
 
-/* Device records against host records and against the cuda backend's. */
+static void lg_compare(const struct lg_set *s, const char *hp, const char *dp, const char *what,
+                       int nsteps);
+
+/* Device records, recorded each way, against host records and against the
+ * cuda backend's. */
 static void lg_check(const struct lg_set *s, const char *what, int nsteps)
 {
     cudaStream_t stream;
     assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    const char *hp = tu_path("host.dtr"), *dp = tu_path("dev.dtr");
-    lg_write(s, hp, 0, stream, nsteps);
-    lg_write(s, dp, 1, stream, nsteps);
+    const char *hp = tu_path("host.dtr");
+    lg_write(s, hp, LG_HOST, stream, nsteps);
+    static const char *const mname[] = {"host", "device", "deferred", "mixed"};
+    for (int mode = LG_DEVICE; mode <= LG_MIXED; mode++) {
+        char w[96];
+        snprintf(w, sizeof w, "%s, %s", what, mname[mode]);
+        const char *dp = tu_path(mname[mode]);
+        lg_write(s, dp, mode, stream, nsteps);
+        lg_compare(s, hp, dp, w, nsteps);
+    }
     assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+/* The device trace dp against the host trace hp and the cuda backend. */
+static void lg_compare(const struct lg_set *s, const char *hp, const char *dp, const char *what, int nsteps)
+{
 
     struct trace_oprec *be = dt_calloc((size_t)s->n, sizeof *be);
     lg_be->trace_batch(lg_ctx, (const backend_buf *const *)s->view, s->count, s->n, be);
@@ -311,6 +345,67 @@ static void test_stream_order(void **state)
     cudaFreeHost(pinned);
 }
 
+/* A deferred tensor is hashed at the flush, in stream order: what the
+ * stream wrote before the flush is recorded, what it wrote after is not.
+ * A step given up and begun again drops its deferred tensors. */
+static void test_deferred_flush(void **state)
+{
+    (void)state;
+    enum { N = 3 * 4096 + 5 };
+    float *a, *b, *host = dt_malloc(N * sizeof *host);
+    assert_int_equal(cudaMalloc((void **)&a, N * sizeof *a), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&b, N * sizeof *b), cudaSuccess);
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    lg_fill(host, N, LG_UNIFORM, 77);
+    assert_int_equal(cudaMemcpy(a, host, N * sizeof *a, cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cudaMemcpy(b, host, N * sizeof *b, cudaMemcpyHostToDevice), cudaSuccess);
+    struct trace_oprec orig, zero;
+    stats_compute(host, N, &orig);
+    memset(host, 0, N * sizeof *host);
+    stats_compute(host, N, &zero);
+    assert_true(orig.hash != zero.hash);
+
+    const char *path = tu_path("flush.dtr");
+    divtrace *t;
+    int64_t shape[1] = {N};
+    assert_int_equal(divtrace_open(&t, path, NULL, "op"), DIVTRACE_OK);
+    /* a step that fails after a deferred record, then begun again */
+    assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, stream, 1,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_record(t, "b", "x", DIVTRACE_FORWARD, NULL, DIVTRACE_DEVICE_DEFERRED, stream,
+                                     1, shape, NULL, 0), DIVTRACE_EINVAL);
+    assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
+    /* a: deferred, flushed, then zeroed on its stream: the record is the
+     * original bytes'. b: deferred, zeroed on its stream, flushed by the
+     * step's end: the record is the zeros'. */
+    assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, stream, 1,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_flush(t), DIVTRACE_OK);
+    assert_int_equal(cudaMemsetAsync(a, 0, N * sizeof *a, stream), cudaSuccess);
+    assert_int_equal(divtrace_record(t, "b", "x", DIVTRACE_FORWARD, b, DIVTRACE_DEVICE_DEFERRED, stream, 1,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(cudaMemsetAsync(b, 0, N * sizeof *b, stream), cudaSuccess);
+    assert_int_equal(divtrace_step_end(t, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_flush(t), DIVTRACE_OK); /* between steps: nothing to do */
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+
+    struct trace_file *tf;
+    assert_int_equal(trace_open(&tf, path), 0);
+    assert_int_equal(tf->nsteps, 1);
+    assert_int_equal(tf->steps[0].nrec, 2);
+    assert_true(tf->steps[0].rec[0].hash == orig.hash);
+    assert_true(tf->steps[0].rec[1].hash == zero.hash);
+    assert_true(lg_close(tf->steps[0].rec[0].l2, orig.l2));
+    assert_true(tf->steps[0].rec[1].l2 == 0);
+    trace_close(tf);
+    cudaStreamDestroy(stream);
+    cudaFree(a);
+    cudaFree(b);
+    free(host);
+}
+
 int main(void)
 {
     struct backend_options opt;
@@ -326,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_unaligned),
         cmocka_unit_test(test_many),
         cmocka_unit_test(test_stream_order),
+        cmocka_unit_test(test_deferred_flush),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     lg_be->free(lg_ctx);
