@@ -12,7 +12,11 @@
 # deterministic algorithms their losses must agree bit for bit: the table
 # says whether they do (recording must not change the run).
 #
-# Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step]
+# With --defer both (the default), each round also runs the traced step both
+# ways: every device tensor hashed when it is recorded (defer=False) and the
+# adapter's default, tensors hashed in one batch at each flush point.
+#
+# Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step] [--defer on|off|both]
 #        [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
 #        --steps N, --stack, --size, --nt, --batch, --layers, --ae-batch, ...]
 # --small: sizes a CPU finishes in seconds (autoencoder 784,64,16,64,784 batch 32,
@@ -49,16 +53,16 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def run(cfg, device, margs, traced, level, tmp):
-    """(per-step ms of the timed steps, losses, records per step)."""
+def run(cfg, device, margs, traced, level, tmp, defer=True):
+    """(per-step ms of the timed steps, losses, (records, deferred) per step)."""
     model, opt, data = tm.build(cfg, device, margs.seed, capturable=False)
     times, losses = [], []
-    nrec = 0
+    nrec = (0, 0)
     rec = None
     if traced:
         path = os.path.join(tmp, "%s.dtr" % cfg["name"])
         rec = divtrace.record(model, path, config={"model": cfg["name"], "seed": margs.seed},
-                              optimizer=opt, level=level).open()
+                              optimizer=opt, level=level, defer=defer).open()
     try:
         sync(device)
         for i in range(margs.warmup + margs.steps):
@@ -72,7 +76,7 @@ def run(cfg, device, margs, traced, level, tmp):
             if i >= margs.warmup:
                 times.append((t1 - t0) * 1e3)
         if rec is not None:
-            nrec = rec.records_per_step
+            nrec = (rec.records_per_step, rec.deferred_per_step)
             rec.close(0)
     except BaseException as e:
         if rec is not None:
@@ -91,6 +95,9 @@ def main(argv):
                     help="leave torch's default (nondeterministic) algorithms")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of an untraced and a traced run, in alternating order (default 3)")
+    ap.add_argument("--defer", default="both", choices=["on", "off", "both"],
+                    help="traced runs with deferred device records (on, the adapter's default), "
+                    "without (off), or both in every round (default)")
     args, rest = ap.parse_known_args(argv)
     if args.small:
         given = set(a.split("=")[0] for a in rest)
@@ -118,36 +125,47 @@ def main(argv):
           "overhead between runs), the times are the medians over all rounds."
           % (margs.steps, margs.warmup, max(1, args.rounds)))
     print()
-    print("| configuration | records per step | untraced ms | traced ms | overhead | rounds | same losses |")
-    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| configuration | defer | records per step (deferred) | untraced ms | traced ms | overhead | rounds "
+          "| same losses |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
     sys.stdout.flush()
     tmp = tempfile.mkdtemp(prefix="divtrace-bench-", dir=os.environ.get("TMPDIR"))
     worst = 0.0
     try:
+        variants = {"on": [True], "off": [False], "both": [False, True]}[args.defer]
+        runs = [None] + variants  # None: untraced
         for cfg in cfgs:
-            bases, traceds, overs, same, nrec = [], [], [], True, 0
+            bases, traceds = [], {v: [] for v in variants}
+            overs = {v: [] for v in variants}
+            same, nrec = {v: True for v in variants}, {}
             for r in range(max(1, args.rounds)):
-                order = (False, True) if r % 2 == 0 else (True, False)
+                # each run first, second, ... in turn
+                k = r % len(runs)
+                order = runs[k:] + runs[:k]
                 got = {}
-                for traced in order:
-                    got[traced] = run(cfg, device, margs, traced, args.level, tmp)
+                for v in order:
+                    got[v] = run(cfg, device, margs, v is not None, args.level, tmp, defer=bool(v))
                 tm.release(device)
-                b, t = statistics.median(got[False][0]), statistics.median(got[True][0])
+                b = statistics.median(got[None][0])
                 bases.append(b)
-                traceds.append(t)
-                overs.append((t / b - 1) * 100)
-                same = same and got[False][1] == got[True][1]
-                nrec = got[True][2]
-            over = statistics.median(overs)
-            worst = max(worst, over)
-            print("| %s | %d | %.3f | %.3f | %+.1f%% | %s | %s |" % (
-                tm.describe(cfg), nrec, statistics.median(bases), statistics.median(traceds), over,
-                " ".join("%+.1f%%" % o for o in overs), "yes" if same else "NO"))
+                for v in variants:
+                    t = statistics.median(got[v][0])
+                    traceds[v].append(t)
+                    overs[v].append((t / b - 1) * 100)
+                    same[v] = same[v] and got[None][1] == got[v][1]
+                    nrec[v] = got[v][2]
+            for v in variants:
+                over = statistics.median(overs[v])
+                worst = max(worst, over) if v == variants[-1] else worst
+                print("| %s | %s | %d (%d) | %.3f | %.3f | %+.1f%% | %s | %s |" % (
+                    tm.describe(cfg), "on" if v else "off", nrec[v][0], nrec[v][1], statistics.median(bases),
+                    statistics.median(traceds[v]), over, " ".join("%+.1f%%" % o for o in overs[v]),
+                    "yes" if same[v] else "NO"))
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print("worst overhead %+.1f%% (target <= +5%%)" % worst)
+    print("worst overhead %+.1f%% with defer %s (target <= +5%%)" % (worst, "on" if variants[-1] else "off"))
     return 0
 
 

@@ -4,7 +4,11 @@
 # torch's nondeterministic index_add_ (float atomics) diverge and diff names
 # that module as the first divergence and the origin; a CPU run and a GPU run
 # diverge, with identical parameters and input at step 0 (the device hash is
-# the host hash); a GPU trace's records match torch's own statistics.
+# the host hash); a GPU trace's records match torch's own statistics;
+# deferred records (defer=True, the default) give the same trace as records
+# hashed at once (defer=False), also when a module's output is changed in
+# place by the next module, and a tensor changed in place before its
+# deferred hash in a later step stops the run with a clear error.
 # Exit 77 (skip) without a CUDA device. Run by tests/torch/gpu_checks.sh.
 import os
 
@@ -141,13 +145,83 @@ def test_gpu_stats():
     C.ok(js["checkpoints"] == [0, 1], "gpu run: checkpoints of device tensors", str(js["checkpoints"]))
 
 
+class InplaceNet(nn.Module):
+    """fc1's output is changed in place by the ReLU module after it (its
+    record must be of the values before); from step `mutate_from` on,
+    forward also doubles fc2's output in place after fc2's hook ran (a
+    change the first step did not show)."""
+
+    def __init__(self, mutate_from=None):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.act = nn.ReLU(inplace=True)
+        self.fc2 = nn.Linear(32, 32)
+        self.fc3 = nn.Linear(32, 4)
+        self.mutate_from = mutate_from
+        self.calls = 0
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        h = self.fc2(h)
+        if self.mutate_from is not None and self.calls >= self.mutate_from:
+            h.mul_(2.0)
+        self.calls += 1
+        return self.fc3(torch.tanh(h))
+
+
+def test_deferred():
+    arithmetic(True)
+    data = batches(6, device=DEV)
+    recs = {}
+
+    def run(name, defer, make=InplaceNet):
+        torch.manual_seed(0)
+        model = make().to(DEV)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        with divtrace.record(model, p(name), config={"seed": 0}, optimizer=opt, defer=defer) as rec:
+            for s in range(6):
+                x, y = data[s]
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                rec.step(loss)
+        recs[name] = rec
+        return rec
+
+    run("now.dtr", False)
+    r = run("later.dtr", True)
+    rc, js = diff_json(p("now.dtr"), p("later.dtr"))
+    C.ok(rc == 0, "deferred records: the same trace as records hashed at once (a ReLU in place after fc1)",
+         str(js.get("first_divergence")))
+    C.ok(recs["now.dtr"].deferred_per_step == 0 and r.deferred_per_step == r.records_per_step - 1,
+         "deferred records: every record but fc1's (changed in place by the ReLU) deferred",
+         "%d of %d deferred" % (r.deferred_per_step, r.records_per_step))
+    fc1 = [x for x in show_json(p("later.dtr"))["steps"][0]["records"] if x["name"] == "fc1"]
+    C.ok(len(fc1) == 1 and fc1[0]["min"] < 0, "deferred records: fc1's record is of its output before the "
+         "ReLU (negative minimum)", str(fc1[0]["min"] if fc1 else None))
+    # fc2's output changed in place from step 2 on, after its record
+    err = None
+    try:
+        run("mut.dtr", True, make=lambda: InplaceNet(mutate_from=2))
+    except divtrace.DivtraceError as e:
+        err = str(e)
+    C.ok(err is not None and "'fc2'" in err and "changed in place" in err and "step 2" in err,
+         "deferred records: an output changed in place in a later step stops the run, naming it", str(err))
+    js = show_json(p("mut.dtr"))
+    C.ok(len(js["steps"]) == 2, "deferred records: the stopped trace keeps its 2 complete steps",
+         "%d steps" % len(js["steps"]))
+    run("mut-now.dtr", False, make=lambda: InplaceNet(mutate_from=2))
+    C.ok(True, "deferred records: the same run with defer=False runs to its end")
+
+
 def main():
     if DEV == "cuda" and not torch.cuda.is_available():
         print("test_gpu.py: torch sees no CUDA device; skipping")
         return 77
     print("divtrace %s, libdivtrace %s, torch %s, %s" % (DT, divtrace.library_path(), torch.__version__,
                                                          torch.cuda.get_device_name() if DEV == "cuda" else DEV))
-    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats):
+    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats, test_deferred):
         try:
             t()
         except Exception as e:

@@ -94,10 +94,11 @@ def batches(n, nin=8, nout=4, batch=32, seed=1, device="cpu"):
 
 
 def train(path, make_model, steps=5, seed=0, device="cpu", lr=1e-2, checkpoint_every=2, patch=None,
-          fail_at=None, config=None, data=None):
+          fail_at=None, config=None, data=None, **record_kw):
     """Train make_model() with Adam on fixed batches, recording to path;
     patch(model) may change the model first; fail_at raises RuntimeError in
-    that step, after its forward pass. Returns the losses."""
+    that step, after its forward pass; record_kw go to divtrace.record.
+    Returns the losses."""
     torch.manual_seed(seed)
     model = make_model().to(device)
     if patch is not None:
@@ -107,7 +108,8 @@ def train(path, make_model, steps=5, seed=0, device="cpu", lr=1e-2, checkpoint_e
     losses = []
     cfg = {"seed": seed}
     cfg.update(config or {})
-    with divtrace.record(model, path, config=cfg, optimizer=opt, checkpoint_every=checkpoint_every) as rec:
+    with divtrace.record(model, path, config=cfg, optimizer=opt, checkpoint_every=checkpoint_every,
+                         **record_kw) as rec:
         for s in range(steps):
             x, y = data[s]
             opt.zero_grad()

@@ -10,7 +10,7 @@ API_VERSION = 1
 # enum divtrace_kind, the same values as the trace format's kinds
 INPUT, PARAM, STATE, FORWARD, BACKWARD, GRAD, OPTIMIZER = range(7)
 # enum divtrace_where
-HOST, DEVICE = 0, 1
+HOST, DEVICE, DEVICE_DEFERRED = 0, 1, 2
 
 _STATUS_NAMES = {
     -1: "DIVTRACE_EINVAL", -2: "DIVTRACE_EIO", -3: "DIVTRACE_ENOMEM", -4: "DIVTRACE_ESTATE",
@@ -64,6 +64,7 @@ def _declare(lib):
         # data as a plain address: a tensor's data_ptr() goes in without a cast
         "divtrace_record": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_void_p, c_int, c_void_p,
                                     c_int, i64p, strv, c_int]),
+        "divtrace_flush": (c_int, [c_void_p]),
         "divtrace_step_end": (c_int, [c_void_p, ctypes.c_double]),
         "divtrace_checkpoint_begin": (c_int, [c_void_p, ctypes.c_uint64]),
         "divtrace_checkpoint_add": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int, i64p]),

@@ -5,6 +5,16 @@
 # What must stay true: every step records the same names in the same order
 # (the library checks it), so names depend only on the model's structure and
 # the order of calls, never on values, ids or timing.
+#
+# Deferred device records (defer=True): after the first step, a CUDA
+# tensor's hash is not launched when it is recorded but with the others in
+# one batch at the next flush point (the optimizer's pre-hook, after the
+# gradients; the step's end). That is only right if the tensor is unchanged
+# until then, which PyTorch's version counters tell: the first step records
+# every tensor at once and notes which ones changed in place before their
+# flush point (the output of a layer followed by an in-place ReLU, say);
+# those are recorded at once in every step, the others deferred, and at each
+# flush point every deferred tensor's version is checked again.
 import ctypes
 
 import torch
@@ -19,7 +29,7 @@ ROOT_NAME = "model"
 
 _F32 = torch.float32
 _VOIDP = ctypes.c_void_p
-_HOST, _DEVICE = _lib.HOST, _lib.DEVICE
+_HOST, _DEVICE, _DEFERRED = _lib.HOST, _lib.DEVICE, _lib.DEVICE_DEFERRED
 # the raw cudaStream_t of a device's current stream, without building a
 # torch.cuda.Stream: torch.cuda.current_stream(dev).cuda_stream, cheaper
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -83,7 +93,7 @@ class Recorder:
     """A training run being written to a trace; made by :func:`record`."""
 
     def __init__(self, model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-                 record_no_grad=False):
+                 record_no_grad=False, defer=True):
         if level not in LEVELS:
             raise ValueError("level %r: expected one of %s" % (level, ", ".join(LEVELS)))
         if checkpoint_every < 0:
@@ -94,6 +104,11 @@ class Recorder:
         self.level = level
         self.checkpoint_every = int(checkpoint_every)
         self.record_no_grad = record_no_grad
+        self.defer = bool(defer)
+        # per record slot, learnt in the first step: whether the tensor was
+        # unchanged at its flush point (so may be deferred)
+        self._deferrable = []
+        self._watch = []            # (slot, tensor, version) of CUDA records since the last flush point
         self._user_config = dict(config or {})
         self._h = None
         self._closed = False
@@ -101,6 +116,7 @@ class Recorder:
         self._paused = 0
         self.steps = 0              # steps ended so far (the next step's index)
         self.records_per_step = 0   # tensors recorded in the last step ended
+        self.deferred_per_step = 0  # of which deferred (hashed in a batch at a flush point)
         self._in_step = False
         self._last_ckpt = -1
         # Record k of every step is the first step's record k (the library
@@ -164,6 +180,7 @@ class Recorder:
             cfg["cudnn_benchmark"] = _config_value(torch.backends.cudnn.benchmark)
             cfg["matmul_allow_tf32"] = _config_value(torch.backends.cuda.matmul.allow_tf32)
             cfg["cudnn_allow_tf32"] = _config_value(torch.backends.cudnn.allow_tf32)
+            cfg["deferred_records"] = _config_value(self.defer)
         cfg["parameters"] = str(sum(p.numel() for _, p in self._params))
         if opt is not None:
             cfg["optimizer"] = type(opt).__name__
@@ -296,6 +313,7 @@ class Recorder:
             return
         self._begin()
         self._record_grads()
+        self._flush_point(True)  # before the optimizer changes parameters in place
 
     def _opt_post_hook(self, optimizer, args, kwargs):
         if self._paused:
@@ -324,7 +342,9 @@ class Recorder:
         self._last_forward = None
         self._grads = set()
         self._keep = []         # copies and device tensors the library may still read
+        self._watch = []
         self._nrec = 0
+        self._ndef = 0
 
     def _begin(self):
         if self._in_step:
@@ -359,9 +379,11 @@ class Recorder:
         if isinstance(loss, torch.Tensor):
             loss = loss.detach().float().item()  # one element, or ValueError
         loss = float(loss)
+        self._flush_point(False)  # divtrace_step_end flushes
         rc = self._lib.divtrace_step_end(self._h, loss)
         self._in_step = False
         self.records_per_step = self._nrec
+        self.deferred_per_step = self._ndef
         self._reset_step_state()
         _lib.check(rc, self._h)
         self._fixed = True
@@ -411,17 +433,24 @@ class Recorder:
                 t = t.detach().float()
             if not t.is_contiguous():
                 t = t.detach().contiguous()
+        k = self._nrec
+        self._nrec = k + 1
         if t.is_cuda:
             where = _DEVICE
             stream = _VOIDP(_raw_stream(t.get_device()))
             self._keep.append(t)
+            if self.defer:
+                if not self._fixed:
+                    self._watch.append((k, t, t._version))
+                elif k < len(self._deferrable) and self._deferrable[k]:
+                    where = _DEFERRED
+                    self._watch.append((k, t, t._version))
+                    self._ndef += 1
         else:
             if not t.is_cpu:
                 t = t.detach().cpu()
             where = _HOST
             stream = None
-        k = self._nrec
-        self._nrec = k + 1
         slots = self._slots
         s = slots[k] if k < len(slots) else None
         if self._fixed and s is not None and s[0] == name and s[1] == type_b and s[2] == kind \
@@ -445,6 +474,31 @@ class Recorder:
         if rc < 0:
             _lib.check(rc, self._h)
         return True
+
+    def _flush_point(self, flush):
+        """The deferred records so far must be hashed now (flush: queue them;
+        else the library's next call does). In the first step: note which
+        tensors are still unchanged. After it: check that none changed."""
+        watch = self._watch
+        if not watch:
+            return
+        self._watch = []
+        if not self._fixed:
+            d = self._deferrable
+            for k, t, v in watch:
+                if len(d) <= k:
+                    d.extend([False] * (k + 1 - len(d)))
+                d[k] = t._version == v
+            return
+        for k, t, v in watch:
+            if t._version != v:
+                name = self._slots[k][0] if k < len(self._slots) else "#%d" % k
+                raise DivtraceError(-1, "divtrace: step %d: '%s' was changed in place after it was "
+                                        "recorded, before its deferred hash ran (it was not in the "
+                                        "first step); record with defer=False"
+                                    % (self.steps, name))
+        if flush:
+            _lib.check(self._lib.divtrace_flush(self._h), self._h)
 
     def _record_grads(self):
         last = self._last_forward
@@ -601,11 +655,11 @@ class Recorder:
 
 
 def record(model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-           record_no_grad=False):
+           record_no_grad=False, defer=True):
     """Record the training of model to the trace file path.
 
     Use it as ``with divtrace.record(model, "run.dtr", optimizer=opt) as rec:``
     and call ``rec.step(loss)`` after each ``optimizer.step()``. See
     divtrace-python(7)."""
     return Recorder(model, path, config=config, optimizer=optimizer, level=level,
-                    checkpoint_every=checkpoint_every, record_no_grad=record_no_grad)
+                    checkpoint_every=checkpoint_every, record_no_grad=record_no_grad, defer=defer)
