@@ -113,6 +113,23 @@ int divtrace_step_begin(divtrace *t, uint64_t step);
 int divtrace_record(divtrace *t, const char *name, const char *type, enum divtrace_kind kind,
                     const float *data, enum divtrace_where where, void *stream, int ndim,
                     const int64_t *shape, const char *const *inputs, int ninputs);
+/* One tensor of divtrace_record_many: divtrace_record's arguments but the
+ * data, where and stream. */
+struct divtrace_tensor {
+    const char *name;
+    const char *type;
+    enum divtrace_kind kind;
+    int ndim;
+    const int64_t *shape;
+    const char *const *inputs;
+    int ninputs;
+};
+/* Record n tensors in order, as n calls of divtrace_record with ts[i]'s
+ * arguments, data[i], where and stream would, in one call: for a group
+ * recorded together (a model's parameters, their gradients). Stops at the
+ * first error and returns it; the tensors before it are recorded. */
+int divtrace_record_many(divtrace *t, int n, const struct divtrace_tensor *ts, const float *const *data,
+                         enum divtrace_where where, void *stream);
 /* Queue the hashing of the deferred tensors recorded so far (one batch on
  * their stream); nothing waits. Call it before a deferred tensor's memory
  * is changed or freed. A no-op when nothing is deferred. */

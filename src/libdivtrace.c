@@ -496,14 +496,12 @@ static int lib_add_op(divtrace *t, const char *name, const char *type, int kind,
     return DIVTRACE_OK;
 }
 
-int divtrace_record(divtrace *t, const char *name, const char *type, enum divtrace_kind kind,
-                    const float *data, enum divtrace_where where, void *stream, int ndim,
-                    const int64_t *shape, const char *const *inputs, int ninputs)
+/* divtrace_record's work, t->mu held. */
+static int lib_record(divtrace *t, const char *fn, const char *name, const char *type,
+                      enum divtrace_kind kind, const float *data, enum divtrace_where where, void *stream,
+                      int ndim, const int64_t *shape, const char *const *inputs, int ninputs)
 {
-    const char *fn = "divtrace_record";
-    int rc = lib_enter(t, fn);
-    if (rc != DIVTRACE_OK)
-        return rc;
+    int rc = DIVTRACE_OK;
     uint32_t sh[TRACE_MAX_DIM];
     size_t count = 0;
     if (!name || !*name) {
@@ -575,6 +573,35 @@ int divtrace_record(divtrace *t, const char *name, const char *type, enum divtra
                    * with the next one's; the step should be begun again */
     t->nrec++;
 out:
+    return rc;
+}
+
+int divtrace_record(divtrace *t, const char *name, const char *type, enum divtrace_kind kind,
+                    const float *data, enum divtrace_where where, void *stream, int ndim,
+                    const int64_t *shape, const char *const *inputs, int ninputs)
+{
+    const char *fn = "divtrace_record";
+    int rc = lib_enter(t, fn);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    rc = lib_record(t, fn, name, type, kind, data, where, stream, ndim, shape, inputs, ninputs);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int divtrace_record_many(divtrace *t, int n, const struct divtrace_tensor *ts, const float *const *data,
+                         enum divtrace_where where, void *stream)
+{
+    const char *fn = "divtrace_record_many";
+    int rc = lib_enter(t, fn);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    if (n < 0 || (n > 0 && (!ts || !data)))
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: %d tensors at %p, data at %p", fn, n, (const void *)ts,
+                      (const void *)data);
+    for (int i = 0; i < n && rc == DIVTRACE_OK; i++)
+        rc = lib_record(t, fn, ts[i].name, ts[i].type, ts[i].kind, data[i], where, stream, ts[i].ndim,
+                        ts[i].shape, ts[i].inputs, ts[i].ninputs);
     pthread_mutex_unlock(&t->mu);
     return rc;
 }

@@ -262,6 +262,48 @@ static void test_records(void **state)
     trace_close(tf);
 }
 
+/* The same steps with every tensor of a step in one divtrace_record_many
+ * call (the first step with inputs, later ones without); a bad tensor in
+ * the middle of a call fails the step, which may be begun again. */
+static void test_record_many(void **state)
+{
+    (void)state;
+    const char *path = tu_path("many.dtr");
+    divtrace *t;
+    assert_int_equal(divtrace_open(&t, path, tt_config, "op"), DIVTRACE_OK);
+    struct divtrace_tensor ts[NT];
+    const float *data[NT];
+    float *x[NT];
+    for (uint64_t s = 0; s < 4; s++) {
+        for (int i = 0; i < NT; i++) {
+            const struct tt *o = &tt_ops[i];
+            ts[i] = (struct divtrace_tensor){o->name, o->type, o->kind, o->ndim, o->shape,
+                                             s == 0 && o->nin ? o->in : NULL, s == 0 ? o->nin : 0};
+            data[i] = x[i] = tt_data(i, s);
+        }
+        assert_int_equal(divtrace_step_begin(t, s), DIVTRACE_OK);
+        if (s == 1) {
+            /* a NULL name at tensor 5: an error, the step begun again */
+            const char *name = ts[5].name;
+            ts[5].name = NULL;
+            assert_int_equal(divtrace_record_many(t, NT, ts, data, DIVTRACE_HOST, NULL), DIVTRACE_EINVAL);
+            assert_non_null(strstr(divtrace_errmsg(t), "divtrace_record_many"));
+            ts[5].name = name;
+            assert_int_equal(divtrace_record_many(t, -1, ts, data, DIVTRACE_HOST, NULL), DIVTRACE_EINVAL);
+            assert_int_equal(divtrace_step_begin(t, s), DIVTRACE_OK);
+        }
+        /* in two calls, one of no tensors */
+        assert_int_equal(divtrace_record_many(t, 4, ts, data, DIVTRACE_HOST, NULL), DIVTRACE_OK);
+        assert_int_equal(divtrace_record_many(t, 0, NULL, NULL, DIVTRACE_HOST, NULL), DIVTRACE_OK);
+        assert_int_equal(divtrace_record_many(t, NT - 4, ts + 4, data + 4, DIVTRACE_HOST, NULL), DIVTRACE_OK);
+        assert_int_equal(divtrace_step_end(t, 0.5 + (double)s), DIVTRACE_OK);
+        for (int i = 0; i < NT; i++)
+            free(x[i]);
+    }
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+    tt_check_trace(path, 4, TRACE_LEVEL_OP);
+}
+
 /* level "param" keeps PARAM, STATE, GRAD and OPTIMIZER records; "step" none;
  * the root and the gradient norm are over every tensor all the same. */
 static void test_levels(void **state)
@@ -675,6 +717,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_records),
+        cmocka_unit_test(test_record_many),
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_grad_norm_nonfinite),
         cmocka_unit_test(test_bad_arguments),

@@ -53,6 +53,8 @@ struct lib_gpu {
     uint32_t rcap;
     struct trace_oprec *hrec;   /* (hcap) pinned */
     uint32_t hcap;
+    const float **known;        /* (nknown) by slot: the last pointer found on this device there */
+    uint32_t nknown;
     cudaStream_t *streams;      /* the callers' streams used since the last collect */
     int nstreams, cstreams;
     uint32_t nslots;            /* highest queued slot + 1 */
@@ -174,6 +176,7 @@ void lib_gpu_free(struct lib_gpu *g)
     cudaStreamDestroy(g->stream);
     cudaGetLastError();
     free(g->streams);
+    free(g->known);
     free(g->dptr);
     free(g->dcount);
     free(g->dslot);
@@ -315,16 +318,34 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
 }
 
 /* What every device record is checked for: on this trace's GPU, aligned
- * to a float, not too large to hash. */
-static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, char *msg, size_t n)
+ * to a float, not too large to hash. The pointer query (about a
+ * microsecond) is made once for each pointer a slot sees: a training
+ * loop's tensors come back at the same addresses step after step. */
+static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint32_t slot, char *msg,
+                           size_t n)
 {
-    int dev, rc = lg_device_of(x, &dev, msg, n);
-    if (rc != DIVTRACE_OK)
-        return rc;
-    if (dev != g->device) {
-        snprintf(msg, n, "on GPU %d, but this trace's device tensors are on GPU %d (one GPU a trace)",
-                 dev, g->device);
-        return DIVTRACE_EINVAL;
+    if (slot >= g->nknown || g->known[slot] != x) {
+        int dev, rc = lg_device_of(x, &dev, msg, n);
+        if (rc != DIVTRACE_OK)
+            return rc;
+        if (dev != g->device) {
+            snprintf(msg, n, "on GPU %d, but this trace's device tensors are on GPU %d (one GPU a trace)",
+                     dev, g->device);
+            return DIVTRACE_EINVAL;
+        }
+        if (slot >= g->nknown) {
+            uint32_t cap = g->nknown ? g->nknown : 256;
+            while (cap <= slot)
+                cap *= 2;
+            const float **k = (const float **)realloc(g->known, (size_t)cap * sizeof *k);
+            if (k) { /* without room, the next record of the slot asks again */
+                memset(k + g->nknown, 0, (size_t)(cap - g->nknown) * sizeof *k);
+                g->known = k;
+                g->nknown = cap;
+            }
+        }
+        if (slot < g->nknown)
+            g->known[slot] = x;
     }
     if (((uintptr_t)x & 3) != 0) {
         snprintf(msg, n, "%p is not aligned to a float", (const void *)x);
@@ -370,7 +391,7 @@ static void lg_queued(struct lib_gpu *g, cudaStream_t s, int known, uint32_t top
 int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
                     char *msg, size_t n)
 {
-    int rc = lg_check_tensor(g, x, count, msg, n), known;
+    int rc = lg_check_tensor(g, x, count, slot, msg, n), known;
     if (rc != DIVTRACE_OK)
         return rc;
     lg_on on(g->device);
@@ -390,7 +411,7 @@ int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *strea
 int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream, uint32_t slot,
                   char *msg, size_t n)
 {
-    int rc = lg_check_tensor(g, x, count, msg, n);
+    int rc = lg_check_tensor(g, x, count, slot, msg, n);
     if (rc != DIVTRACE_OK)
         return rc;
     cudaStream_t s = (cudaStream_t)stream;

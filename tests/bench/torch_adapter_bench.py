@@ -7,21 +7,30 @@
 #
 # A step is zero_grad, forward, backward, optimizer step and loss.item() (a
 # host sync, as a training loop that logs its loss has; the traced step's
-# rec.step(loss) does the same and also waits for the device hashes). Both
-# runs start from the same weights and batch (torch_models.build), so with
-# deterministic algorithms their losses must agree bit for bit: the table
-# says whether they do (recording must not change the run).
+# rec.step(loss) does the same and also waits for the device hashes).
 #
-# With --defer both (the default), each round also runs the traced step both
-# ways: every device tensor hashed when it is recorded (defer=False) and the
-# adapter's default, tensors hashed in one batch at each flush point.
+# The untraced and the traced models are built side by side from the same
+# weights and batch (torch_models.build), and their steps are interleaved:
+# one step of each in turn, the order rotated every step, so that the
+# machine's drift (the eager step moved between 115 and 205 ms from run to
+# run on the GPU machine) falls on all of them alike. The overhead is the
+# median over the steps of a traced step's time over the untraced step's
+# beside it. With deterministic algorithms the losses must agree bit for
+# bit: the table says whether they do (recording must not change the run).
+#
+# --defer both (the default) traces two copies: every device tensor hashed
+# when it is recorded (defer=False) and the adapter's default, tensors
+# hashed in one batch at each flush point.
 #
 # Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step] [--defer on|off|both]
-#        [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
+#        [--rounds N] [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
 #        --steps N, --stack, --size, --nt, --batch, --layers, --ae-batch, ...]
 # --small: sizes a CPU finishes in seconds (autoencoder 784,64,16,64,784 batch 32,
 # PredNet 1,4,8 at 32x32, nt 5, batch 2; 3 warm-up and 10 timed steps) unless given.
-# The library is found as the divtrace package finds it (DIVTRACE_LIB, ...).
+# The library is found as the divtrace package finds it (DIVTRACE_LIB, ...);
+# DIVTRACE_LIB=.../libdivtrace_null.so (tests/bench/divtrace_null.c, a
+# library that records nothing; tests/gpu/pack.sh builds it) leaves the
+# adapter's Python side alone.
 import argparse
 import os
 import shutil
@@ -43,47 +52,64 @@ SMALL_AE = ["--layers", "784,64,16,64,784", "--ae-batch", "32"]
 SMALL_PN = ["--stack", "1,4,8", "--size", "32x32", "--nt", "5", "--batch", "2"]
 
 
-def step_once(model, opt, data):
-    loss = tm.train_step(model, opt, data)
-    return loss
-
-
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
-def run(cfg, device, margs, traced, level, tmp, defer=True):
-    """(per-step ms of the timed steps, losses, (records, deferred) per step)."""
-    model, opt, data = tm.build(cfg, device, margs.seed, capturable=False)
-    times, losses = [], []
-    nrec = (0, 0)
-    rec = None
-    if traced:
-        path = os.path.join(tmp, "%s.dtr" % cfg["name"])
-        rec = divtrace.record(model, path, config={"model": cfg["name"], "seed": margs.seed},
-                              optimizer=opt, level=level, defer=defer).open()
+class Run:
+    """One model of the comparison: untraced (defer None) or traced."""
+
+    def __init__(self, cfg, device, margs, defer, level, tmp, tag):
+        self.model, self.opt, self.data = tm.build(cfg, device, margs.seed, capturable=False)
+        self.rec = None
+        self.times, self.losses = [], []
+        if defer is not None:
+            path = os.path.join(tmp, "%s-%s.dtr" % (cfg["name"], tag))
+            self.rec = divtrace.record(self.model, path, config={"model": cfg["name"], "seed": margs.seed},
+                                       optimizer=self.opt, level=level, defer=defer).open()
+
+    def step(self, timed):
+        t0 = time.perf_counter()
+        loss = tm.train_step(self.model, self.opt, self.data)
+        if self.rec is not None:
+            self.rec.step(loss)
+        v = loss.item()
+        t1 = time.perf_counter()
+        self.losses.append(v)
+        if timed:
+            self.times.append((t1 - t0) * 1e3)
+
+    def close(self, status=0, why=None):
+        if self.rec is not None:
+            self.nrec = (self.rec.records_per_step, self.rec.deferred_per_step)
+            self.rec.close(status, why)
+        else:
+            self.nrec = (0, 0)
+
+
+def measure(cfg, device, margs, variants, level, tmp):
+    """One round: the runs side by side, steps interleaved. Returns the
+    runs by variant (None: untraced)."""
+    keys = [None] + variants
+    runs = {}
     try:
+        for v in keys:
+            runs[v] = Run(cfg, device, margs, v, level, tmp, "untraced" if v is None else "defer-%s" % v)
         sync(device)
         for i in range(margs.warmup + margs.steps):
-            t0 = time.perf_counter()
-            loss = step_once(model, opt, data)
-            if rec is not None:
-                rec.step(loss)
-            v = loss.item()
-            t1 = time.perf_counter()
-            losses.append(v)
-            if i >= margs.warmup:
-                times.append((t1 - t0) * 1e3)
-        if rec is not None:
-            nrec = (rec.records_per_step, rec.deferred_per_step)
-            rec.close(0)
+            k = i % len(keys)
+            for v in keys[k:] + keys[:k]:
+                runs[v].step(i >= margs.warmup)
+        sync(device)
+        for r in runs.values():
+            r.close(0)
     except BaseException as e:
-        if rec is not None:
-            rec.close(1, repr(e))
+        for r in runs.values():
+            if r.rec is not None and not r.rec._closed:
+                r.close(1, repr(e))
         raise
-    sync(device)
-    return times, losses, nrec
+    return runs
 
 
 def main(argv):
@@ -93,8 +119,8 @@ def main(argv):
     ap.add_argument("--level", default="op", choices=["op", "param", "step"])
     ap.add_argument("--nondeterministic", action="store_true",
                     help="leave torch's default (nondeterministic) algorithms")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of an untraced and a traced run, in alternating order (default 3)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds of the interleaved measurement, each with new models (default 1)")
     ap.add_argument("--defer", default="both", choices=["on", "off", "both"],
                     help="traced runs with deferred device records (on, the adapter's default), "
                     "without (off), or both in every round (default)")
@@ -119,11 +145,11 @@ def main(argv):
     print("divtrace %s (%s), level %s" % (divtrace.__version__, divtrace.library_path(), args.level))
     print()
     print("Median ms per training step over %d timed steps after %d warm-up steps (wall clock, "
-          "each step ending in loss.item()); untraced and traced runs start from the same weights "
-          "and batch. %d rounds of an untraced and a traced run, in alternating order; the "
-          "overhead is the median of the rounds' (one machine's speed drifts by more than the "
-          "overhead between runs), the times are the medians over all rounds."
-          % (margs.steps, margs.warmup, max(1, args.rounds)))
+          "each step ending in loss.item()). The untraced and traced models start from the same weights "
+          "and batch and take their steps in turn, one step each, the order rotated every step; the "
+          "overhead is the median over the steps of a traced step's time over the untraced step's "
+          "beside it (%d round%s, each with new models; the rounds' overheads in the column rounds)."
+          % (margs.steps, margs.warmup, max(1, args.rounds), "" if max(1, args.rounds) == 1 else "s"))
     print()
     print("| configuration | defer | records per step (deferred) | untraced ms | traced ms | overhead | rounds "
           "| same losses |")
@@ -133,33 +159,31 @@ def main(argv):
     worst = 0.0
     try:
         variants = {"on": [True], "off": [False], "both": [False, True]}[args.defer]
-        runs = [None] + variants  # None: untraced
         for cfg in cfgs:
-            bases, traceds = [], {v: [] for v in variants}
+            base, traced = [], {v: [] for v in variants}
+            ratios = {v: [] for v in variants}
             overs = {v: [] for v in variants}
             same, nrec = {v: True for v in variants}, {}
             for r in range(max(1, args.rounds)):
-                # each run first, second, ... in turn
-                k = r % len(runs)
-                order = runs[k:] + runs[:k]
-                got = {}
-                for v in order:
-                    got[v] = run(cfg, device, margs, v is not None, args.level, tmp, defer=bool(v))
+                runs = measure(cfg, device, margs, variants, args.level, tmp)
                 tm.release(device)
-                b = statistics.median(got[None][0])
-                bases.append(b)
+                b = runs[None].times
+                base += b
                 for v in variants:
-                    t = statistics.median(got[v][0])
-                    traceds[v].append(t)
-                    overs[v].append((t / b - 1) * 100)
-                    same[v] = same[v] and got[None][1] == got[v][1]
-                    nrec[v] = got[v][2]
+                    t = runs[v].times
+                    traced[v] += t
+                    rs = [x / y for x, y in zip(t, b)]
+                    ratios[v] += rs
+                    overs[v].append((statistics.median(rs) - 1) * 100)
+                    same[v] = same[v] and runs[None].losses == runs[v].losses
+                    nrec[v] = runs[v].nrec
             for v in variants:
-                over = statistics.median(overs[v])
-                worst = max(worst, over) if v == variants[-1] else worst
+                over = (statistics.median(ratios[v]) - 1) * 100
+                if v == variants[-1]:
+                    worst = max(worst, over)
                 print("| %s | %s | %d (%d) | %.3f | %.3f | %+.1f%% | %s | %s |" % (
-                    tm.describe(cfg), "on" if v else "off", nrec[v][0], nrec[v][1], statistics.median(bases),
-                    statistics.median(traceds[v]), over, " ".join("%+.1f%%" % o for o in overs[v]),
+                    tm.describe(cfg), "on" if v else "off", nrec[v][0], nrec[v][1], statistics.median(base),
+                    statistics.median(traced[v]), over, " ".join("%+.1f%%" % o for o in overs[v]),
                     "yes" if same[v] else "NO"))
             sys.stdout.flush()
     finally:

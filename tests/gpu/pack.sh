@@ -16,6 +16,9 @@ cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_h
 # libdivtrace's GPU test (linked -no-install: a plain binary) and the library
 cp "$B/tests/gpu/test_lib_gpu" "$D/bin/"
 cp -L "$B/src/.libs/libdivtrace.so.0" "$D/lib/"
+# a libdivtrace that records nothing: the PyTorch adapter's own cost
+cc -std=c11 -O2 -shared -fPIC -I"$(dirname "$0")/../../src" -o "$D/lib/libdivtrace_null.so" \
+    "$(dirname "$0")/../bench/divtrace_null.c"
 for l in libcmocka.so.0; do
     p=$(ldconfig -p | awk -v l="$l" '$1 == l { print $NF; exit }')
     [ -n "$p" ] && cp -L "$p" "$D/lib/"

@@ -187,6 +187,7 @@ def test_deferred():
                 opt.step()
                 rec.step(loss)
         recs[name] = rec
+        rec.final = {n: q.detach().double() for n, q in model.named_parameters()}
         return rec
 
     run("now.dtr", False)
@@ -197,7 +198,23 @@ def test_deferred():
     C.ok(recs["now.dtr"].deferred_per_step == 0 and r.deferred_per_step == r.records_per_step - 1,
          "deferred records: every record but fc1's (changed in place by the ReLU) deferred",
          "%d of %d deferred" % (r.deferred_per_step, r.records_per_step))
-    fc1 = [x for x in show_json(p("later.dtr"))["steps"][0]["records"] if x["name"] == "fc1"]
+    # the last step's updates (a group of records, deferred) against torch's
+    # statistics of the trained parameters; each step's parameters against
+    # the step before's updates (two groups, one hash)
+    js = show_json(p("later.dtr"))
+    last = {x["name"]: x for x in js["steps"][-1]["records"]}
+    bad = []
+    for n, q in r.final.items():
+        x = last.get(n + ".update")
+        l2, mn, mx = float(q.norm()), float(q.min()), float(q.max())
+        if x is None or abs(x["l2"] - l2) > 1e-12 * l2 or x["min"] != mn or x["max"] != mx:
+            bad.append("%s: %r vs torch %r %r %r" % (n, x and (x["l2"], x["min"], x["max"]), l2, mn, mx))
+    C.ok(not bad, "deferred records: the last updates' L2 norm, min and max as torch computes them",
+         "; ".join(bad))
+    hs = [{x["name"]: x["hash"] for x in st["records"]} for st in js["steps"]]
+    C.ok(all(hs[t + 1][n] == hs[t][n + ".update"] for t in range(len(hs) - 1) for n in r.final),
+         "deferred records: each step's parameters hash as the step before's updates")
+    fc1 = [x for x in js["steps"][0]["records"] if x["name"] == "fc1"]
     C.ok(len(fc1) == 1 and fc1[0]["min"] < 0, "deferred records: fc1's record is of its output before the "
          "ReLU (negative minimum)", str(fc1[0]["min"] if fc1 else None))
     # fc2's output changed in place from step 2 on, after its record

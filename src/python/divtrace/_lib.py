@@ -28,6 +28,13 @@ class DivtraceError(RuntimeError):
         self.status_name = _STATUS_NAMES.get(status, str(status))
 
 
+class Tensor(ctypes.Structure):
+    """struct divtrace_tensor: one tensor of divtrace_record_many."""
+    _fields_ = [("name", ctypes.c_char_p), ("type", ctypes.c_char_p), ("kind", ctypes.c_int),
+                ("ndim", ctypes.c_int), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("inputs", ctypes.POINTER(ctypes.c_char_p)), ("ninputs", ctypes.c_int)]
+
+
 _lib = None
 _lib_path = None
 
@@ -64,6 +71,8 @@ def _declare(lib):
         # data as a plain address: a tensor's data_ptr() goes in without a cast
         "divtrace_record": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_void_p, c_int, c_void_p,
                                     c_int, i64p, strv, c_int]),
+        "divtrace_record_many": (c_int, [c_void_p, c_int, ctypes.POINTER(Tensor),
+                                         ctypes.POINTER(c_void_p), c_int, c_void_p]),
         "divtrace_flush": (c_int, [c_void_p]),
         "divtrace_step_end": (c_int, [c_void_p, ctypes.c_double]),
         "divtrace_checkpoint_begin": (c_int, [c_void_p, ctypes.c_uint64]),

@@ -15,6 +15,12 @@
 # flush point (the output of a layer followed by an in-place ReLU, say);
 # those are recorded at once in every step, the others deferred, and at each
 # flush point every deferred tensor's version is checked again.
+#
+# Groups: the parameters at the step's start, their gradients and their
+# updates are recorded in runs; after the first step each run is one
+# divtrace_record_many call with the first step's names and shapes (and
+# falls back to one call a tensor when anything differs, so the library
+# still reports a step unlike the first).
 import ctypes
 
 import torch
@@ -89,6 +95,17 @@ def _config_value(v):
     return str(v)
 
 
+class _Group:
+    """A run of records after the first step: divtrace_record_many's
+    tensors, a data pointer array to fill, the shapes to check, and whether
+    every record of the run may be deferred."""
+    __slots__ = ("k0", "n", "ts", "ptrs", "shapes", "owners", "deferrable")
+
+    def __init__(self, k0, n, ts, ptrs, shapes, owners, deferrable):
+        self.k0, self.n, self.ts, self.ptrs, self.shapes = k0, n, ts, ptrs, shapes
+        self.owners, self.deferrable = owners, deferrable
+
+
 class Recorder:
     """A training run being written to a trace; made by :func:`record`."""
 
@@ -128,6 +145,9 @@ class Recorder:
         # library keeps the first step's and ignores later ones): later steps
         # only name and record, with no inputs.
         self._fixed = False
+        # group -> (first slot, tensors) of the first step's run, then a _Group
+        self._group_spans = {}
+        self._groups = {}
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
 
         # Static names. named_parameters() drops tied duplicates: a shared
@@ -154,8 +174,10 @@ class Recorder:
                                       for sfx in ("", ".grad", ".update"))
         self._param_recs = [(n, p, (n + ".update",) if id(p) in in_opt else ())
                             for n, p in self._params]
+        self._param_tensors = [p for _, p in self._params]
         self._grad_recs = [(n, p, n + ".grad") for n, p in self._params]
         self._update_recs = [(n + ".update", n, p) for n, p in self._params if id(p) in in_opt]
+        self._update_tensors = [p for _, _, p in self._update_recs]
         self._opt_type_b = self._opt_type.encode() if self._opt_type is not None else None
         self._reset_step_state()
 
@@ -322,13 +344,16 @@ class Recorder:
         t = self._opt_type_b
         record = self._record
         if self._fixed:
-            for uname, name, p in self._update_recs:
-                record(uname, t, OPTIMIZER, p, None)
+            if not self._record_group("update", self._update_tensors, self._update_tensors):
+                for uname, name, p in self._update_recs:
+                    record(uname, t, OPTIMIZER, p, None)
             return
         grads = self._grads
+        k0 = self._nrec
         for uname, name, p in self._update_recs:
             ins = (name, name + ".grad") if name in grads else (name,)
             record(uname, t, OPTIMIZER, p, ins)
+        self._group_spans["update"] = (k0, self._nrec, self._update_tensors)
 
     # ---- steps
 
@@ -362,11 +387,14 @@ class Recorder:
         self._used.update(self._param_names)
         record = self._record
         if self._fixed:
-            for name, p, ins in self._param_recs:
-                record(name, b"param", PARAM, p, None)
+            if not self._record_group("param", self._param_tensors, self._param_tensors):
+                for name, p, ins in self._param_recs:
+                    record(name, b"param", PARAM, p, None)
         else:
+            k0 = self._nrec
             for name, p, ins in self._param_recs:
                 record(name, b"param", PARAM, p, ins)
+            self._group_spans["param"] = (k0, self._nrec, self._param_tensors)
 
     def step(self, loss):
         """End the current step with its loss (a tensor or a number); call it
@@ -386,6 +414,8 @@ class Recorder:
         self.deferred_per_step = self._ndef
         self._reset_step_state()
         _lib.check(rc, self._h)
+        if not self._fixed:
+            self._make_groups()
         self._fixed = True
         self.steps += 1
 
@@ -500,10 +530,74 @@ class Recorder:
         if flush:
             _lib.check(self._lib.divtrace_flush(self._h), self._h)
 
+    def _make_groups(self):
+        """After the first step: each run of parameter, gradient or update
+        records as a divtrace_record_many argument."""
+        for gname, (k0, k1, owners) in self._group_spans.items():
+            n = k1 - k0
+            if n <= 0 or k1 > len(self._slots) or len(owners) != n:
+                continue
+            ts = (_lib.Tensor * n)()
+            keep = []
+            for i in range(n):
+                s = self._slots[k0 + i]
+                ts[i].name, ts[i].type, ts[i].kind, ts[i].ndim = s[4], s[1], s[2], s[5]
+                ts[i].shape = ctypes.cast(s[6], ctypes.POINTER(ctypes.c_int64))
+                ts[i].inputs, ts[i].ninputs = None, 0
+                keep.append(s)
+            self._groups[gname] = _Group(k0, n, ts, (_VOIDP * n)(), [s[3] for s in keep], list(owners),
+                                         all(k0 + i < len(self._deferrable) and self._deferrable[k0 + i]
+                                             for i in range(n)))
+
+    def _record_group(self, gname, tensors, owners):
+        """A group's records in one call, if this step's tensors are the
+        first step's kind, of the same parameters (owners), and every one
+        is float32, contiguous and of its first shape (False: nothing
+        recorded, take them one by one)."""
+        g = self._groups.get(gname)
+        if g is None or self._nrec != g.k0 or len(tensors) != g.n:
+            return False
+        t0 = tensors[0] if tensors else None
+        if t0 is None:
+            return False
+        cuda = t0.is_cuda
+        if not cuda and not t0.is_cpu:
+            return False
+        shapes, ptrs, first = g.shapes, g.ptrs, g.owners
+        for i, t in enumerate(tensors):
+            if owners[i] is not first[i] or t.dtype is not _F32 or t.is_cuda is not cuda \
+                    or t.shape != shapes[i] or t.is_sparse or not t.is_contiguous():
+                return False
+            ptrs[i] = t.data_ptr()
+        if cuda:
+            stream = _VOIDP(_raw_stream(t0.get_device()))
+            self._keep.extend(tensors)
+            where = _DEVICE
+            if self.defer and g.deferrable:
+                where = _DEFERRED
+                k0 = g.k0
+                self._watch.extend((k0 + i, t, t._version) for i, t in enumerate(tensors))
+                self._ndef += g.n
+        else:
+            stream, where = None, _HOST
+        rc = self._lib.divtrace_record_many(self._h, g.n, g.ts, ptrs, where, stream)
+        self._nrec += g.n
+        if rc < 0:
+            _lib.check(rc, self._h)
+        return True
+
     def _record_grads(self):
         last = self._last_forward
         record = self._record
         if self._fixed:
+            gs, ps = [], []
+            for name, p, gname in self._grad_recs:
+                g = p.grad
+                if g is not None and p.requires_grad:
+                    gs.append(g)
+                    ps.append(p)
+            if self._record_group("grad", gs, ps):
+                return
             grads = self._grads
             for name, p, gname in self._grad_recs:
                 g = p.grad
@@ -512,10 +606,13 @@ class Recorder:
                 record(gname, b"grad", GRAD, g, None)
                 grads.add(name)
             return
+        k0 = self._nrec
+        ps = []
         for name, p, gname in self._grad_recs:
             g = p.grad
             if g is None or not p.requires_grad:
                 continue
+            ps.append(p)
             ins = [name]
             for n in self._mod_recs.get(self._owner.get(name), ()):
                 if n not in ins:
@@ -524,6 +621,7 @@ class Recorder:
                 ins.append(last)
             record(gname, b"grad", GRAD, g, tuple(ins))
             self._grads.add(name)
+        self._group_spans["grad"] = (k0, self._nrec, ps)
 
     def _forward(self, mname, mtype_b, own_params, args, kwargs, output):
         outs = (("", output),) if isinstance(output, torch.Tensor) else _flatten(output, "", [])
