@@ -53,6 +53,7 @@ R="$DT record -q --data $DIVTRACE_DATA"
 
 # --- unit tests of the GPU code (CMocka, built here, run there)
 check test_gpu_trace 0 -- "$P/bin/test_gpu_trace"
+check test_gpu_trace_paths 0 -- "$P/bin/test_gpu_trace_paths"
 check test_gpu_ops_cuda 0 -- env DIVTRACE_GPU_BACKEND=cuda "$P/bin/test_gpu_ops"
 check test_gpu_ops_cudnn 0 -- env DIVTRACE_GPU_BACKEND=cudnn "$P/bin/test_gpu_ops"
 check test_gpu_ops_cuda_atomic 0 -- env DIVTRACE_GPU_BACKEND=cuda DIVTRACE_GPU_REDUCE=atomic "$P/bin/test_gpu_ops"
