@@ -2,9 +2,8 @@
  * needed. Its XXH3-64 against libxxhash for every length class; the lane
  * shares of the cooperative long path (32 lanes simulated here exactly as
  * gpu_trace.cu's warps and blocks combine them: the generic warp path, the
- * full 16 KiB leaf, the block-wide root, the root from the leaf kernel's
- * stripe shares) against the sequential algorithm and libxxhash; the
- * whole tree against hash_tensor(); the per-lane statistics and sign
+ * full 16 KiB leaf, the block-wide root) against the sequential algorithm;
+ * the whole tree against hash_tensor(); the per-lane statistics and sign
  * table against stats.c. What stays unchecked here is only the device's
  * plumbing (loads, shuffles, launches): tests/gpu/test_gpu_trace.c. */
 #include <math.h>
@@ -28,7 +27,6 @@ extern "C" {
 
 #define SK TRACE_SKETCH_LEN
 #define TILE_LEAVES 8        /* gpu_trace.cu's GT_TILE_LEAVES */
-#define SPLIT_LEAVES 512     /* gpu_trace.cu's GT_SPLIT_LEAVES */
 #define ROOT_CHUNK 128       /* gpu_trace.cu's GT_ROOT_CHUNK */
 
 static uint64_t rng_next(uint64_t *s)
@@ -240,68 +238,8 @@ static uint64_t sim_root(const uint8_t *p, size_t len, size_t chunk)
     return sim_merge(a, b, len);
 }
 
-/* gpu_trace.cu's root of a buffer of 8-leaf tiles (more than SPLIT_LEAVES
- * leaves): tile t's 8 digests are stripe t of the root's input, and the
- * leaf kernel adds what the stripe gives each accumulator (gh_stripe_word)
- * into its block's shares, in whatever order the tiles finish (here: a
- * random one, from seed); the root then runs only the chain, the tail and
- * the merge. Each block's summed shares must be the 32 lanes' of sim_block
- * (gt_root_shares, which the root runs for other buffers). */
-static uint64_t sim_root_stripes(const uint8_t *p, size_t len, uint64_t seed)
-{
-    if (len <= GH_MIDSIZE_MAX)
-        return gh_xxh3_64(p, len);
-    size_t nb = (len - 1) / GH_BLOCK, ns = 16 * nb;
-    uint64_t(*share)[8] = (uint64_t(*)[8])calloc(nb ? nb : 1, sizeof *share);
-    size_t *order = (size_t *)malloc((ns ? ns : 1) * sizeof *order);
-    assert_non_null(share);
-    assert_non_null(order);
-    for (size_t t = 0; t < ns; t++)
-        order[t] = t;
-    uint64_t r = seed;
-    for (size_t t = ns; t > 1; t--) { /* Fisher-Yates */
-        size_t j = (size_t)(rng_next(&r) % t), v = order[t - 1];
-        order[t - 1] = order[j];
-        order[j] = v;
-    }
-    for (size_t k = 0; k < ns; k++) {
-        size_t t = order[k];
-        const uint8_t *st = p + GH_STRIPE * t;
-        for (int i = 0; i < 8; i++)
-            share[t / 16][i] += gh_stripe_word(gh_read64(st + 8 * i), gh_read64(st + 8 * (i ^ 1)),
-                                               (int)(t % 16), i);
-    }
-    free(order);
-    struct sim_warp w;
-    uint64_t sa[4], sb[4], acc[8];
-    sim_init(&w);
-    for (size_t b = 0; b < nb; b++) {
-        sim_block(&w, p + b * GH_BLOCK, 0, sa, sb);
-        for (int q = 0; q < 4; q++)
-            if (share[b][2 * q] != sa[q] || share[b][2 * q + 1] != sb[q]) {
-                fprintf(stderr, "len %zu, block %zu: stripe shares differ from the warp's (q = %d)\n", len,
-                        b, q);
-                fail();
-            }
-    }
-    for (int i = 0; i < 8; i++) {
-        acc[i] = gh_init_acc(i);
-        for (size_t b = 0; b < nb; b++)
-            acc[i] = gh_scramble(acc[i] + share[b][i], gh_secret_word(GH_SEC_SCRAMBLE / 8 + i));
-    }
-    free(share);
-    uint64_t a[4], b[4];
-    sim_tail(&w, p, len, sa, sb);
-    for (int q = 0; q < 4; q++) {
-        a[q] = acc[2 * q] + sa[q];
-        b[q] = acc[2 * q + 1] + sb[q];
-    }
-    return sim_merge(a, b, len);
-}
-
 /* The device's tree: full leaves by the leaf path, a short last leaf by
- * gh_xxh3_64, a longer one by the generic warp path; then the root, from
- * stripe shares when the tiles are of 8 leaves. */
+ * gh_xxh3_64, a longer one by the generic warp path; then the root. */
 static uint64_t sim_tree(const float *x, size_t n)
 {
     size_t m = (n + 4095) / 4096;
@@ -315,7 +253,7 @@ static uint64_t sim_tree(const float *x, size_t n)
         for (int k = 0; k < 8; k++)
             dig[8 * l + k] = (uint8_t)(h >> (8 * k));
     }
-    uint64_t root = m > SPLIT_LEAVES ? sim_root_stripes(dig, 8 * m, m) : sim_root(dig, 8 * m, ROOT_CHUNK);
+    uint64_t root = sim_root(dig, 8 * m, ROOT_CHUNK);
     free(dig);
     return root;
 }
@@ -420,34 +358,6 @@ static void test_root(void **state)
     free(buf);
 }
 
-/* The root from stripe shares against XXH3_64bits: leaf counts m around
- * the block (128 digests) and the split into 8-leaf tiles (512 leaves), up
- * to 1 GiB of floats (65536 leaves: 511 full blocks and the tail); and a
- * few byte lengths that no digest array has (the formula holds for any). */
-static void test_root_stripes(void **state)
-{
-    (void)state;
-    static const size_t ms[] = {31, 127, 128, 129, 130, 255, 256, 257, 384, 511, 512, 513, 514,
-                                600, 1000, 1023, 1024, 1025, 2442, 4095, 4096, 4097, 16600,
-                                65535, 65536, 65537};
-    static const size_t odd[] = {241, 1023, 1025, 2047, 2049, 4100, 5003, 16385};
-    size_t nm = sizeof ms / sizeof ms[0], no = sizeof odd / sizeof odd[0];
-    uint8_t *buf = (uint8_t *)malloc(8 * 65537);
-    assert_non_null(buf);
-    for (size_t i = 0; i < nm + no; i++) {
-        size_t len = i < nm ? 8 * ms[i] : odd[i - nm];
-        fill_bytes(buf, len, 17 * len + 3);
-        uint64_t want = XXH3_64bits(buf, len);
-        for (uint64_t seed = 1; seed <= 2; seed++)
-            if (sim_root_stripes(buf, len, seed) != want) {
-                fprintf(stderr, "root of %zu bytes from stripe shares (order %llu): wrong\n", len,
-                        (unsigned long long)seed);
-                fail();
-            }
-    }
-    free(buf);
-}
-
 /* The device's whole tree against hash_tensor(). */
 static void test_tree(void **state)
 {
@@ -455,8 +365,8 @@ static void test_tree(void **state)
     static const size_t ns[] = {0, 1, 3, 59, 60, 61, 64, 65, 255, 256, 1023, 1024, 4095, 4096, 4097,
                                 8191, 16383, 16384, 16385, 65536 * 3 + 7, 4096 * 30, 4096 * 30 + 1,
                                 4096 * 31 + 5, 4096 * 128, 4096 * 128 + 1, 4096 * 129 + 100,
-                                4096 * 300 + 3, 4096 * 513 + 5, 4096 * 600};
-    size_t most = 4096 * 600;
+                                4096 * 300 + 3};
+    size_t most = 4096 * 300 + 3;
     float *x = (float *)malloc(4 * most);
     assert_non_null(x);
     fill_bytes((uint8_t *)x, 4 * most, 99);
@@ -656,8 +566,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_xxh3_lengths), cmocka_unit_test(test_xxh3_special),
         cmocka_unit_test(test_leaf_full),    cmocka_unit_test(test_root),
-        cmocka_unit_test(test_root_stripes), cmocka_unit_test(test_tree),
-        cmocka_unit_test(test_sign_table),
+        cmocka_unit_test(test_tree),         cmocka_unit_test(test_sign_table),
         cmocka_unit_test(test_stats_sim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -217,16 +217,6 @@ GH_FN uint64_t gh_scramble(uint64_t acc, uint64_t s)
     return acc * GH_P32_1;
 }
 
-/* All that stripe s (0..15) of a full block adds to acc[i]: w_i, its word
- * i, keyed and multiplied, plus w_n, its word i ^ 1 (gh_unit seen from
- * one accumulator). A block's share of acc[i] is the sum of this over its
- * 16 stripes, in any order. */
-GH_FN uint64_t gh_stripe_word(uint64_t w_i, uint64_t w_n, int s, int i)
-{
-    uint64_t k = w_i ^ gh_secret_word(s + i); /* the secret at byte 8 s + 8 i */
-    return (k & 0xffffffffu) * (k >> 32) + w_n;
-}
-
 /* One stripe at p with the secret at byte offset secoff. */
 GH_FN void gh_stripe(uint64_t acc[8], const uint8_t *p, int secoff)
 {

@@ -2,37 +2,28 @@
  * many device buffers of float32 in one call, computed where they live.
  *
  * One call: one copy of the step's descriptor table to the device (once
- * for a captured step), a memset of the root's block shares (when a
- * buffer has more than GT_SPLIT_LEAVES leaves), two kernels, the second
- * writing the records into pinned host memory, one stream synchronisation.
+ * for a captured step), two kernels, the second writing the records into
+ * pinned host memory, one stream synchronisation.
  *  1. gt_leaf_kernel: one warp per tile of consecutive 16 KiB leaves of one
  *     buffer: one leaf in a buffer of up to GT_SPLIT_LEAVES leaves, else
  *     GT_TILE_LEAVES (gt_tile_leaves: the tiling, and so the order of the
- *     statistics' sums, depends on the buffer's length alone). It hashes
- *     each leaf cooperatively (see gpu_hash.cuh: each lane loads 2 x 16
- *     bytes of every 1 KiB block, the 8 lanes of one accumulator pair sum
- *     their shares in 3 shuffle rounds before the scramble), writes the
- *     leaf digests, and in the same pass gathers the tile's statistics:
- *     one partial record per tile. A tile of 8 leaves is also one 64-byte
- *     stripe of its buffer's root input (the digests): the warp adds what
- *     the stripe gives each of the root's 8 accumulators into the share of
- *     its 1 KiB block (64-bit integer atomics, exact in any order), so the
- *     root's blocks are hashed all over the GPU.
+ *     statistics' sums, depends on the buffer's length alone). It hashes each leaf cooperatively (see
+ *     gpu_hash.cuh: each lane loads 2 x 16 bytes of every 1 KiB block, the
+ *     8 lanes of one accumulator pair sum their shares in 3 shuffle rounds
+ *     before the scramble), writes the leaf digests, and in the same pass
+ *     gathers the tile's statistics: one partial record per tile.
  *  2. gt_root_kernel: finishes each buffer's record: sums its tile
  *     partials (fixed order) and hashes its leaf digests into the root. A
  *     buffer of at most 30 leaves (a root of <= 240 bytes) takes one warp,
- *     16 to a block; a larger one a block of GT_ROOT_THREADS: warp 0 runs
- *     the root's chain of scrambles over the blocks' shares and its tail,
- *     the other warps sum the partials. The shares are the leaf kernel's
- *     for 8-leaf tiles; with one leaf a tile (at most 3 blocks) the other
- *     warps compute them first.
+ *     16 to a block; a larger one a block of GT_ROOT_THREADS (the root's
+ *     long path: the warps compute the 1 KiB blocks' shares, 8 threads run
+ *     the chain of scrambles).
  * The host's descriptor table (buffers, tile -> buffer map, root work
  * items) is built in pinned memory and copied in one piece; the scratch
  * (device and pinned) is kept across calls and grown on demand.
  * Every floating-point reduction has a fixed shape (per lane in element
  * order, then shuffle butterflies, then per thread in tile order, then a
- * fixed tree), and the only atomics are the integer sums of the shares:
- * records are bitwise identical run to run. */
+ * fixed tree), no atomics: records are bitwise identical run to run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +44,8 @@
 #endif
 /* Two warps a block: a block's resources are freed when its last warp is
  * done, and the tiles of a batch differ in length. 12 blocks per SM: the
- * leaf kernel in 80 registers (ptxas of CUDA 13.0: 12 bytes spilled,
- * reloaded once a leaf), 24 warps per SM. */
+ * leaf kernel in 80 registers (ptxas of CUDA 13: one 8-byte spill), 24
+ * warps per SM. */
 #define GT_LEAF_THREADS 64
 #ifndef GT_LEAF_BLOCKS_PER_SM
 #define GT_LEAF_BLOCKS_PER_SM 12
@@ -64,8 +55,8 @@
 #endif
 /* The root kernel: 16 warps a block. A large buffer's root was 19% of the
  * time of a 1 GiB record with 4 warps (0.091 of 0.492 ms, H200): its
- * thousands of tile partials are read by 15 warps at once now, beside the
- * chain of scrambles. */
+ * thousands of tile partials and hundreds of 1 KiB blocks of digests are
+ * read by the whole block at once now. */
 #define GT_ROOT_THREADS 512
 #define GT_ROOT_WARPS (GT_ROOT_THREADS / 32)
 #define GT_ROOT_CHUNK 256  /* 1 KiB blocks of leaf digests per round of the root */
@@ -89,29 +80,6 @@ struct gt_desc {
 static __host__ __device__ uint32_t gt_tile_leaves(uint64_t nleaves)
 {
     return nleaves <= GT_SPLIT_LEAVES ? 1u : GT_TILE_LEAVES;
-}
-
-/* Stripe shares. With 8 leaves a tile, a tile's digests are one 64-byte
- * stripe of its buffer's root input, so the leaf kernel can add up the
- * shares of the root's 1 KiB blocks (gt_leaf_tile) and the root only runs
- * the chain of scrambles over them. The batch's shares: 8 words for every
- * GT_BLOCK_SLOTS slots of the digest array, a striped buffer's digests
- * starting at a multiple of GT_BLOCK_SLOTS, so block b of its root is
- * group leaf0 / GT_BLOCK_SLOTS + b. */
-#define GT_STRIPE_TILES (GT_TILE_LEAVES * 8u == GH_STRIPE)
-#define GT_BLOCK_SLOTS (GH_BLOCK / 8u)
-
-/* The leaf kernel sums the buffer's block shares: more than
- * GT_SPLIT_LEAVES leaves, so a large root (GT_SMALL_LEAVES). */
-static __host__ __device__ bool gt_striped(uint64_t nleaves)
-{
-    return GT_STRIPE_TILES && gt_tile_leaves(nleaves) == GT_TILE_LEAVES;
-}
-
-/* Words of block shares for a digest array of nslots slots. */
-static size_t gt_share_words(size_t nslots)
-{
-    return 8 * ((nslots + GT_BLOCK_SLOTS - 1) / GT_BLOCK_SLOTS);
 }
 
 /* The statistics of one tile: sk[k] over elements with i % 16 = k. */
@@ -311,10 +279,9 @@ static __device__ void gt_lstats_reduce(struct gh_lstats *s)
 }
 
 /* Tile g of buffer d by one warp: its leaf digests into dig, its
- * statistics into part[g], and (striped buffers) its stripe's additions
- * into share (NULL: no striped buffer). */
+ * statistics into part[g]. */
 template <bool PIPE>
-static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_part *part, uint64_t *share,
+static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_part *part,
                                                     const struct gt_desc &d, uint32_t g, int lane)
 {
     struct gh_lane c;
@@ -343,7 +310,7 @@ static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_par
                          ? gt_leaf_full<PIPE>(&c, x, 4 * (size_t)left, m, &st)
                          : gt_leaf_part(&c, x, left < GT_LEAF_FLOATS ? (uint32_t)left : GT_LEAF_FLOATS,
                                         a16, m, &st);
-        if (lane == (int)(i & 31)) /* all lanes have h; lane i < 8 reads it back below */
+        if (lane == 0)
             out[i] = h;
     }
     gt_lstats_reduce(&st);
@@ -358,21 +325,6 @@ static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_par
     if (lane < 4)
         for (int e = 0; e < 4; e++)
             o->sk[4 * lane + e] = st.sk[e];
-    /* A full tile of a striped buffer (only those have tiles of 8 leaves)
-     * is stripe (slot / 8) % 16 of 1 KiB block slot / 128 of its root's
-     * input: lane i < 8 adds what the stripe gives acc[i] into that
-     * block's share. Sums mod 2^64, so the order in which the tiles finish
-     * does not matter. The stripes after the last full block add to a
-     * share the root never reads (it does the tail itself). All of it from
-     * out and the arguments: reading d again cost the leaf loop spills. */
-    if (GT_STRIPE_TILES && share && nl == GT_TILE_LEAVES) {
-        uint64_t w = lane < 8 ? out[lane] : 0; /* the lane's own store */
-        uint64_t wn = __shfl_xor_sync(GT_FULL, w, 1);
-        size_t slot = (size_t)(out - dig);
-        if (lane < 8)
-            atomicAdd((unsigned long long *)&share[8 * (slot / GT_BLOCK_SLOTS) + lane],
-                      (unsigned long long)gh_stripe_word(w, wn, (int)(slot / 8 % 16), lane));
-    }
 }
 
 /* LOOP: a capped grid (gpu_trace_set_caps), each warp taking tiles g,
@@ -382,7 +334,6 @@ template <bool LOOP>
 __global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
 gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
                struct gt_part *part, /* (ntiles) */
-               uint64_t *share, /* 8 words a GT_BLOCK_SLOTS slots of dig, zero; NULL: none striped */
                const struct gt_desc *desc, const uint32_t *tile_buf, /* (ntiles): buffer of a tile */
                uint32_t ntiles)
 {
@@ -390,10 +341,10 @@ gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
     uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
     if constexpr (!LOOP) {
         if (g < ntiles)
-            gt_leaf_tile<false>(dig, part, share, desc[tile_buf[g]], g, lane);
+            gt_leaf_tile<false>(dig, part, desc[tile_buf[g]], g, lane);
     } else {
         for (uint32_t stride = (gridDim.x * GT_LEAF_THREADS) >> 5; g < ntiles; g += stride)
-            gt_leaf_tile<false>(dig, part, share, desc[tile_buf[g]], g, lane);
+            gt_leaf_tile<false>(dig, part, desc[tile_buf[g]], g, lane);
     }
 }
 
@@ -417,42 +368,6 @@ static __device__ __forceinline__ void gt_root_shares(const struct gh_lane *c, c
             share[i][2 * c->lane + 1] = pb;
         }
     }
-}
-
-/* Warp 0's chain of scrambles over the nb blocks of a striped buffer's
- * root, from the shares the leaf kernel summed (sh: 8 words a block);
- * lane l < 8 carries acc[l] (lanes 8..31 compute alongside, unused). The
- * shares come 32 blocks a round, loaded a round ahead: lane l loads words
- * 32 j + l (block 4 j + l / 8, accumulator l % 8) and shuffles hand them
- * to the chain: it waits for L2 about once, not once a block. */
-static __device__ uint64_t gt_root_chain(uint64_t acc, uint64_t sc, const uint64_t *sh, size_t nb, int lane)
-{
-    size_t nw = 8 * nb;
-    uint64_t cur[8], nxt[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        size_t w = 32 * (size_t)j + (size_t)lane;
-        cur[j] = w < nw ? __ldcg(sh + w) : 0;
-    }
-    for (size_t r = 0; r < nb; r += 32) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            size_t w = 8 * (r + 32) + 32 * (size_t)j + (size_t)lane;
-            nxt[j] = w < nw ? __ldcg(sh + w) : 0;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                uint64_t v = __shfl_sync(GT_FULL, cur[j], 8 * b + (lane & 7));
-                if (r + 4 * j + b < nb)
-                    acc = gh_scramble(acc + v, sc);
-            }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            cur[j] = nxt[j];
-    }
-    return acc;
 }
 
 /* A record's statistics while tiles are summed. */
@@ -586,7 +501,7 @@ gt_one_small_kernel(struct trace_oprec *rec, struct gt_desc d, uint64_t *dig, st
     int lane = (int)(threadIdx.x & 31);
     uint32_t g = blockIdx.x * GT_ONE_WARPS + (threadIdx.x >> 5);
     if (g < d.ntiles)
-        gt_leaf_tile<true>(dig, part, nullptr, d, g, lane);
+        gt_leaf_tile<true>(dig, part, d, g, lane);
     __threadfence(); /* this thread's digest and partial, before the ticket */
     __syncthreads();
     if (threadIdx.x == 0)
@@ -605,7 +520,7 @@ gt_one_small_kernel(struct trace_oprec *rec, struct gt_desc d, uint64_t *dig, st
 /* Work item it by the whole block. */
 static __device__ void gt_root_item(struct trace_oprec *rec, const struct gt_item *it,
                                     const struct gt_desc *desc, const uint64_t *dig,
-                                    const struct gt_part *part, const uint64_t *gshare)
+                                    const struct gt_part *part)
 {
     __shared__ uint64_t share[2][GT_ROOT_CHUNK][8];
     __shared__ struct gt_acc wacc[GT_ROOT_WARPS];
@@ -621,32 +536,27 @@ static __device__ void gt_root_item(struct trace_oprec *rec, const struct gt_ite
     const struct gt_desc d = desc[k];
 
     /* A large buffer: XXH3 of its leaf digests (the long path, > 240
-     * bytes), and its statistics. A striped buffer's 1 KiB blocks' shares
-     * were summed by the leaf kernel: warp 0 runs the chain of scrambles
-     * over all of them (gt_root_chain) while warps 1.. sum the tile
-     * partials. Else (up to GT_SPLIT_LEAVES leaves: at most 3 blocks) a
-     * pipeline: the shares are computed a chunk at a time by the warps,
-     * while warp 0's lanes 0..7 (one accumulator each) run the chain over
-     * the chunk before; the last chunk's chain runs beside the statistics.
-     * The chain, one scramble after the other, is the part that cannot be
-     * spread. A 1 GiB record's root took 0.053 ms when this block also
-     * computed its 511 blocks' shares. */
+     * bytes), and its statistics, as a pipeline: the 1 KiB blocks' shares
+     * are computed a chunk at a time by the warps, while warp 0's lanes
+     * 0..7 (one accumulator each) run the chain of scrambles over the
+     * chunk before; the last chunk's chain runs beside the statistics
+     * (warps 1.. sum the tile partials). The chain, one scramble after the
+     * other, is the part that cannot be spread; it was 0.05 ms of a 1 GiB
+     * record's root when the statistics and each chunk's shares waited
+     * for it. */
     const uint8_t *p = (const uint8_t *)(dig + d.leaf0);
     size_t len = 8 * (size_t)d.nleaves;
     struct gh_lane c;
     gh_lane_init(&c, lane);
     struct gt_ld ld = {p, 1};
-    const uint64_t *gsh = gshare && gt_striped(d.nleaves) ? gshare + 8 * (d.leaf0 / GT_BLOCK_SLOTS) : NULL;
-    size_t nb = (len - 1) / GH_BLOCK, nch = gsh ? 0 : (nb + GT_ROOT_CHUNK - 1) / GT_ROOT_CHUNK;
+    size_t nb = (len - 1) / GH_BLOCK, nch = (nb + GT_ROOT_CHUNK - 1) / GT_ROOT_CHUNK;
     uint64_t acc = tid < 8 ? gh_init_acc(tid) : 0, sc = tid < 8 ? gh_secret_word(GH_SEC_SCRAMBLE / 8 + tid) : 0;
     if (nch)
         gt_root_shares(&c, ld, 0, nb < GT_ROOT_CHUNK ? nb : GT_ROOT_CHUNK, share[0], warp, GT_ROOT_WARPS);
     __syncthreads();
     for (size_t ch = 0; ch < (nch ? nch : 1); ch++) {
         if (warp == 0) {
-            if (gsh)
-                acc = gt_root_chain(acc, sc, gsh, nb, lane);
-            else if (ch < nch && tid < 8) {
+            if (ch < nch && tid < 8) {
                 size_t cn = nb - ch * GT_ROOT_CHUNK < GT_ROOT_CHUNK ? nb - ch * GT_ROOT_CHUNK : GT_ROOT_CHUNK;
                 const uint64_t (*sh)[8] = share[ch & 1];
                 for (size_t i = 0; i < cn; i++)
@@ -690,10 +600,10 @@ static __device__ void gt_root_item(struct trace_oprec *rec, const struct gt_ite
 __global__ void __launch_bounds__(GT_ROOT_THREADS)
 gt_root_kernel(struct trace_oprec *rec, /* (n) */
                const struct gt_item *items, unsigned nitems, const struct gt_desc *desc,
-               const uint64_t *dig, const struct gt_part *part, const uint64_t *share)
+               const uint64_t *dig, const struct gt_part *part)
 {
     for (unsigned i = blockIdx.x; i < nitems; i += gridDim.x) {
-        gt_root_item(rec, &items[i], desc, dig, part, share);
+        gt_root_item(rec, &items[i], desc, dig, part);
         __syncthreads(); /* the shared memory, for the next item */
     }
 }
@@ -767,26 +677,19 @@ void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t
 
 /* Where a batch's pieces go. Device: descriptors | tile map | work items
  * (the three copied in as one piece from the same layout on the host) |
- * digests | partials | block shares (when a buffer is striped), then
- * (gpu_trace_enqueue) records. */
+ * digests | partials, then (gpu_trace_enqueue) records. */
 struct gt_layout {
     uint64_t ntiles, nslots;
-    size_t o_map, o_items, in_bytes, o_dig, o_part, o_share, share_bytes, o_end;
+    size_t o_map, o_items, in_bytes, o_dig, o_part, o_end;
 };
 
-/* The layout of n buffers of counts[k] floats; -1: too many tiles. A
- * striped buffer's digests start at a multiple of GT_BLOCK_SLOTS. */
+/* The layout of n buffers of counts[k] floats; -1: too many tiles. */
 static int gt_plan(const size_t *counts, int n, struct gt_layout *l)
 {
     uint64_t ntiles = 0, nslots = 0;
-    int striped = 0;
     for (int k = 0; k < n; k++) {
         uint64_t leaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
         ntiles += (leaves + gt_tile_leaves(leaves) - 1) / gt_tile_leaves(leaves);
-        if (gt_striped(leaves)) {
-            nslots = gt_align(nslots, GT_BLOCK_SLOTS);
-            striped = 1;
-        }
         nslots += leaves + (leaves & 1);
     }
     if (ntiles >= UINT32_MAX / 32)
@@ -798,9 +701,7 @@ static int gt_plan(const size_t *counts, int n, struct gt_layout *l)
     l->in_bytes = l->o_items + (size_t)n * sizeof(struct gt_item);
     l->o_dig = gt_align(l->in_bytes, 256);
     l->o_part = gt_align(l->o_dig + 8 * (size_t)nslots, 256);
-    l->o_share = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)ntiles, 256);
-    l->share_bytes = striped ? 8 * gt_share_words((size_t)nslots) : 0;
-    l->o_end = gt_align(l->o_share + l->share_bytes, 256);
+    l->o_end = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)ntiles, 256);
     return 0;
 }
 
@@ -821,8 +722,6 @@ static unsigned gt_fill(unsigned char *host, const struct gt_layout *l, const fl
         d->ptr = bufs[k];
         d->count = counts[k];
         d->nleaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
-        if (gt_striped(d->nleaves))
-            slot = gt_align(slot, GT_BLOCK_SLOTS);
         d->leaf0 = slot;
         d->tile0 = (uint32_t)tile;
         d->tile_leaves = gt_tile_leaves(d->nleaves);
@@ -847,20 +746,16 @@ static unsigned gt_fill(unsigned char *host, const struct gt_layout *l, const fl
     return nitems;
 }
 
-/* The shares' memset and the two kernels over a batch laid out at dev
- * (its descriptors there or on their way in stream order), records into
- * rec (device or mapped pinned memory); caps as gpu_trace_set_caps.
- * Returns the memset's error (the launches': cudaGetLastError).
- * -DGT_TIMING (a measurement build): with `timed`, waits and prints the
- * kernels' times on stderr. */
-static cudaError_t gt_launch(unsigned char *dev, const struct gt_layout *l, unsigned nitems,
-                             struct trace_oprec *rec, cudaStream_t s, unsigned cap_leaf, unsigned cap_root,
-                             int timed)
+/* The two kernels over a batch laid out at dev (its descriptors there or
+ * on their way in stream order), records into rec (device or mapped
+ * pinned memory); caps as gpu_trace_set_caps. -DGT_TIMING (a measurement
+ * build): with `timed`, waits and prints the kernels' times on stderr. */
+static void gt_launch(unsigned char *dev, const struct gt_layout *l, unsigned nitems, struct trace_oprec *rec,
+                      cudaStream_t s, unsigned cap_leaf, unsigned cap_root, int timed)
 {
     const struct gt_desc *ddesc = (const struct gt_desc *)dev;
     uint64_t *dig = (uint64_t *)(dev + l->o_dig);
     struct gt_part *part = (struct gt_part *)(dev + l->o_part);
-    uint64_t *share = l->share_bytes ? (uint64_t *)(dev + l->o_share) : NULL;
     uint32_t ntiles = (uint32_t)l->ntiles;
 #ifdef GT_TIMING
     static cudaEvent_t ev[3];
@@ -871,25 +766,20 @@ static cudaError_t gt_launch(unsigned char *dev, const struct gt_layout *l, unsi
 #else
     (void)timed;
 #endif
-    if (share) { /* the leaf kernel adds into them (a memset node in a capture) */
-        cudaError_t e = cudaMemsetAsync(share, 0, l->share_bytes, s);
-        if (e != cudaSuccess)
-            return e;
-    }
     if (ntiles) {
         unsigned grid = (unsigned)((ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32));
         const uint32_t *map = (const uint32_t *)(dev + l->o_map);
         if (cap_leaf && grid > cap_leaf)
-            gt_leaf_kernel<true><<<cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, share, ddesc, map, ntiles);
+            gt_leaf_kernel<true><<<cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, ntiles);
         else
-            gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, share, ddesc, map, ntiles);
+            gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, ntiles);
     }
 #ifdef GT_TIMING
     cudaEventRecord(ev[1], s);
 #endif
     unsigned rgrid = cap_root && nitems > cap_root ? cap_root : nitems;
     gt_root_kernel<<<rgrid, GT_ROOT_THREADS, 0, s>>>(rec, (const struct gt_item *)(dev + l->o_items), nitems,
-                                                     ddesc, dig, part, share);
+                                                     ddesc, dig, part);
 #ifdef GT_TIMING
     cudaEventRecord(ev[2], s);
     if (timed) {
@@ -901,7 +791,6 @@ static cudaError_t gt_launch(unsigned char *dev, const struct gt_layout *l, unsi
                 (unsigned long long)ntiles, nitems, a, b);
     }
 #endif
-    return cudaSuccess;
 }
 
 int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,
@@ -934,8 +823,7 @@ int gpu_trace_enqueue(struct gpu_trace *t, const float *const *bufs, const size_
     /* the records straight into pinned host memory (mapped: the same
      * address on the device), no copy after the kernel; a batch that is
      * not captured is timed in a -DGT_TIMING build */
-    GPU_CHECK(gt_launch(t->dev, &l, nitems, (struct trace_oprec *)(t->host + h_rec), s, t->cap_leaf,
-                        t->cap_root, !fixed));
+    gt_launch(t->dev, &l, nitems, (struct trace_oprec *)(t->host + h_rec), s, t->cap_leaf, t->cap_root, !fixed);
     GPU_LAUNCHED();
     return 0;
 }
@@ -974,27 +862,22 @@ void gpu_trace_records(const struct gpu_trace *t, struct trace_oprec *rec, int n
  * those of gpu_trace_batch, so the record is the same, bit for bit. */
 
 __global__ void gt_one_setup(struct gt_desc *dd, struct gt_desc d, struct gt_item *di,
-                             struct gt_item it, uint32_t *map, uint32_t ntiles, uint64_t *share,
-                             uint32_t nshare)
+                             struct gt_item it, uint32_t *map, uint32_t ntiles)
 {
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i == 0) {
         *dd = d;
         *di = it;
     }
-    for (; i < ntiles || i < nshare; i += gridDim.x * blockDim.x) {
-        if (i < ntiles)
-            map[i] = 0; /* every tile is the one buffer's */
-        if (i < nshare)
-            share[i] = 0; /* the leaf kernel adds into them */
-    }
+    for (; i < ntiles; i += gridDim.x * blockDim.x)
+        map[i] = 0; /* every tile is the one buffer's */
 }
 
 /* Where the pieces of one buffer's scratch go (the scratch 256-aligned). */
 struct gt_one_layout {
     uint64_t nleaves;
-    uint32_t ntiles, nshare; /* nshare: words of block shares (striped) */
-    size_t o_item, o_map, o_dig, o_part, o_share, bytes;
+    uint32_t ntiles;
+    size_t o_item, o_map, o_dig, o_part, bytes;
 };
 
 static int gt_one_plan(size_t count, struct gt_one_layout *l)
@@ -1007,11 +890,8 @@ static int gt_one_plan(size_t count, struct gt_one_layout *l)
     l->o_item = gt_align(sizeof(struct gt_desc), 16);
     l->o_map = gt_align(l->o_item + sizeof(struct gt_item), 16);
     l->o_dig = gt_align(l->o_map + 4 * (size_t)l->ntiles, 256);
-    size_t nslots = (size_t)(l->nleaves + (l->nleaves & 1)); /* leaf0 = 0: striped or not */
-    l->o_part = gt_align(l->o_dig + 8 * nslots, 256);
-    l->o_share = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)l->ntiles, 256);
-    l->nshare = gt_striped(l->nleaves) ? (uint32_t)gt_share_words(nslots) : 0;
-    l->bytes = gt_align(l->o_share + 8 * (size_t)l->nshare, 256);
+    l->o_part = gt_align(l->o_dig + 8 * (size_t)(l->nleaves + (l->nleaves & 1)), 256);
+    l->bytes = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)l->ntiles, 256);
     return 0;
 }
 
@@ -1043,7 +923,6 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
     uint32_t *map = (uint32_t *)(base + l.o_map);
     uint64_t *dig = (uint64_t *)(base + l.o_dig);
     struct gt_part *part = (struct gt_part *)(base + l.o_part);
-    uint64_t *share = l.nshare ? (uint64_t *)(base + l.o_share) : NULL;
     if (l.nleaves <= GT_SMALL_LEAVES) {
         /* one tile a leaf (gt_tile_leaves), at most 30: one warp each */
         unsigned blocks = l.ntiles ? (l.ntiles + GT_ONE_WARPS - 1) / GT_ONE_WARPS : 1;
@@ -1051,19 +930,18 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
         return cudaGetLastError();
     }
     unsigned sg = l.ntiles > 256 * 64 ? 64 : (l.ntiles + 255) / 256 + 1;
-    gt_one_setup<<<sg, 256, 0, s>>>(dd, d, (struct gt_item *)(base + l.o_item), it, map, l.ntiles, share,
-                                    l.nshare);
+    gt_one_setup<<<sg, 256, 0, s>>>(dd, d, (struct gt_item *)(base + l.o_item), it, map, l.ntiles);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
     if (l.ntiles) {
         unsigned grid = (l.ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32);
-        gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, share, dd, map, l.ntiles);
+        gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, dd, map, l.ntiles);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     }
     gt_root_kernel<<<1, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(base + l.o_item), 1, dd,
-                                                 dig, part, share);
+                                                 dig, part);
     return cudaGetLastError();
 }
 
@@ -1097,6 +975,6 @@ cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *buf
     cudaError_t e = cudaMemcpyAsync(scratch, staging, l.in_bytes, cudaMemcpyHostToDevice, s);
     if (e != cudaSuccess)
         return e;
-    e = gt_launch((unsigned char *)scratch, &l, nitems, drec, s, 0, 0, 0);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    gt_launch((unsigned char *)scratch, &l, nitems, drec, s, 0, 0, 0);
+    return cudaGetLastError();
 }

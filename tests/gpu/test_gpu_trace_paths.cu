@@ -2,13 +2,12 @@
  * gpu_trace.cu has of making their records, all bitwise equal, the hashes
  * those of hash_tensor(): gpu_trace_batch with a warp a tile and with
  * capped grids (the leaf kernel's LOOP variant, one root block for all
- * items), the batch captured as a CUDA graph (fixed: the block shares'
- * memset a node of it, the descriptors uploaded once) and replayed twice,
- * and gpu_trace_one per buffer. The buffers: more than 512 leaves (8-leaf
- * tiles, whose leaf kernel sums the root's block shares) between small
- * ones that leave the digest slots unaligned, one of them not 16-byte
- * aligned, one whose root input is a whole number of 1 KiB blocks (its
- * last block is the tail). tests/gpu/test_gpu_trace.c checks the
+ * items), the batch captured as a CUDA graph (the descriptors uploaded
+ * once) and replayed twice, and gpu_trace_one per buffer. The buffers:
+ * more than 512 leaves (8-leaf tiles, a root of many 1 KiB blocks)
+ * between small ones, one of them not 16-byte aligned, one whose root
+ * input is a whole number of 1 KiB blocks (its last block is the
+ * tail). tests/gpu/test_gpu_trace.c checks the
  * statistics against the CPU's. Exits 77 without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -132,7 +131,7 @@ static void test_paths(void **state)
     TP_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     TP_CUDA(cudaGraphDestroy(graph));
     gpu_trace_upload(g);
-    for (int rep = 0; rep < 2; rep++) { /* the second replay finds the shares of the first */
+    for (int rep = 0; rep < 2; rep++) { /* a replay leaves nothing that changes the next */
         TP_CUDA(cudaGraphLaunch(exec, s));
         memset(got, 0, sizeof got);
         gpu_trace_collect(g, got, TP_N);
