@@ -71,8 +71,9 @@ def _declare(lib):
         # data as a plain address: a tensor's data_ptr() goes in without a cast
         "divtrace_record": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_void_p, c_int, c_void_p,
                                     c_int, i64p, strv, c_int]),
-        "divtrace_record_many": (c_int, [c_void_p, c_int, ctypes.POINTER(Tensor),
-                                         ctypes.POINTER(c_void_p), c_int, c_void_p]),
+        # the tensors and data pointers as addresses: a run of records starts
+        # anywhere in the recorder's arrays
+        "divtrace_record_many": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_int, c_void_p]),
         "divtrace_flush": (c_int, [c_void_p]),
         "divtrace_step_end": (c_int, [c_void_p, ctypes.c_double]),
         "divtrace_checkpoint_begin": (c_int, [c_void_p, ctypes.c_uint64]),

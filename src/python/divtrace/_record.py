@@ -16,11 +16,15 @@
 # those are recorded at once in every step, the others deferred, and at each
 # flush point every deferred tensor's version is checked again.
 #
-# Groups: the parameters at the step's start, their gradients and their
-# updates are recorded in runs; after the first step each run is one
-# divtrace_record_many call with the first step's names and shapes (and
-# falls back to one call a tensor when anything differs, so the library
-# still reports a step unlike the first).
+# After the first step a deferred record makes no library call of its own:
+# its data pointer goes into an array by record slot, and the run of
+# deferred records since the last call goes to the library in one
+# divtrace_record_many call (with the first step's names and shapes) at the
+# next flush point or before the next record that is not deferred. The
+# parameters at the step's start, their gradients and their updates are
+# checked as groups. Anything unlike the first step's (a name, a type, a
+# shape, a dtype) takes the one-call-a-record path, so the library still
+# reports a step that differs from the first.
 import ctypes
 
 import torch
@@ -36,6 +40,8 @@ ROOT_NAME = "model"
 _F32 = torch.float32
 _VOIDP = ctypes.c_void_p
 _HOST, _DEVICE, _DEFERRED = _lib.HOST, _lib.DEVICE, _lib.DEVICE_DEFERRED
+_TENSOR_SIZE = ctypes.sizeof(_lib.Tensor)
+_PTR_SIZE = ctypes.sizeof(ctypes.c_void_p)
 # the raw cudaStream_t of a device's current stream, without building a
 # torch.cuda.Stream: torch.cuda.current_stream(dev).cuda_stream, cheaper
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -145,9 +151,13 @@ class Recorder:
         # library keeps the first step's and ignores later ones): later steps
         # only name and record, with no inputs.
         self._fixed = False
-        # group -> (first slot, tensors) of the first step's run, then a _Group
+        # group -> (first slot, end, tensors) of the first step's run, then a _Group
         self._group_spans = {}
         self._groups = {}
+        # after the first step, with defer: divtrace_record_many's tensors and
+        # data pointers, by slot (None before)
+        self._ts_all = None
+        self._ptrs = None
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
 
         # Static names. named_parameters() drops tied duplicates: a shared
@@ -370,6 +380,8 @@ class Recorder:
         self._watch = []
         self._nrec = 0
         self._ndef = 0
+        self._pend0 = 0         # slots _pend0 .. _nrec - 1: deferred, not yet passed to the library
+        self._pend_stream = 0
 
     def _begin(self):
         if self._in_step:
@@ -415,7 +427,7 @@ class Recorder:
         self._reset_step_state()
         _lib.check(rc, self._h)
         if not self._fixed:
-            self._make_groups()
+            self._make_fast()
         self._fixed = True
         self.steps += 1
 
@@ -464,18 +476,29 @@ class Recorder:
             if not t.is_contiguous():
                 t = t.detach().contiguous()
         k = self._nrec
+        if self._ptrs is not None and t.is_cuda and k < len(self._slots) and self._deferrable[k]:
+            s = self._slots[k]
+            if s[0] == name and s[1] == type_b and s[2] == kind and s[3] == t.shape:
+                stream = _raw_stream(t.get_device())
+                if k != self._pend0 and stream != self._pend_stream:
+                    self._push()
+                self._pend_stream = stream
+                self._ptrs[k] = t.data_ptr()
+                self._keep.append(t)
+                self._watch.append((k, t, t._version))
+                self._ndef += 1
+                self._nrec = k + 1
+                return True
+        if k != self._pend0:
+            self._push()  # the records before this one go first
         self._nrec = k + 1
+        self._pend0 = k + 1
         if t.is_cuda:
             where = _DEVICE
             stream = _VOIDP(_raw_stream(t.get_device()))
             self._keep.append(t)
-            if self.defer:
-                if not self._fixed:
-                    self._watch.append((k, t, t._version))
-                elif k < len(self._deferrable) and self._deferrable[k]:
-                    where = _DEFERRED
-                    self._watch.append((k, t, t._version))
-                    self._ndef += 1
+            if self.defer and not self._fixed:
+                self._watch.append((k, t, t._version))
         else:
             if not t.is_cpu:
                 t = t.detach().cpu()
@@ -527,61 +550,101 @@ class Recorder:
                                         "recorded, before its deferred hash ran (it was not in the "
                                         "first step); record with defer=False"
                                     % (self.steps, name))
+        self._push()
         if flush:
             _lib.check(self._lib.divtrace_flush(self._h), self._h)
 
-    def _make_groups(self):
-        """After the first step: each run of parameter, gradient or update
-        records as a divtrace_record_many argument."""
-        for gname, (k0, k1, owners) in self._group_spans.items():
-            n = k1 - k0
-            if n <= 0 or k1 > len(self._slots) or len(owners) != n:
-                continue
-            ts = (_lib.Tensor * n)()
-            keep = []
-            for i in range(n):
-                s = self._slots[k0 + i]
+    def _push(self):
+        """The deferred records buffered since the last library call, in one
+        call."""
+        k0 = self._pend0
+        n = self._nrec - k0
+        if n <= 0:
+            return
+        self._pend0 = self._nrec
+        rc = self._lib.divtrace_record_many(self._h, n, self._ts_addr + k0 * _TENSOR_SIZE,
+                                            self._ptrs_addr + k0 * _PTR_SIZE, _DEFERRED, self._pend_stream)
+        if rc < 0:
+            _lib.check(rc, self._h)
+
+    def _make_fast(self):
+        """After the first step: divtrace_record_many's arguments for every
+        slot (with defer), and each run of parameter, gradient or update
+        records as a group."""
+        slots = self._slots
+        if self.defer:
+            d = self._deferrable
+            if len(d) < len(slots):
+                d.extend([False] * (len(slots) - len(d)))
+            ts = (_lib.Tensor * max(1, len(slots)))()
+            for i, s in enumerate(slots):
                 ts[i].name, ts[i].type, ts[i].kind, ts[i].ndim = s[4], s[1], s[2], s[5]
                 ts[i].shape = ctypes.cast(s[6], ctypes.POINTER(ctypes.c_int64))
                 ts[i].inputs, ts[i].ninputs = None, 0
-                keep.append(s)
-            self._groups[gname] = _Group(k0, n, ts, (_VOIDP * n)(), [s[3] for s in keep], list(owners),
+            self._ts_all = ts
+            self._ptrs = (_VOIDP * max(1, len(slots)))()
+            self._ts_addr = ctypes.addressof(ts)
+            self._ptrs_addr = ctypes.addressof(self._ptrs)
+        for gname, (k0, k1, owners) in self._group_spans.items():
+            n = k1 - k0
+            if n <= 0 or k1 > len(slots) or len(owners) != n:
+                continue
+            ts = (_lib.Tensor * n)()
+            for i in range(n):
+                s = slots[k0 + i]
+                ts[i].name, ts[i].type, ts[i].kind, ts[i].ndim = s[4], s[1], s[2], s[5]
+                ts[i].shape = ctypes.cast(s[6], ctypes.POINTER(ctypes.c_int64))
+                ts[i].inputs, ts[i].ninputs = None, 0
+            self._groups[gname] = _Group(k0, n, ts, (_VOIDP * n)(), [slots[k0 + i][3] for i in range(n)],
+                                         list(owners),
                                          all(k0 + i < len(self._deferrable) and self._deferrable[k0 + i]
                                              for i in range(n)))
 
     def _record_group(self, gname, tensors, owners):
-        """A group's records in one call, if this step's tensors are the
-        first step's kind, of the same parameters (owners), and every one
-        is float32, contiguous and of its first shape (False: nothing
-        recorded, take them one by one)."""
+        """A group's records, if this step's tensors are the first step's
+        kind, of the same parameters (owners), and every one is float32,
+        contiguous and of its first shape: deferred ones into the buffer,
+        others in one call (False: nothing recorded, take them one by
+        one)."""
         g = self._groups.get(gname)
-        if g is None or self._nrec != g.k0 or len(tensors) != g.n:
+        if g is None or self._nrec != g.k0 or len(tensors) != g.n or not tensors:
             return False
-        t0 = tensors[0] if tensors else None
-        if t0 is None:
-            return False
+        t0 = tensors[0]
         cuda = t0.is_cuda
         if not cuda and not t0.is_cpu:
             return False
-        shapes, ptrs, first = g.shapes, g.ptrs, g.owners
+        k0 = g.k0
+        buffered = cuda and self._ptrs is not None and g.deferrable
+        shapes, first = g.shapes, g.owners
+        ptrs = self._ptrs if buffered else g.ptrs
+        base = k0 if buffered else 0
         for i, t in enumerate(tensors):
             if owners[i] is not first[i] or t.dtype is not _F32 or t.is_cuda is not cuda \
                     or t.shape != shapes[i] or t.is_sparse or not t.is_contiguous():
                 return False
-            ptrs[i] = t.data_ptr()
+            ptrs[base + i] = t.data_ptr()
+        if buffered:
+            stream = _raw_stream(t0.get_device())
+            if k0 != self._pend0 and stream != self._pend_stream:
+                self._push()
+            self._pend_stream = stream
+            self._keep.extend(tensors)
+            self._watch.extend((k0 + i, t, t._version) for i, t in enumerate(tensors))
+            self._ndef += g.n
+            self._nrec = k0 + g.n
+            return True
+        if k0 != self._pend0:
+            self._push()
         if cuda:
             stream = _VOIDP(_raw_stream(t0.get_device()))
             self._keep.extend(tensors)
             where = _DEVICE
-            if self.defer and g.deferrable:
-                where = _DEFERRED
-                k0 = g.k0
-                self._watch.extend((k0 + i, t, t._version) for i, t in enumerate(tensors))
-                self._ndef += g.n
         else:
             stream, where = None, _HOST
-        rc = self._lib.divtrace_record_many(self._h, g.n, g.ts, ptrs, where, stream)
-        self._nrec += g.n
+        rc = self._lib.divtrace_record_many(self._h, g.n, ctypes.addressof(g.ts), ctypes.addressof(g.ptrs),
+                                            where, stream)
+        self._nrec = k0 + g.n
+        self._pend0 = self._nrec
         if rc < 0:
             _lib.check(rc, self._h)
         return True
