@@ -331,12 +331,43 @@ class Recorder:
 
     def _make_forward_hook(self, mname, mtype, own_params):
         mtype_b = mtype.encode()
-
         is_grad_enabled = torch.is_grad_enabled
+        names = [mname]         # the module's k-th call's record name: mname, mname.1, ...
+        rec = self
+        Tensor, F32 = torch.Tensor, _F32
 
         def hook(module, args, kwargs, output):
-            if not self._paused and (self.record_no_grad or is_grad_enabled()):
-                self._forward(mname, mtype_b, own_params, args, kwargs, output)
+            if rec._paused or not (rec.record_no_grad or is_grad_enabled()):
+                return None
+            # After the first step, a single CUDA tensor whose record is
+            # deferred and is the first step's at this place: into the
+            # buffer, here (the general path below costs several calls).
+            if rec._ptrs is not None and rec._in_step and type(output) is Tensor:
+                calls = rec._calls
+                c = calls.get(mname, 0)
+                while len(names) <= c:
+                    names.append("%s.%d" % (mname, len(names)))
+                name = names[c]
+                k = rec._nrec
+                slots = rec._slots
+                if k < len(slots) and rec._deferrable[k] and name not in rec._used:
+                    s = slots[k]
+                    t = output
+                    if s[0] == name and s[1] == mtype_b and s[2] == FORWARD and t.is_cuda and t.dtype is F32 \
+                            and t.shape == s[3] and t.is_contiguous() and not t.is_sparse:
+                        calls[mname] = c + 1
+                        rec._used.add(name)
+                        stream = _raw_stream(t.get_device())
+                        if k != rec._pend0 and stream != rec._pend_stream:
+                            rec._push()
+                        rec._pend_stream = stream
+                        rec._ptrs[k] = t.data_ptr()
+                        rec._keep.append(t)
+                        rec._watch.append((k, t, t._version))
+                        rec._ndef += 1
+                        rec._nrec = k + 1
+                        return None
+            rec._forward(mname, mtype_b, own_params, args, kwargs, output)
             return None
         return hook
 
