@@ -2,8 +2,8 @@
  * many device buffers of float32 in one call, computed where they live.
  *
  * One call: one copy of the step's descriptor table to the device (once
- * for a captured step), two kernels, the second writing the records into
- * pinned host memory, one stream synchronisation.
+ * for a captured step), two or three kernels, the last writing the
+ * records into pinned host memory, one stream synchronisation.
  *  1. gt_leaf_kernel: one warp per tile of consecutive 16 KiB leaves of one
  *     buffer: one leaf in a buffer of up to GT_SPLIT_LEAVES leaves, else
  *     GT_TILE_LEAVES (gt_tile_leaves: the tiling, and so the order of the
@@ -12,8 +12,12 @@
  *     8 lanes of one accumulator pair sum their shares in 3 shuffle rounds
  *     before the scramble), writes the leaf digests, and in the same pass
  *     gathers the tile's statistics: one partial record per tile.
- *  2. gt_root_kernel: finishes each buffer's record: sums its tile
- *     partials (fixed order) and hashes its leaf digests into the root. A
+ *  2. gt_group_kernel (only for buffers of more than 30 leaves): sums
+ *     their tile partials in groups of 64 tiles, one warp a group, over
+ *     the whole GPU.
+ *  3. gt_root_kernel: finishes each buffer's record: sums its tile
+ *     partials, or a large buffer's groups (fixed order), and hashes its
+ *     leaf digests into the root. A
  *     buffer of at most 30 leaves (a root of <= 240 bytes) takes one warp,
  *     16 to a block; a larger one a block of GT_ROOT_THREADS (the root's
  *     long path: the warps compute the 1 KiB blocks' shares, 8 threads run
@@ -461,6 +465,49 @@ struct gt_item {
     uint32_t n, k[GT_ROOT_WARPS];
 };
 
+/* The tile partials of a large buffer (more than GT_SMALL_LEAVES leaves)
+ * are first summed in groups of GT_GROUP_TILES consecutive tiles, one
+ * warp a group, all over the GPU (gt_group_kernel), each group's sum
+ * written over its first tile's partial; the root then sums the groups.
+ * A 1 GiB record has 8192 partials of 152 bytes: read by one block of the
+ * root, they kept it busy for most of its 0.05 ms. */
+#define GT_GROUP_TILES 64u
+static __host__ __device__ uint32_t gt_groups(uint32_t ntiles)
+{
+    return (ntiles + GT_GROUP_TILES - 1) / GT_GROUP_TILES;
+}
+
+/* One group (k: the buffer, g: the group) of a large buffer, by one warp:
+ * lane l sums tiles l and l + 32 of the group in that order, then the
+ * lanes in a fixed butterfly. */
+__global__ void __launch_bounds__(256)
+gt_group_kernel(struct gt_part *part, const struct gt_desc *desc, const uint32_t *grp, uint32_t ngroups)
+{
+    int lane = (int)(threadIdx.x & 31);
+    uint32_t w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (w >= ngroups)
+        return;
+    const struct gt_desc &d = desc[grp[2 * w]];
+    uint32_t t0 = d.tile0 + GT_GROUP_TILES * grp[2 * w + 1], end = d.tile0 + d.ntiles;
+    struct gt_acc a;
+    gt_acc_init(&a);
+    if (t0 + (uint32_t)lane < end)
+        gt_acc_part(&a, part + t0 + lane);
+    if (t0 + 32 + (uint32_t)lane < end)
+        gt_acc_part(&a, part + t0 + 32 + lane);
+    gt_acc_warp(&a, 32); /* every lane has read its tiles before lane 0 writes */
+    if (lane == 0) {
+        struct gt_part *o = part + t0;
+        o->sq = a.sq;
+        for (int k = 0; k < TRACE_SKETCH_LEN; k++)
+            o->sk[k] = a.sk[k];
+        o->mn = a.mn;
+        o->mx = a.mx;
+        o->nan = (uint32_t)a.nan; /* at most 64 tiles of 32768 elements */
+        o->inf = (uint32_t)a.inf;
+    }
+}
+
 /* A small buffer by one warp; stage: the warp's GT_REC_WORDS words of
  * shared memory. */
 static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_desc *desc,
@@ -573,8 +620,8 @@ static __device__ void gt_root_item(struct trace_oprec *rec, const struct gt_ite
             struct gt_acc a;
             gt_acc_init(&a);
 #pragma unroll 4
-            for (uint32_t t = (uint32_t)tid - 32; t < d.ntiles; t += GT_ROOT_THREADS - 32)
-                gt_acc_part(&a, part + d.tile0 + t);
+            for (uint32_t t = (uint32_t)tid - 32; t < gt_groups(d.ntiles); t += GT_ROOT_THREADS - 32)
+                gt_acc_part(&a, part + d.tile0 + GT_GROUP_TILES * t);
             gt_acc_warp(&a, 32);
             if (lane == 0)
                 wacc[warp] = a;
@@ -676,29 +723,35 @@ void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t
 }
 
 /* Where a batch's pieces go. Device: descriptors | tile map | work items
- * (the three copied in as one piece from the same layout on the host) |
- * digests | partials, then (gpu_trace_enqueue) records. */
+ * | groups (the four copied in as one piece from the same layout on the
+ * host) | digests | partials, then (gpu_trace_enqueue) records. */
 struct gt_layout {
     uint64_t ntiles, nslots;
-    size_t o_map, o_items, in_bytes, o_dig, o_part, o_end;
+    uint32_t ngroups;  /* of the large buffers' tiles (gt_group_kernel) */
+    size_t o_map, o_items, o_grp, in_bytes, o_dig, o_part, o_end;
 };
 
 /* The layout of n buffers of counts[k] floats; -1: too many tiles. */
 static int gt_plan(const size_t *counts, int n, struct gt_layout *l)
 {
-    uint64_t ntiles = 0, nslots = 0;
+    uint64_t ntiles = 0, nslots = 0, ngroups = 0;
     for (int k = 0; k < n; k++) {
         uint64_t leaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
-        ntiles += (leaves + gt_tile_leaves(leaves) - 1) / gt_tile_leaves(leaves);
+        uint64_t tiles = (leaves + gt_tile_leaves(leaves) - 1) / gt_tile_leaves(leaves);
+        ntiles += tiles;
         nslots += leaves + (leaves & 1);
+        if (leaves > GT_SMALL_LEAVES)
+            ngroups += (tiles + GT_GROUP_TILES - 1) / GT_GROUP_TILES;
     }
     if (ntiles >= UINT32_MAX / 32)
         return -1;
     l->ntiles = ntiles;
     l->nslots = nslots;
+    l->ngroups = (uint32_t)ngroups;
     l->o_map = gt_align((size_t)n * sizeof(struct gt_desc), 16);
     l->o_items = gt_align(l->o_map + 4 * (size_t)ntiles, 16);
-    l->in_bytes = l->o_items + (size_t)n * sizeof(struct gt_item);
+    l->o_grp = gt_align(l->o_items + (size_t)n * sizeof(struct gt_item), 16);
+    l->in_bytes = l->o_grp + 8 * (size_t)ngroups;
     l->o_dig = gt_align(l->in_bytes, 256);
     l->o_part = gt_align(l->o_dig + 8 * (size_t)nslots, 256);
     l->o_end = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)ntiles, 256);
@@ -714,6 +767,7 @@ static unsigned gt_fill(unsigned char *host, const struct gt_layout *l, const fl
     struct gt_desc *desc = (struct gt_desc *)host;
     uint32_t *map = (uint32_t *)(host + l->o_map);
     struct gt_item *items = (struct gt_item *)(host + l->o_items), *small = NULL;
+    uint32_t *grp = (uint32_t *)(host + l->o_grp), ng = 0;
     uint64_t tile = 0, slot = 0;
     unsigned nitems = 0;
     for (int k = 0; k < n; k++) {
@@ -735,6 +789,10 @@ static unsigned gt_fill(unsigned char *host, const struct gt_layout *l, const fl
         if (d->nleaves > GT_SMALL_LEAVES) {
             items[nitems].n = 0;
             items[nitems++].k[0] = (uint32_t)k;
+            for (uint32_t g = 0; g < gt_groups(d->ntiles); g++, ng++) {
+                grp[2 * ng] = (uint32_t)k;
+                grp[2 * ng + 1] = g;
+            }
         } else {
             if (!small || small->n == GT_ROOT_WARPS) {
                 small = &items[nitems++];
@@ -777,6 +835,9 @@ static void gt_launch(unsigned char *dev, const struct gt_layout *l, unsigned ni
 #ifdef GT_TIMING
     cudaEventRecord(ev[1], s);
 #endif
+    if (l->ngroups)
+        gt_group_kernel<<<(l->ngroups + 7) / 8, 256, 0, s>>>(part, ddesc, (const uint32_t *)(dev + l->o_grp),
+                                                              l->ngroups);
     unsigned rgrid = cap_root && nitems > cap_root ? cap_root : nitems;
     gt_root_kernel<<<rgrid, GT_ROOT_THREADS, 0, s>>>(rec, (const struct gt_item *)(dev + l->o_items), nitems,
                                                      ddesc, dig, part);
@@ -862,22 +923,27 @@ void gpu_trace_records(const struct gpu_trace *t, struct trace_oprec *rec, int n
  * those of gpu_trace_batch, so the record is the same, bit for bit. */
 
 __global__ void gt_one_setup(struct gt_desc *dd, struct gt_desc d, struct gt_item *di,
-                             struct gt_item it, uint32_t *map, uint32_t ntiles)
+                             struct gt_item it, uint32_t *map, uint32_t ntiles, uint32_t *grp)
 {
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i == 0) {
         *dd = d;
         *di = it;
     }
-    for (; i < ntiles; i += gridDim.x * blockDim.x)
+    for (; i < ntiles; i += gridDim.x * blockDim.x) {
         map[i] = 0; /* every tile is the one buffer's */
+        if (i < gt_groups(ntiles)) {
+            grp[2 * i] = 0;
+            grp[2 * i + 1] = i;
+        }
+    }
 }
 
 /* Where the pieces of one buffer's scratch go (the scratch 256-aligned). */
 struct gt_one_layout {
     uint64_t nleaves;
     uint32_t ntiles;
-    size_t o_item, o_map, o_dig, o_part, bytes;
+    size_t o_item, o_map, o_grp, o_dig, o_part, bytes;
 };
 
 static int gt_one_plan(size_t count, struct gt_one_layout *l)
@@ -889,7 +955,8 @@ static int gt_one_plan(size_t count, struct gt_one_layout *l)
     l->ntiles = (uint32_t)tiles;
     l->o_item = gt_align(sizeof(struct gt_desc), 16);
     l->o_map = gt_align(l->o_item + sizeof(struct gt_item), 16);
-    l->o_dig = gt_align(l->o_map + 4 * (size_t)l->ntiles, 256);
+    l->o_grp = gt_align(l->o_map + 4 * (size_t)l->ntiles, 16);
+    l->o_dig = gt_align(l->o_grp + 8 * (size_t)gt_groups(l->ntiles), 256);
     l->o_part = gt_align(l->o_dig + 8 * (size_t)(l->nleaves + (l->nleaves & 1)), 256);
     l->bytes = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)l->ntiles, 256);
     return 0;
@@ -930,13 +997,18 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
         return cudaGetLastError();
     }
     unsigned sg = l.ntiles > 256 * 64 ? 64 : (l.ntiles + 255) / 256 + 1;
-    gt_one_setup<<<sg, 256, 0, s>>>(dd, d, (struct gt_item *)(base + l.o_item), it, map, l.ntiles);
+    uint32_t *grp = (uint32_t *)(base + l.o_grp);
+    gt_one_setup<<<sg, 256, 0, s>>>(dd, d, (struct gt_item *)(base + l.o_item), it, map, l.ntiles, grp);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
     if (l.ntiles) {
         unsigned grid = (l.ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32);
         gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, dd, map, l.ntiles);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+        uint32_t ng = gt_groups(l.ntiles);
+        gt_group_kernel<<<(ng + 7) / 8, 256, 0, s>>>(part, dd, grp, ng);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     }
