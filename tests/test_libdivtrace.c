@@ -344,6 +344,19 @@ static void test_grad_norm_nonfinite(void **state)
     trace_close(tf);
 }
 
+/* What a record of host memory as device memory gets: ENOCUDA without
+ * CUDA support or a device, else EINVAL; and a message. */
+static void tt_check_nodevice(divtrace *t, int st)
+{
+#ifdef HAVE_CUDA
+    assert_true(st == DIVTRACE_ENOCUDA || st == DIVTRACE_EINVAL);
+#else
+    assert_int_equal(st, DIVTRACE_ENOCUDA);
+    assert_non_null(strstr(divtrace_errmsg(t), "without CUDA"));
+#endif
+    assert_true(strlen(divtrace_errmsg(t)) > 0);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -408,23 +421,10 @@ static void test_bad_arguments(void **state)
     assert_int_equal(REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_HOST, 1, sh, nulin, 1), DIVTRACE_EINVAL);
     /* a device pointer: no CUDA support compiled in, or no device here, or
      * (on a GPU machine) host memory passed as device memory */
-    int st = REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_DEVICE, 1, sh, NULL, 0);
-#ifdef HAVE_CUDA
-    assert_true(st == DIVTRACE_ENOCUDA || st == DIVTRACE_EINVAL);
-#else
-    assert_int_equal(st, DIVTRACE_ENOCUDA);
-    assert_non_null(strstr(divtrace_errmsg(t), "without CUDA"));
-#endif
-    assert_true(strlen(divtrace_errmsg(t)) > 0);
+    tt_check_nodevice(t, REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_DEVICE, 1, sh, NULL, 0));
     /* the same, deferred: refused when recorded, not at a later flush */
     assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
-    st = REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_DEVICE_DEFERRED, 1, sh, NULL, 0);
-#ifdef HAVE_CUDA
-    assert_true(st == DIVTRACE_ENOCUDA || st == DIVTRACE_EINVAL);
-#else
-    assert_int_equal(st, DIVTRACE_ENOCUDA);
-    assert_non_null(strstr(divtrace_errmsg(t), "without CUDA"));
-#endif
+    tt_check_nodevice(t, REC("x", "t", DIVTRACE_INPUT, x, DIVTRACE_DEVICE_DEFERRED, 1, sh, NULL, 0));
     assert_int_equal(divtrace_flush(t), DIVTRACE_OK); /* nothing deferred */
     /* an error in the step: it may be begun again, and then works */
     assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
@@ -447,12 +447,7 @@ static void test_bad_arguments(void **state)
     assert_int_equal(divtrace_checkpoint_add(t, "x", NULL, DIVTRACE_HOST, 1, sh), DIVTRACE_EINVAL);
     assert_int_equal(divtrace_checkpoint_add(t, "x", x, DIVTRACE_HOST, 1, sh), DIVTRACE_OK);
     assert_int_equal(divtrace_checkpoint_add(t, "x", x, DIVTRACE_HOST, 1, sh), DIVTRACE_EINVAL);
-    st = divtrace_checkpoint_add(t, "z", x, DIVTRACE_DEVICE, 1, sh);
-#ifdef HAVE_CUDA
-    assert_true(st == DIVTRACE_ENOCUDA || st == DIVTRACE_EINVAL);
-#else
-    assert_int_equal(st, DIVTRACE_ENOCUDA);
-#endif
+    tt_check_nodevice(t, divtrace_checkpoint_add(t, "z", x, DIVTRACE_DEVICE, 1, sh));
     assert_int_equal(divtrace_checkpoint_end(t), DIVTRACE_OK);
     assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
 

@@ -4,7 +4,10 @@
 # identical traces; a module that computes differently is named as the first
 # divergence and the only origin; every record of a trace read back with
 # `divtrace show --json` matches what torch computes by itself; an exception
-# leaves an incomplete but readable trace; library errors reach Python.
+# leaves an incomplete but readable trace; library errors reach Python;
+# deferred records (hashed a run at a time at the flush points) equal
+# records made at once, also with an output changed in place by the next
+# module, and a change the first step did not show stops the run.
 # Run by tests/cli_torch.sh (make check).
 import math
 import os
@@ -15,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_testlib import MLP, TOP, Checks, DT, batches, diff_json, divtrace, run_dt, show_json, tmpdir, train
+from torch_testlib import (MLP, TOP, Checks, DT, batches, check_deferred, diff_json, divtrace, run_dt,
+                           show_json, tmpdir, train)
 
 C = Checks()
 T = tmpdir()
@@ -325,6 +329,12 @@ class Grows(nn.Module):
         return self.extra(h) if self.calls > 2 else h
 
 
+def test_deferred():
+    """Deferred records on the cpu: the library hashes each run in one call
+    at the flush points."""
+    check_deferred(C, "cpu", p)
+
+
 def test_errors():
     try:
         train(p("grows.dtr"), Grows)
@@ -359,7 +369,7 @@ def main():
     print("divtrace %s, libdivtrace %s, torch %s" % (DT, divtrace.library_path(), torch.__version__))
     torch.set_num_threads(1)
     for t in (test_identical, test_divergent_module, test_against_torch, test_exception, test_levels,
-              test_errors):
+              test_errors, test_deferred):
         try:
             t()
         except Exception as e:  # a test that crashes is a failed check, and the rest still run

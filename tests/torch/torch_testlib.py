@@ -121,3 +121,93 @@ def train(path, make_model, steps=5, seed=0, device="cpu", lr=1e-2, checkpoint_e
             rec.step(loss)
             losses.append(loss.item())
     return losses
+
+
+class InplaceNet(nn.Module):
+    """fc1's output is changed in place by the ReLU module after it (its
+    record must be of the values before); from step `mutate_from` on,
+    forward also doubles fc2's output in place after fc2's hook ran (a
+    change the first step did not show)."""
+
+    def __init__(self, mutate_from=None):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.act = nn.ReLU(inplace=True)
+        self.fc2 = nn.Linear(32, 32)
+        self.fc3 = nn.Linear(32, 4)
+        self.mutate_from = mutate_from
+        self.calls = 0
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        h = self.fc2(h)
+        if self.mutate_from is not None and self.calls >= self.mutate_from:
+            h.mul_(2.0)
+        self.calls += 1
+        return self.fc3(torch.tanh(h))
+
+
+def check_deferred(C, device, p):
+    """Deferred records (the default) against records made at once, on
+    device: with a module's output changed in place by the next module,
+    against torch's statistics, and with a change the first step did not
+    show (a DivtraceError that names it). p(name): a path for a trace."""
+    data = batches(6, device=device)
+    recs = {}
+
+    def run(name, defer, make=InplaceNet):
+        torch.manual_seed(0)
+        model = make().to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        with divtrace.record(model, p(name), config={"seed": 0}, optimizer=opt, defer=defer) as rec:
+            for s in range(6):
+                x, y = data[s]
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                rec.step(loss)
+        recs[name] = rec
+        rec.final = {n: q.detach().double() for n, q in model.named_parameters()}
+        return rec
+
+    run("now.dtr", False)
+    r = run("later.dtr", True)
+    rc, js = diff_json(p("now.dtr"), p("later.dtr"))
+    C.ok(rc == 0, "deferred records: the same trace as records hashed at once (a ReLU in place after fc1)",
+         str(js.get("first_divergence")))
+    C.ok(recs["now.dtr"].deferred_per_step == 0 and r.deferred_per_step == r.records_per_step - 1,
+         "deferred records: every record but fc1's (changed in place by the ReLU) deferred",
+         "%d of %d deferred" % (r.deferred_per_step, r.records_per_step))
+    # the last step's updates (a group of records, deferred) against torch's
+    # statistics of the trained parameters; each step's parameters against
+    # the step before's updates (two groups, one hash)
+    js = show_json(p("later.dtr"))
+    last = {x["name"]: x for x in js["steps"][-1]["records"]}
+    bad = []
+    for n, q in r.final.items():
+        x = last.get(n + ".update")
+        l2, mn, mx = float(q.norm()), float(q.min()), float(q.max())
+        if x is None or abs(x["l2"] - l2) > 1e-12 * l2 or x["min"] != mn or x["max"] != mx:
+            bad.append("%s: %r vs torch %r %r %r" % (n, x and (x["l2"], x["min"], x["max"]), l2, mn, mx))
+    C.ok(not bad, "deferred records: the last updates' L2 norm, min and max as torch computes them",
+         "; ".join(bad))
+    hs = [{x["name"]: x["hash"] for x in st["records"]} for st in js["steps"]]
+    C.ok(all(hs[t + 1][n] == hs[t][n + ".update"] for t in range(len(hs) - 1) for n in r.final),
+         "deferred records: each step's parameters hash as the step before's updates")
+    fc1 = [x for x in js["steps"][0]["records"] if x["name"] == "fc1"]
+    C.ok(len(fc1) == 1 and fc1[0]["min"] < 0, "deferred records: fc1's record is of its output before the "
+         "ReLU (negative minimum)", str(fc1[0]["min"] if fc1 else None))
+    # fc2's output changed in place from step 2 on, after its record
+    err = None
+    try:
+        run("mut.dtr", True, make=lambda: InplaceNet(mutate_from=2))
+    except divtrace.DivtraceError as e:
+        err = str(e)
+    C.ok(err is not None and "'fc2'" in err and "changed in place" in err and "step 2" in err,
+         "deferred records: an output changed in place in a later step stops the run, naming it", str(err))
+    js = show_json(p("mut.dtr"))
+    C.ok(len(js["steps"]) == 2, "deferred records: the stopped trace keeps its 2 complete steps",
+         "%d steps" % len(js["steps"]))
+    run("mut-now.dtr", False, make=lambda: InplaceNet(mutate_from=2))
+    C.ok(True, "deferred records: the same run with defer=False runs to its end")

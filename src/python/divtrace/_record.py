@@ -6,15 +6,16 @@
 # (the library checks it), so names depend only on the model's structure and
 # the order of calls, never on values, ids or timing.
 #
-# Deferred device records (defer=True): after the first step, a CUDA
-# tensor's hash is not launched when it is recorded but with the others in
-# one batch at the next flush point (the optimizer's pre-hook, after the
-# gradients; the step's end). That is only right if the tensor is unchanged
-# until then, which PyTorch's version counters tell: the first step records
-# every tensor at once and notes which ones changed in place before their
-# flush point (the output of a layer followed by an in-place ReLU, say);
-# those are recorded at once in every step, the others deferred, and at each
-# flush point every deferred tensor's version is checked again.
+# Deferred records (defer=True): after the first step, a tensor's record is
+# not made when it is recorded but with the others at the next flush point
+# (the optimizer's pre-hook, after the gradients; the step's end): a GPU
+# tensor's hash in one batch of kernels, a host tensor's in one library
+# call. That is only right if the tensor is unchanged until then, which
+# PyTorch's version counters tell: the first step records every tensor at
+# once and notes which ones changed in place before their flush point (the
+# output of a layer followed by an in-place ReLU, say); those are recorded
+# at once in every step, the others deferred, and at each flush point every
+# deferred tensor's version is checked again.
 #
 # After the first step a deferred record makes no library call of its own:
 # its data pointer goes into an array by record slot, and the run of
@@ -48,6 +49,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 if _raw_stream is None:
     def _raw_stream(index):
         return torch.cuda.current_stream(index).cuda_stream
+_HOST_RUN = -1  # a buffered run of host tensors (no stream)
 
 
 def _flatten(obj, prefix, out):
@@ -212,7 +214,7 @@ class Recorder:
             cfg["cudnn_benchmark"] = _config_value(torch.backends.cudnn.benchmark)
             cfg["matmul_allow_tf32"] = _config_value(torch.backends.cuda.matmul.allow_tf32)
             cfg["cudnn_allow_tf32"] = _config_value(torch.backends.cudnn.allow_tf32)
-            cfg["deferred_records"] = _config_value(self.defer)
+
         cfg["parameters"] = str(sum(p.numel() for _, p in self._params))
         if opt is not None:
             cfg["optimizer"] = type(opt).__name__
@@ -221,6 +223,7 @@ class Recorder:
                 if k in g:
                     cfg[k] = _config_value(g[k])
         cfg["trace_level"] = self.level
+        cfg["deferred_records"] = _config_value(self.defer)
         cfg["checkpoint_every"] = str(self.checkpoint_every)
         cfg["adapter"] = "divtrace-python"
         for k, v in self._user_config.items():
@@ -353,19 +356,12 @@ class Recorder:
                 if k < len(slots) and rec._deferrable[k] and name not in rec._used:
                     s = slots[k]
                     t = output
-                    if s[0] == name and s[1] == mtype_b and s[2] == FORWARD and t.is_cuda and t.dtype is F32 \
-                            and t.shape == s[3] and t.is_contiguous() and not t.is_sparse:
+                    if s[0] == name and s[1] == mtype_b and s[2] == FORWARD and t.dtype is F32 \
+                            and t.shape == s[3] and t.is_contiguous() and (t.is_cuda or t.is_cpu) \
+                            and not t.is_sparse:
                         calls[mname] = c + 1
                         rec._used.add(name)
-                        stream = _raw_stream(t.get_device())
-                        if k != rec._pend0 and stream != rec._pend_stream:
-                            rec._push()
-                        rec._pend_stream = stream
-                        rec._ptrs[k] = t.data_ptr()
-                        rec._keep.append(t)
-                        rec._watch.append((k, t, t._version))
-                        rec._ndef += 1
-                        rec._nrec = k + 1
+                        rec._buffer(k, t)
                         return None
             rec._forward(mname, mtype_b, own_params, args, kwargs, output)
             return None
@@ -507,18 +503,10 @@ class Recorder:
             if not t.is_contiguous():
                 t = t.detach().contiguous()
         k = self._nrec
-        if self._ptrs is not None and t.is_cuda and k < len(self._slots) and self._deferrable[k]:
+        if self._ptrs is not None and (t.is_cuda or t.is_cpu) and k < len(self._slots) and self._deferrable[k]:
             s = self._slots[k]
             if s[0] == name and s[1] == type_b and s[2] == kind and s[3] == t.shape:
-                stream = _raw_stream(t.get_device())
-                if k != self._pend0 and stream != self._pend_stream:
-                    self._push()
-                self._pend_stream = stream
-                self._ptrs[k] = t.data_ptr()
-                self._keep.append(t)
-                self._watch.append((k, t, t._version))
-                self._ndef += 1
-                self._nrec = k + 1
+                self._buffer(k, t)
                 return True
         if k != self._pend0:
             self._push()  # the records before this one go first
@@ -528,13 +516,13 @@ class Recorder:
             where = _DEVICE
             stream = _VOIDP(_raw_stream(t.get_device()))
             self._keep.append(t)
-            if self.defer and not self._fixed:
-                self._watch.append((k, t, t._version))
         else:
             if not t.is_cpu:
                 t = t.detach().cpu()
             where = _HOST
             stream = None
+        if self.defer and not self._fixed:
+            self._watch.append((k, t, t._version))
         slots = self._slots
         s = slots[k] if k < len(slots) else None
         if self._fixed and s is not None and s[0] == name and s[1] == type_b and s[2] == kind \
@@ -585,6 +573,20 @@ class Recorder:
         if flush:
             _lib.check(self._lib.divtrace_flush(self._h), self._h)
 
+    def _buffer(self, k, t):
+        """Record k, deferred and the first step's (tensor t, on a GPU or the
+        host), into the buffer: its data pointer by slot, t kept and
+        watched."""
+        stream = _raw_stream(t.get_device()) if t.is_cuda else _HOST_RUN
+        if k != self._pend0 and stream != self._pend_stream:
+            self._push()  # one stream a run
+        self._pend_stream = stream
+        self._ptrs[k] = t.data_ptr()
+        self._keep.append(t)
+        self._watch.append((k, t, t._version))
+        self._ndef += 1
+        self._nrec = k + 1
+
     def _push(self):
         """The deferred records buffered since the last library call, in one
         call."""
@@ -593,8 +595,10 @@ class Recorder:
         if n <= 0:
             return
         self._pend0 = self._nrec
+        host = self._pend_stream == _HOST_RUN
         rc = self._lib.divtrace_record_many(self._h, n, self._ts_addr + k0 * _TENSOR_SIZE,
-                                            self._ptrs_addr + k0 * _PTR_SIZE, _DEFERRED, self._pend_stream)
+                                            self._ptrs_addr + k0 * _PTR_SIZE, _HOST if host else _DEFERRED,
+                                            None if host else self._pend_stream)
         if rc < 0:
             _lib.check(rc, self._h)
 
@@ -645,7 +649,7 @@ class Recorder:
         if not cuda and not t0.is_cpu:
             return False
         k0 = g.k0
-        buffered = cuda and self._ptrs is not None and g.deferrable
+        buffered = self._ptrs is not None and g.deferrable
         shapes, first = g.shapes, g.owners
         ptrs = self._ptrs if buffered else g.ptrs
         base = k0 if buffered else 0
@@ -655,7 +659,7 @@ class Recorder:
                 return False
             ptrs[base + i] = t.data_ptr()
         if buffered:
-            stream = _raw_stream(t0.get_device())
+            stream = _raw_stream(t0.get_device()) if cuda else _HOST_RUN
             if k0 != self._pend0 and stream != self._pend_stream:
                 self._push()
             self._pend_stream = stream
