@@ -1,6 +1,6 @@
 /* lib_gpu.h: libdivtrace's device tensors (src/gpu/lib_gpu.cu), plain C.
  * A device tensor's record (hash.h's tree hash, stats.h's statistics) is
- * computed by gpu_trace.cu's kernels on the caller's stream, into a slot of
+ * computed by gpu_trace_one.cu's kernels on the caller's stream, into a slot of
  * a device array of records; lib_gpu_collect brings the step's records back
  * in one transfer. Every function returns a divtrace_status and, on an
  * error, writes one line into msg. Built without CUDA, the functions below

@@ -1,7 +1,7 @@
 /* test_gpu_hash_host.cu: the host side of src/gpu/gpu_hash.cuh, no GPU
  * needed. Its XXH3-64 against libxxhash for every length class; the lane
  * shares of the cooperative long path (32 lanes simulated here exactly as
- * gpu_trace.cu's warps and blocks combine them: the generic warp path, the
+ * gpu_trace_kern.cuh's warps and blocks combine them: the generic warp path, the
  * full 16 KiB leaf, the block-wide root) against the sequential algorithm;
  * the whole tree against hash_tensor(); the per-lane statistics and sign
  * table against stats.c. What stays unchecked here is only the device's
@@ -26,8 +26,8 @@ extern "C" {
 #include "gpu/gpu_hash.cuh"
 
 #define SK TRACE_SKETCH_LEN
-#define TILE_LEAVES 8        /* gpu_trace.cu's GT_TILE_LEAVES */
-#define ROOT_CHUNK 128       /* gpu_trace.cu's GT_ROOT_CHUNK */
+#define TILE_LEAVES 8        /* gpu_trace_kern.cuh's GT_TILE_LEAVES */
+#define ROOT_CHUNK 128       /* gpu_trace_kern.cuh's GT_ROOT_CHUNK */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -156,7 +156,7 @@ static uint64_t sim_merge(const uint64_t a[4], const uint64_t b[4], size_t len)
     return gh_merge_final(mix, len);
 }
 
-/* gpu_trace.cu's gt_warp_long: one warp, any length > 240. */
+/* gpu_trace_kern.cuh's gt_warp_long: one warp, any length > 240. */
 static uint64_t sim_warp_long(const uint8_t *p, size_t len)
 {
     struct sim_warp w;
@@ -178,7 +178,7 @@ static uint64_t sim_warp_long(const uint8_t *p, size_t len)
     return sim_merge(w.a, w.b, len);
 }
 
-/* gpu_trace.cu's gt_leaf_full: 16 blocks, the last one keyed by
+/* gpu_trace_kern.cuh's gt_leaf_full: 16 blocks, the last one keyed by
  * gh_lane_leaf_end and not scrambled. */
 static uint64_t sim_leaf_full(const uint8_t *p)
 {
@@ -199,7 +199,7 @@ static uint64_t sim_leaf_full(const uint8_t *p)
     return sim_merge(w.a, w.b, GH_LEAF);
 }
 
-/* gpu_trace.cu's gt_root_hash: warps compute the blocks' shares a chunk at
+/* gpu_trace_kern.cuh's gt_root_hash: warps compute the blocks' shares a chunk at
  * a time, 8 threads (one per accumulator) run the scrambles, warp 0 adds
  * the tail. chunk: blocks per round (the device's ROOT_CHUNK; any value
  * must give the same digest). */
@@ -411,7 +411,7 @@ struct sim_stats {
     uint64_t nan, inf;
 };
 
-/* gpu_trace.cu's statistics: per tile, 32 lanes over units j of each leaf
+/* gpu_trace_kern.cuh's statistics: per tile, 32 lanes over units j of each leaf
  * (full units through gh_lstats_unit, the ragged end element by element),
  * lanes and tiles then summed. */
 static void sim_stats(const float *x, size_t n, struct sim_stats *out)

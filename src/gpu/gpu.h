@@ -14,7 +14,7 @@ extern "C" {
 #include "util.h"
 }
 
-struct gpu_trace;    /* gpu_trace.cu */
+struct gpu_trace;    /* gpu_trace.cu; its kernels: gpu_trace_kern.cuh */
 struct gpu_dnn_plan; /* gpu_dnn.cu */
 
 enum gpu_algo_mode { GPU_ALGO_DETERMINISTIC, GPU_ALGO_FASTEST, GPU_ALGO_NUMBER };
@@ -147,8 +147,8 @@ void gpu_dnn_free(struct gpu_ctx *c);
 /* The algorithms chosen, for the trace header ("fwd 4x19x64x64 k1 3x3: IMPLICIT_GEMM; ..."). */
 void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg);
 
-/* gpu_trace.cu: the tensor hash (hash.h's tree of XXH3-64 leaves) and
- * statistics (stats.h) of many device buffers at once. */
+/* gpu_trace.cu, gpu_trace_one.cu: the tensor hash (hash.h's tree of XXH3-64
+ * leaves) and statistics (stats.h) of many device buffers at once. */
 struct gpu_trace *gpu_trace_new(cudaStream_t stream);
 void gpu_trace_free(struct gpu_trace *t);
 void gpu_trace_batch(struct gpu_trace *t, const float *const *bufs, const size_t *counts, int n,

@@ -1,5 +1,5 @@
 /* test_gpu_trace_paths.cu: one set of buffers through every way
- * gpu_trace.cu has of making their records, all bitwise equal, the hashes
+ * gpu_trace.cu and gpu_trace_one.cu have of making their records, all bitwise equal, the hashes
  * those of hash_tensor(): gpu_trace_batch with a warp a tile and with
  * capped grids (the leaf kernel's LOOP variant, one root block for all
  * items), the batch captured as a CUDA graph (the descriptors uploaded

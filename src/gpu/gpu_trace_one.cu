@@ -1,0 +1,181 @@
+/* gpu_trace_one.cu: libdivtrace's device records (lib_gpu.cu), queued on
+ * the caller's stream with the caller's scratch and nothing waited for:
+ * one buffer at a time (gpu_trace_one) and a batch of deferred buffers
+ * (gpu_trace_many). The kernels are the batch's (gpu_trace_kern.cuh), so
+ * the records are gpu_trace_batch's, bit for bit. Every CUDA failure comes
+ * back as an error code, never an abort. */
+#include "gpu_trace_kern.cuh"
+
+/* A small buffer's record in one launch (libdivtrace's records of single
+ * tensors): one warp a tile (a leaf), GT_ONE_WARPS warps a block, every
+ * tile at once; the block that finishes last (a ticket from *ctr, which it
+ * sets back to 0) finishes the record as the root kernel would. Digests
+ * and partials go through the scratch, so tiling and sums are the
+ * batch's, bit for bit. One block of 8 warps took each warp through up to
+ * four leaves one after the other: 45 us for 25 leaves against 15 us for
+ * one (H200). */
+#define GT_ONE_WARPS 2
+static_assert(GT_SMALL_LEAVES <= GT_SPLIT_LEAVES && GT_SMALL_LEAVES <= 32,
+              "a small buffer has one tile a leaf, one lane of warp 0 each");
+static __global__ void __launch_bounds__(32 * GT_ONE_WARPS, 1)
+gt_one_small_kernel(struct trace_oprec *rec, struct gt_desc d, uint64_t *dig, struct gt_part *part,
+                    unsigned *ctr)
+{
+    __shared__ uint64_t stage[GT_REC_WORDS];
+    __shared__ int last;
+    int lane = (int)(threadIdx.x & 31);
+    uint32_t g = blockIdx.x * GT_ONE_WARPS + (threadIdx.x >> 5);
+    if (g < d.ntiles)
+        gt_leaf_tile<true>(dig, part, d, g, lane);
+    __threadfence(); /* this thread's digest and partial, before the ticket */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(ctr, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence(); /* the other blocks' writes, after the ticket */
+    if (threadIdx.x < 32) {
+        gt_root_small(rec, &d, dig, part, 0, lane, stage);
+        if (lane == 0)
+            *ctr = 0;
+    }
+}
+
+/* ---- one buffer, queued on the caller's stream (libdivtrace) ----
+ * A buffer of at most GT_SMALL_LEAVES leaves (480 KiB) takes one launch,
+ * gt_one_small_kernel. A larger one takes the two kernels of a batch of
+ * one, with nothing copied in: its descriptor and work item travel as
+ * arguments of a setup kernel that writes them into the scratch. Nothing
+ * waits here; the
+ * record lands in *drec when the stream gets there. Tiles and sums are
+ * those of gpu_trace_batch, so the record is the same, bit for bit. */
+
+static __global__ void gt_one_setup(struct gt_desc *dd, struct gt_desc d, struct gt_item *di,
+                             struct gt_item it, uint32_t *map, uint32_t ntiles, uint32_t *grp)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) {
+        *dd = d;
+        *di = it;
+    }
+    for (; i < ntiles; i += gridDim.x * blockDim.x) {
+        map[i] = 0; /* every tile is the one buffer's */
+        if (i < gt_groups(ntiles)) {
+            grp[2 * i] = 0;
+            grp[2 * i + 1] = i;
+        }
+    }
+}
+
+/* Where the pieces of one buffer's scratch go (the scratch 256-aligned). */
+struct gt_one_layout {
+    uint64_t nleaves;
+    uint32_t ntiles;
+    size_t o_item, o_map, o_grp, o_dig, o_part, bytes;
+};
+
+static int gt_one_plan(size_t count, struct gt_one_layout *l)
+{
+    l->nleaves = (count + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
+    uint64_t tiles = (l->nleaves + gt_tile_leaves(l->nleaves) - 1) / gt_tile_leaves(l->nleaves);
+    if (tiles >= UINT32_MAX / 32)
+        return -1;
+    l->ntiles = (uint32_t)tiles;
+    l->o_item = gt_align(sizeof(struct gt_desc), 16);
+    l->o_map = gt_align(l->o_item + sizeof(struct gt_item), 16);
+    l->o_grp = gt_align(l->o_map + 4 * (size_t)l->ntiles, 16);
+    l->o_dig = gt_align(l->o_grp + 8 * (size_t)gt_groups(l->ntiles), 256);
+    l->o_part = gt_align(l->o_dig + 8 * (size_t)(l->nleaves + (l->nleaves & 1)), 256);
+    l->bytes = gt_align(l->o_part + sizeof(struct gt_part) * (size_t)l->ntiles, 256);
+    return 0;
+}
+
+size_t gpu_trace_one_bytes(size_t count)
+{
+    struct gt_one_layout l;
+    return gt_one_plan(count, &l) < 0 ? 0 : l.bytes;
+}
+
+cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct trace_oprec *drec,
+                          unsigned *ctr, cudaStream_t s)
+{
+    struct gt_one_layout l;
+    if (gt_one_plan(count, &l) < 0 || ((uintptr_t)x & 3) != 0 || ((uintptr_t)scratch & 255) != 0)
+        return cudaErrorInvalidValue;
+    unsigned char *base = (unsigned char *)scratch;
+    struct gt_desc d;
+    memset(&d, 0, sizeof d);
+    d.ptr = x;
+    d.count = count;
+    d.nleaves = l.nleaves;
+    d.ntiles = l.ntiles;
+    d.tile_leaves = gt_tile_leaves(l.nleaves);
+    d.aligned = ((uintptr_t)x & 15) == 0;
+    struct gt_item it;
+    memset(&it, 0, sizeof it);
+    it.n = l.nleaves > GT_SMALL_LEAVES ? 0 : 1; /* k[0] = 0: the one buffer */
+    struct gt_desc *dd = (struct gt_desc *)base;
+    uint32_t *map = (uint32_t *)(base + l.o_map);
+    uint64_t *dig = (uint64_t *)(base + l.o_dig);
+    struct gt_part *part = (struct gt_part *)(base + l.o_part);
+    if (l.nleaves <= GT_SMALL_LEAVES) {
+        /* one tile a leaf (gt_tile_leaves), at most 30: one warp each */
+        unsigned blocks = l.ntiles ? (l.ntiles + GT_ONE_WARPS - 1) / GT_ONE_WARPS : 1;
+        gt_one_small_kernel<<<blocks, 32 * GT_ONE_WARPS, 0, s>>>(drec, d, dig, part, ctr);
+        return cudaGetLastError();
+    }
+    unsigned sg = l.ntiles > 256 * 64 ? 64 : (l.ntiles + 255) / 256 + 1;
+    uint32_t *grp = (uint32_t *)(base + l.o_grp);
+    gt_one_setup<<<sg, 256, 0, s>>>(dd, d, (struct gt_item *)(base + l.o_item), it, map, l.ntiles, grp);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    if (l.ntiles) {
+        unsigned grid = (l.ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32);
+        gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, dd, map, l.ntiles);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+        uint32_t ng = gt_groups(l.ntiles);
+        gt_group_kernel<<<(ng + 7) / 8, 256, 0, s>>>(part, dd, grp, ng);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    gt_root_kernel<<<1, GT_ROOT_THREADS, 0, s>>>(drec, (const struct gt_item *)(base + l.o_item), 1, dd,
+                                                 dig, part);
+    return cudaGetLastError();
+}
+
+/* ---- many buffers, queued on the caller's stream (libdivtrace's deferred
+ * records) ----
+ * The batch's layout and kernels, with the caller's scratch and no wait:
+ * the descriptors are built in the caller's pinned staging, copied in on
+ * the stream, and the records land in drec[out[k]] (device memory). */
+
+int gpu_trace_many_bytes(const size_t *counts, int n, size_t *dev_bytes, size_t *host_bytes)
+{
+    struct gt_layout l;
+    if (n <= 0 || gt_plan(counts, n, &l) < 0)
+        return -1;
+    *dev_bytes = l.o_end;
+    *host_bytes = gt_align(l.in_bytes, 256);
+    return 0;
+}
+
+cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *bufs, const size_t *counts,
+                           const uint32_t *out, int n, struct trace_oprec *drec, cudaStream_t s)
+{
+    struct gt_layout l;
+    if (n <= 0 || gt_plan(counts, n, &l) < 0 || ((uintptr_t)scratch & 255) != 0 ||
+        ((uintptr_t)staging & 15) != 0)
+        return cudaErrorInvalidValue;
+    for (int k = 0; k < n; k++)
+        if (((uintptr_t)bufs[k] & 3) != 0)
+            return cudaErrorInvalidValue;
+    unsigned nitems = gt_fill((unsigned char *)staging, &l, bufs, counts, out, n);
+    cudaError_t e = cudaMemcpyAsync(scratch, staging, l.in_bytes, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess)
+        return e;
+    gt_launch((unsigned char *)scratch, &l, nitems, drec, s, 0, 0, 0);
+    return cudaGetLastError();
+}
