@@ -104,14 +104,13 @@ def _config_value(v):
 
 
 class _Group:
-    """A run of records after the first step: divtrace_record_many's
-    tensors, a data pointer array to fill, the shapes to check, and whether
+    """A run of records after the first step: its first slot and length,
+    the first step's shapes and tensors (parameters) to check, and whether
     every record of the run may be deferred."""
-    __slots__ = ("k0", "n", "ts", "ptrs", "shapes", "owners", "deferrable")
+    __slots__ = ("k0", "n", "shapes", "owners", "deferrable")
 
-    def __init__(self, k0, n, ts, ptrs, shapes, owners, deferrable):
-        self.k0, self.n, self.ts, self.ptrs, self.shapes = k0, n, ts, ptrs, shapes
-        self.owners, self.deferrable = owners, deferrable
+    def __init__(self, k0, n, shapes, owners, deferrable):
+        self.k0, self.n, self.shapes, self.owners, self.deferrable = k0, n, shapes, owners, deferrable
 
 
 class Recorder:
@@ -133,7 +132,7 @@ class Recorder:
         # per record slot, learnt in the first step: whether the tensor was
         # unchanged at its flush point (so may be deferred)
         self._deferrable = []
-        self._watch = []            # (slot, tensor, version) of CUDA records since the last flush point
+        self._watch = []            # (slot, tensor, version) of the records since the last flush point
         self._user_config = dict(config or {})
         self._h = None
         self._closed = False
@@ -156,10 +155,11 @@ class Recorder:
         # group -> (first slot, end, tensors) of the first step's run, then a _Group
         self._group_spans = {}
         self._groups = {}
-        # after the first step, with defer: divtrace_record_many's tensors and
-        # data pointers, by slot (None before)
+        # after the first step: divtrace_record_many's tensors and data
+        # pointers by slot, and whether records are deferred (defer)
         self._ts_all = None
         self._ptrs = None
+        self._deferring = False
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
 
         # Static names. named_parameters() drops tied duplicates: a shared
@@ -214,7 +214,6 @@ class Recorder:
             cfg["cudnn_benchmark"] = _config_value(torch.backends.cudnn.benchmark)
             cfg["matmul_allow_tf32"] = _config_value(torch.backends.cuda.matmul.allow_tf32)
             cfg["cudnn_allow_tf32"] = _config_value(torch.backends.cudnn.allow_tf32)
-
         cfg["parameters"] = str(sum(p.numel() for _, p in self._params))
         if opt is not None:
             cfg["optimizer"] = type(opt).__name__
@@ -345,7 +344,7 @@ class Recorder:
             # After the first step, a single CUDA tensor whose record is
             # deferred and is the first step's at this place: into the
             # buffer, here (the general path below costs several calls).
-            if rec._ptrs is not None and rec._in_step and type(output) is Tensor:
+            if rec._deferring and rec._in_step and type(output) is Tensor:
                 calls = rec._calls
                 c = calls.get(mname, 0)
                 while len(names) <= c:
@@ -503,7 +502,7 @@ class Recorder:
             if not t.is_contiguous():
                 t = t.detach().contiguous()
         k = self._nrec
-        if self._ptrs is not None and (t.is_cuda or t.is_cpu) and k < len(self._slots) and self._deferrable[k]:
+        if self._deferring and (t.is_cuda or t.is_cpu) and k < len(self._slots) and self._deferrable[k]:
             s = self._slots[k]
             if s[0] == name and s[1] == type_b and s[2] == kind and s[3] == t.shape:
                 self._buffer(k, t)
@@ -587,6 +586,14 @@ class Recorder:
         self._ndef += 1
         self._nrec = k + 1
 
+    def _call_many(self, k0, n, where, stream):
+        """divtrace_record_many for slots k0 .. k0 + n - 1, their data
+        pointers already in self._ptrs."""
+        rc = self._lib.divtrace_record_many(self._h, n, self._ts_addr + k0 * _TENSOR_SIZE,
+                                            self._ptrs_addr + k0 * _PTR_SIZE, where, stream)
+        if rc < 0:
+            _lib.check(rc, self._h)
+
     def _push(self):
         """The deferred records buffered since the last library call, in one
         call."""
@@ -596,44 +603,32 @@ class Recorder:
             return
         self._pend0 = self._nrec
         host = self._pend_stream == _HOST_RUN
-        rc = self._lib.divtrace_record_many(self._h, n, self._ts_addr + k0 * _TENSOR_SIZE,
-                                            self._ptrs_addr + k0 * _PTR_SIZE, _HOST if host else _DEFERRED,
-                                            None if host else self._pend_stream)
-        if rc < 0:
-            _lib.check(rc, self._h)
+        self._call_many(k0, n, _HOST if host else _DEFERRED, None if host else self._pend_stream)
 
     def _make_fast(self):
         """After the first step: divtrace_record_many's arguments for every
-        slot (with defer), and each run of parameter, gradient or update
-        records as a group."""
+        slot, and each run of parameter, gradient or update records as a
+        group."""
         slots = self._slots
-        if self.defer:
-            d = self._deferrable
-            if len(d) < len(slots):
-                d.extend([False] * (len(slots) - len(d)))
-            ts = (_lib.Tensor * max(1, len(slots)))()
-            for i, s in enumerate(slots):
-                ts[i].name, ts[i].type, ts[i].kind, ts[i].ndim = s[4], s[1], s[2], s[5]
-                ts[i].shape = ctypes.cast(s[6], ctypes.POINTER(ctypes.c_int64))
-                ts[i].inputs, ts[i].ninputs = None, 0
-            self._ts_all = ts
-            self._ptrs = (_VOIDP * max(1, len(slots)))()
-            self._ts_addr = ctypes.addressof(ts)
-            self._ptrs_addr = ctypes.addressof(self._ptrs)
+        d = self._deferrable
+        if len(d) < len(slots):
+            d.extend([False] * (len(slots) - len(d)))
+        ts = (_lib.Tensor * max(1, len(slots)))()
+        for i, s in enumerate(slots):
+            ts[i].name, ts[i].type, ts[i].kind, ts[i].ndim = s[4], s[1], s[2], s[5]
+            ts[i].shape = ctypes.cast(s[6], ctypes.POINTER(ctypes.c_int64))
+            ts[i].inputs, ts[i].ninputs = None, 0
+        self._ts_all = ts
+        self._ptrs = (_VOIDP * max(1, len(slots)))()
+        self._ts_addr = ctypes.addressof(ts)
+        self._ptrs_addr = ctypes.addressof(self._ptrs)
+        self._deferring = self.defer
         for gname, (k0, k1, owners) in self._group_spans.items():
             n = k1 - k0
             if n <= 0 or k1 > len(slots) or len(owners) != n:
                 continue
-            ts = (_lib.Tensor * n)()
-            for i in range(n):
-                s = slots[k0 + i]
-                ts[i].name, ts[i].type, ts[i].kind, ts[i].ndim = s[4], s[1], s[2], s[5]
-                ts[i].shape = ctypes.cast(s[6], ctypes.POINTER(ctypes.c_int64))
-                ts[i].inputs, ts[i].ninputs = None, 0
-            self._groups[gname] = _Group(k0, n, ts, (_VOIDP * n)(), [slots[k0 + i][3] for i in range(n)],
-                                         list(owners),
-                                         all(k0 + i < len(self._deferrable) and self._deferrable[k0 + i]
-                                             for i in range(n)))
+            self._groups[gname] = _Group(k0, n, [slots[k0 + i][3] for i in range(n)], list(owners),
+                                         all(d[k0:k1]))
 
     def _record_group(self, gname, tensors, owners):
         """A group's records, if this step's tensors are the first step's
@@ -649,16 +644,13 @@ class Recorder:
         if not cuda and not t0.is_cpu:
             return False
         k0 = g.k0
-        buffered = self._ptrs is not None and g.deferrable
-        shapes, first = g.shapes, g.owners
-        ptrs = self._ptrs if buffered else g.ptrs
-        base = k0 if buffered else 0
+        shapes, first, ptrs = g.shapes, g.owners, self._ptrs
         for i, t in enumerate(tensors):
             if owners[i] is not first[i] or t.dtype is not _F32 or t.is_cuda is not cuda \
                     or t.shape != shapes[i] or t.is_sparse or not t.is_contiguous():
                 return False
-            ptrs[base + i] = t.data_ptr()
-        if buffered:
+            ptrs[k0 + i] = t.data_ptr()
+        if self._deferring and g.deferrable:
             stream = _raw_stream(t0.get_device()) if cuda else _HOST_RUN
             if k0 != self._pend0 and stream != self._pend_stream:
                 self._push()
@@ -669,19 +661,12 @@ class Recorder:
             self._nrec = k0 + g.n
             return True
         if k0 != self._pend0:
-            self._push()
+            self._push()  # the pointers of slots below k0 are already in place
         if cuda:
-            stream = _VOIDP(_raw_stream(t0.get_device()))
             self._keep.extend(tensors)
-            where = _DEVICE
-        else:
-            stream, where = None, _HOST
-        rc = self._lib.divtrace_record_many(self._h, g.n, ctypes.addressof(g.ts), ctypes.addressof(g.ptrs),
-                                            where, stream)
         self._nrec = k0 + g.n
         self._pend0 = self._nrec
-        if rc < 0:
-            _lib.check(rc, self._h)
+        self._call_many(k0, g.n, _DEVICE if cuda else _HOST, _raw_stream(t0.get_device()) if cuda else None)
         return True
 
     def _record_grads(self):
