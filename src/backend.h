@@ -115,6 +115,13 @@ struct backend_ops {
      * records are asked for and before step_end. */
     void (*op_enter)(void *ctx, const struct graph *g, int i);
     void (*op_leave)(void *ctx, const struct graph *g, int i);
+    /* optional: the name of the library algorithm that runs op node i of
+     * the prepared graph g (cuDNN's, for a convolution), or NULL when the
+     * backend's own kernel does. *transform is set to 1 when that
+     * algorithm does not sum the op's products but multiplies in a
+     * transformed domain (FFT, Winograd), 0 otherwise; replay then judges
+     * the op by a normwise bound (divtrace-replay(1)). */
+    const char *(*op_algorithm)(void *ctx, const struct graph *g, int i, int *transform);
     backend_op_fn op[OP_COUNT];
 };
 

@@ -24,7 +24,9 @@ static void replay_usage(FILE *f)
           "                       steps its own float32 inputs, compute the exact result\n"
           "                       and classify the op as exact, rounding (within its\n"
           "                       error bound) or SEMANTIC (beyond it); the recorded\n"
-          "                       backend's name (e.g. cpu) means same\n"
+          "                       backend's name (e.g. cpu) means same; an op that cuDNN\n"
+          "                       ran with an FFT or Winograd algorithm is held to a\n"
+          "                       normwise bound, and marked so\n"
           "      --inject OP:KIND a fault in op OP (as for record) during the replay\n"
           "      --all            against mpfr: list every op, not only the inexact ones\n"
           "      --json           one JSON object instead of text\n"
@@ -45,8 +47,11 @@ static void replay_print_check(const struct trace_file *tf, const struct replay_
         snprintf(ulp, sizeof ulp, "NaN");
     else
         snprintf(ulp, sizeof ulp, "%" PRIu64, c->max_ulp);
-    printf("  %4d  %-24s %-12s %10s  %10.3g  %s\n", c->op, o->name, o->type, ulp, c->max_ratio,
+    printf("  %4d  %-24s %-12s %10s  %10.3g  %s", c->op, o->name, o->type, ulp, c->max_ratio,
            replay_class_name(c->cls));
+    if (c->normwise)
+        printf(" (normwise bound: %s)", c->algorithm);
+    putchar('\n');
     if (c->cls == REPLAY_SEMANTIC)
         printf("        worst element %" PRIu64 ": %.9g, exact %.9g, error %.3g, bound %.3g\n",
                c->worst, (double)c->worst_value, (double)c->worst_exact,
@@ -118,6 +123,12 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
             printf("%" PRIu64, c->max_ulp);
         printf(", \"max_error_over_bound\": ");
         json_put_num(stdout, c->max_ratio);
+        printf(", \"algorithm\": ");
+        if (c->algorithm)
+            json_put_str(stdout, c->algorithm);
+        else
+            fputs("null", stdout);
+        printf(", \"bound\": \"%s\"", c->normwise ? "normwise" : "elementwise");
         if (c->cls != REPLAY_EXACT) {
             printf(", \"worst\": {\"index\": %" PRIu64 ", \"value\": ", c->worst);
             json_put_num(stdout, c->worst_value);

@@ -30,7 +30,61 @@ struct replay_state {
     double *bound;
 };
 
-/* Compare op i's output with the oracle's, element by element. */
+double replay_normwise_floor(const float *a, size_t na, const float *b, size_t nb)
+{
+    double sa = 0, sb = 0;
+    for (size_t k = 0; k < na; k++)
+        sa += (double)a[k] * a[k];
+    for (size_t k = 0; k < nb; k++)
+        sb += (double)b[k] * b[k];
+    double n = (double)(na > nb ? na : nb);
+    double c = n > 2 ? ceil(log2(n)) : 1;
+    return c * 0x1p-24 * sqrt(sa) * sqrt(sb);
+}
+
+void replay_classify(const float *out, const float *exact, const double *bound, size_t n,
+                     double floor, struct replay_opcheck *c)
+{
+    c->cls = REPLAY_EXACT;
+    c->worst = 0;
+    c->max_ulp = 0;
+    c->max_ratio = 0;
+    for (size_t k = 0; k < n; k++) {
+        float v = out[k], x = exact[k];
+        if (memcmp(&v, &x, sizeof v) == 0 || (isnan(v) && isnan(x)))
+            continue;
+        uint64_t ulp = diff_ulp(v, x);
+        double err = fabs((double)v - (double)x);
+        double b = bound[k] > floor ? bound[k] : floor; /* an infinite bound stays infinite */
+        double allowed = b + 0.5 * oracle_ulp32(x);
+        double ratio;
+        if (isinf(allowed))
+            /* no claim on the value (an input was NaN or Inf, or an
+             * intermediate could overflow): only a NaN against a number,
+             * or an infinity of the other sign, is wrong */
+            ratio = (isnan(v) != isnan(x) || (isinf(v) && isinf(x) && v != x)) ? INFINITY : 0;
+        else if (isnan(err))
+            ratio = INFINITY;
+        else
+            ratio = allowed > 0 ? err / allowed : INFINITY;
+        if (ulp > c->max_ulp)
+            c->max_ulp = ulp;
+        if (c->cls == REPLAY_EXACT || ratio > c->max_ratio) {
+            c->max_ratio = ratio;
+            c->worst = k;
+            c->worst_value = v;
+            c->worst_exact = x;
+            c->worst_bound = b;
+        }
+        c->cls = REPLAY_ROUNDING;
+    }
+    if (c->max_ratio > 1.0)
+        c->cls = REPLAY_SEMANTIC;
+}
+
+/* Compare op i's output with the oracle's, element by element: against the
+ * op's elementwise bound, or, for an op the backend ran with a transform
+ * algorithm, against the larger of that and the normwise floor. */
 static void replay_check_op(struct replay_state *s, int i)
 {
     struct run *r = &s->r;
@@ -42,37 +96,16 @@ static void replay_check_op(struct replay_state *s, int i)
     const float *const *in = (const float *const *)s->in;
     DT_ASSERT(oracle_op(&r->g, nd, s->exact, in, &st) == 0, "oracle: %s", dt_error());
     DT_ASSERT(oracle_bound(&r->g, nd, s->bound, in, &st) == 0, "oracle bound: %s", dt_error());
-    struct replay_opcheck c = {.step = s->step, .op = i, .cls = REPLAY_EXACT, .worst = 0};
-    for (size_t k = 0; k < nd->count; k++) {
-        float v = s->out[k], x = s->exact[k];
-        if (memcmp(&v, &x, sizeof v) == 0 || (isnan(v) && isnan(x)))
-            continue;
-        uint64_t ulp = diff_ulp(v, x);
-        double err = fabs((double)v - (double)x);
-        double allowed = s->bound[k] + 0.5 * oracle_ulp32(x);
-        double ratio;
-        if (isinf(allowed))
-            /* no claim on the value (an input was NaN or Inf, or an
-             * intermediate could overflow): only a NaN against a number,
-             * or an infinity of the other sign, is wrong */
-            ratio = (isnan(v) != isnan(x) || (isinf(v) && isinf(x) && v != x)) ? INFINITY : 0;
-        else if (isnan(err))
-            ratio = INFINITY;
-        else
-            ratio = allowed > 0 ? err / allowed : INFINITY;
-        if (ulp > c.max_ulp)
-            c.max_ulp = ulp;
-        if (c.cls == REPLAY_EXACT || ratio > c.max_ratio) {
-            c.max_ratio = ratio;
-            c.worst = k;
-            c.worst_value = v;
-            c.worst_exact = x;
-            c.worst_bound = s->bound[k];
-        }
-        c.cls = REPLAY_ROUNDING;
+    struct replay_opcheck c = {.step = s->step, .op = i};
+    int transform = 0;
+    c.algorithm = r->be->op_algorithm ? r->be->op_algorithm(r->ctx, &r->g, i, &transform) : NULL;
+    double floor = 0;
+    if (transform && nd->ninputs == 2) {
+        c.normwise = 1;
+        floor = replay_normwise_floor(s->in[0], r->g.nodes[nd->inputs[0]].count, s->in[1],
+                                      r->g.nodes[nd->inputs[1]].count);
     }
-    if (c.max_ratio > 1.0)
-        c.cls = REPLAY_SEMANTIC;
+    replay_classify(s->out, s->exact, s->bound, nd->count, floor, &c);
     struct replay_result *res = s->res;
     if (res->ncheck == res->capcheck) {
         res->capcheck = res->capcheck ? 2 * res->capcheck : 64;

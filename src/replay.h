@@ -30,7 +30,9 @@ struct replay_opcheck {
     double max_ratio;              /* max |result - oracle| / (bound + ulp/2) */
     uint64_t worst;                /* element with the largest ratio */
     float worst_value, worst_exact;
-    double worst_bound;
+    double worst_bound;            /* the bound the worst element was held to */
+    const char *algorithm;         /* the library algorithm that ran the op, or NULL */
+    int normwise;                  /* judged by the normwise floor (a transform algorithm) */
 };
 
 struct replay_result {
@@ -52,5 +54,18 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
                struct replay_result *res);
 void replay_result_free(struct replay_result *res);
 const char *replay_class_name(enum replay_class c);
+
+/* An op's output against the oracle: element k is within bounds when
+ * |out - exact| <= max(bound[k], floor) + ulp(exact)/2. Fills c's class,
+ * max_ulp, max_ratio and worst element (the other fields are left). */
+void replay_classify(const float *out, const float *exact, const double *bound, size_t n,
+                     double floor, struct replay_opcheck *c);
+
+/* The normwise floor of a product-sum op computed through a transform
+ * (FFT, Winograd) from inputs a and b: ceil(log2 N) u ||a||_2 ||b||_2, N the
+ * larger element count, u = 2^-24. Such algorithms spread each element's
+ * rounding over the output, so no elementwise bound holds for them; this
+ * is the form of the normwise bounds known for FFT convolution. */
+double replay_normwise_floor(const float *a, size_t na, const float *b, size_t nb);
 
 #endif

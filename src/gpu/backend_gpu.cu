@@ -812,6 +812,11 @@ static void gpu_step_end(void *ctx, uint64_t step, int arr)
 }
 
 /* The two tables differ only in the entries cuDNN replaces. */
+static const char *gpu_op_algorithm(void *ctx, const struct graph *g, int i, int *transform)
+{
+    return gpu_dnn_op_algorithm((struct gpu_ctx *)ctx, g, i, transform);
+}
+
 static struct backend_ops gpu_table(const char *name, int (*init)(void **, const struct backend_options *),
                                     int dnn)
 {
@@ -841,6 +846,7 @@ static struct backend_ops gpu_table(const char *name, int (*init)(void **, const
     b.step_end = gpu_step_end;
     b.op_enter = gpu_op_enter;
     b.op_leave = gpu_op_leave;
+    b.op_algorithm = gpu_op_algorithm;
     for (int t = 0; t < OP_COUNT; t++)
         b.op[t] = dnn && gpu_dnn_ops[t] ? gpu_dnn_ops[t] : gpu_ops[t];
     return b;

@@ -697,6 +697,26 @@ void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg)
                      "own kernel: relu_bwd and rank 2");
 }
 
+const char *gpu_dnn_op_algorithm(struct gpu_ctx *c, const struct graph *g, int i, int *transform)
+{
+    *transform = 0;
+    const struct gpu_dnn_plan *p = c->plan;
+    if (!c->dnn || !p || p->g != g || i < 0 || i >= p->n || p->node[i].conv < 0)
+        return NULL;
+    enum dnn_dir d;
+    switch (g->nodes[i].type) {
+    case OP_CONV2D: d = DNN_FWD; break;
+    case OP_CONV2D_BWD_DATA: d = DNN_BWD_DATA; break;
+    case OP_CONV2D_BWD_FILTER: d = DNN_BWD_FILTER; break;
+    default: return NULL;
+    }
+    const struct gpu_dnn_conv *cv = &p->conv[p->node[i].conv];
+    if (!cv->used[d] || cv->algo[d] < 0)
+        return NULL;
+    *transform = dnn_algo_transform(d, cv->algo[d]);
+    return dnn_algo_name(d, cv->algo[d]);
+}
+
 /* ---- the op kernels ---------------------------------------------------------------- */
 
 /* The plan entry of node nd, which prepare must have seen. */
