@@ -155,7 +155,7 @@ def check_deferred(C, device, p):
     data = batches(6, device=device)
     recs = {}
 
-    def run(name, defer, make=InplaceNet):
+    def run(name, defer, make=InplaceNet, touch=None):
         torch.manual_seed(0)
         model = make().to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -166,6 +166,8 @@ def check_deferred(C, device, p):
                 loss = F.mse_loss(model(x), y)
                 loss.backward()
                 opt.step()
+                if touch is not None:
+                    touch(model, s)
                 rec.step(loss)
         recs[name] = rec
         rec.final = {n: q.detach().double() for n, q in model.named_parameters()}
@@ -211,3 +213,18 @@ def check_deferred(C, device, p):
          "%d steps" % len(js["steps"]))
     run("mut-now.dtr", False, make=lambda: InplaceNet(mutate_from=2))
     C.ok(True, "deferred records: the same run with defer=False runs to its end")
+
+    # a parameter changed in place after the optimizer's step from step 2
+    # on: its update record (deferred with the others as one group) stops
+    # the run
+    def touch(model, s):
+        if s >= 2:
+            with torch.no_grad():
+                model.fc2.weight.mul_(1.0)
+    err = None
+    try:
+        run("mut-update.dtr", True, touch=touch)
+    except divtrace.DivtraceError as e:
+        err = str(e)
+    C.ok(err is not None and "'fc2.weight.update'" in err and "changed in place" in err and "step 2" in err,
+         "deferred records: an update changed in place in a later step stops the run, naming it", str(err))
