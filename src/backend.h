@@ -28,6 +28,9 @@ struct backend_options {
                              * gradients, losses and norms in arrival order) */
     const char *cudnn_algo; /* cudnn: "deterministic" (default when NULL),
                              * "fastest" or an algorithm number */
+    const char *cudnn_algos; /* cudnn: the algorithm of each convolution and
+                             * direction, in the form of the trace header's
+                             * cudnn_algos (a replay's); NULL: chosen anew */
     int device;             /* cuda, cudnn: the GPU's index (default 0) */
     int no_graph;           /* cuda, cudnn: run every op eagerly, no CUDA graph */
     int streams;            /* cuda, cudnn: CUDA streams that ops with no path

@@ -86,6 +86,7 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         .precision = precision ? precision : tc->precision,
         .reduce = tc->reduce,
         .cudnn_algo = tc->cudnn_algo,
+        .cudnn_algos = tc->cudnn_algos,
         .device = tc->device,
         .no_graph = tc->no_graph,
         .streams = tc->streams,
@@ -495,6 +496,10 @@ int run_config_from_trace(struct train_config *tc, const struct trace_config *cf
     if ((v = trace_config_get(cfg, "cudnn_algo")) && strcmp(v, "number") == 0)
         v = trace_config_get(cfg, "cudnn_algo_number");
     tc->cudnn_algo = v;
+    /* the algorithms the recording ran, not a new search (whose choice may
+     * differ from run to run) */
+    v = trace_config_get(cfg, "cudnn_algos");
+    tc->cudnn_algos = v && strncmp(v, "none", 4) != 0 ? v : NULL;
     if (trace_config_get(cfg, "device_index")) {
         if (run_key_u64(cfg, "device_index", &u) < 0)
             return DT_ERR;

@@ -423,6 +423,7 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
     c->adam_step = UINT64_MAX;
     c->capturing = -1;
     c->graphs = !opt->no_graph;
+    c->algos = opt->cudnn_algos ? dt_strdup(opt->cudnn_algos) : NULL;
     *ctxp = c;
     return DT_OK;
 }
@@ -435,6 +436,7 @@ static void gpu_free(void *ctx)
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     if (!c)
         return;
+    free(c->algos);
     gpu_lanes_free(c);
     cudaStreamSynchronize(c->stream);
     if (c->tstream)

@@ -42,6 +42,8 @@ struct gpu_ctx {
     int dnn;                      /* the cudnn backend (else cuda) */
     enum gpu_algo_mode algo_mode; /* cudnn: --cudnn-algo */
     int algo_number;
+    char *algos;                  /* cudnn: the algorithms to use (backend_options'
+                                   * cudnn_algos), or NULL */
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;                /* cuBLAS workspace, GPU_BLAS_WORKSPACE bytes */

@@ -390,6 +390,59 @@ static cudnnStatus_t dnn_conv_try(struct gpu_ctx *c, const struct gpu_dnn_conv *
 /* A math type that may use tensor cores: never taken (see dnn_conv_find). */
 static int dnn_math_ok(cudnnMathType_t m) { return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH; }
 
+/* In a list of the trace header's cudnn_algos form ("fwd 1x19x64x64 k1
+ * 3x3 IMPLICIT_GEMM det; bwd_data ..."), the algorithm of direction d of
+ * the convolution of this shape and whether it was recorded deterministic:
+ * its number, or -1 (no entry, or a name this cuDNN does not have). */
+static int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det)
+{
+    char key[128];
+    int nk = snprintf(key, sizeof key, "%s %s ", dnn_dir_name[d], shape);
+    for (const char *e = list; e && *e;) {
+        while (*e == ' ' || *e == ';')
+            e++;
+        size_t len = strcspn(e, ";");
+        if (len > (size_t)nk && strncmp(e, key, (size_t)nk) == 0) {
+            const char *name = e + nk;
+            size_t nn = strcspn(name, " ;");
+            const char *tail = name + nn;
+            *det = strncmp(tail, " det", 4) == 0;
+            for (int a = 0; a < dnn_algo_count[d]; a++)
+                if (strlen(dnn_algo_names[d][a]) == nn && strncmp(name, dnn_algo_names[d][a], nn) == 0)
+                    return a;
+            return -1;
+        }
+        e += len;
+    }
+    return -1;
+}
+
+/* Direction d of cv with the algorithm c->algos names for it (a replay
+ * runs the recording's algorithms; a new search may choose others). */
+static int dnn_conv_recorded(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_dir d,
+                             const struct dnn_trial *t, const char *shape)
+{
+    int det = 0;
+    int a = dnn_algos_find(c->algos, d, shape, &det);
+    if (a < 0) {
+        dt_error_set("cudnn: the recorded algorithms (cudnn_algos) name none of this cuDNN's %s "
+                     "algorithms for %s", dnn_dir_name[d], shape);
+        return DT_ERR;
+    }
+    size_t ws = 0;
+    cudnnStatus_t s = dnn_conv_try(c, cv, d, a, t, &ws);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        dt_error_set("cudnn: the recorded %s algorithm %s for %s does not run here: %s", dnn_dir_name[d],
+                     dnn_algo_name(d, a), shape,
+                     ws > DNN_WORKSPACE_MAX ? "its workspace is over the limit" : cudnnGetErrorString(s));
+        return DT_ERR;
+    }
+    cv->algo[d] = a;
+    cv->ws[d] = ws;
+    cv->det[d] = det;
+    return DT_OK;
+}
+
 /* Choose the algorithm of direction d of cv (--cudnn-algo):
  * deterministic: the first of cuDNN's heuristic ranking that cuDNN reports
  *   deterministic, that fits DNN_WORKSPACE_MAX and that runs;
@@ -405,6 +458,8 @@ static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
     dnn_shape_str(shape, sizeof shape, cv);
     struct dnn_cand cand[DNN_MAX_CANDIDATES];
     size_t ws = 0;
+    if (c->algos)
+        return dnn_conv_recorded(c, cv, d, t, shape);
     if (c->algo_mode == GPU_ALGO_NUMBER) {
         int a = c->algo_number;
         if (a >= dnn_algo_count[d]) {

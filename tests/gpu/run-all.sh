@@ -46,6 +46,17 @@ check() {
     echo "== $name: $r"
     tail -n 30 "$L/$name.log"
 }
+# same_algos TRACE STEP: a replay of TRACE runs the convolution algorithms
+# its header records (cuDNN's report of each choice against cudnn_algos)
+same_algos() {
+    DIVTRACE_CUDNN_REPORT=1 "$DT" replay "$1" --step "$2" -q 2>"$T/algos.err"
+    grep -o '^cudnn-report: [a-z_]* [^:]*: chosen [A-Z_0-9]*' "$T/algos.err" |
+        sed 's/^cudnn-report: //; s/: chosen / /' | sort >"$T/algos.replay"
+    "$DT" show --summary "$1" | sed -n 's/^# cudnn_algos = //p' | tr ';' '\n' |
+        sed 's/^ *//; s/ det$//; s/ nondet$//' | sort >"$T/algos.rec"
+    echo "recorded:"; cat "$T/algos.rec"; echo "replayed:"; cat "$T/algos.replay"
+    [ -s "$T/algos.rec" ] && cmp -s "$T/algos.rec" "$T/algos.replay"
+}
 # grep_in NAME PATTERN WHAT: the log of NAME has PATTERN
 grep_in() {
     [ -e "$L/$1.log" ] || return 0 # not run (ONLY)
@@ -128,6 +139,9 @@ check pn_cuda_streams1_same 0 -- "$DT" diff "$T/pc1.dtr" "$T/pcs1.dtr"
 check pn_cudnn_fastest_a 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf1.dtr"
 check pn_cudnn_fastest_b 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf2.dtr"
 check pn_cudnn_fastest_diff 1 -- "$DT" diff "$T/pf1.dtr" "$T/pf2.dtr"
+# a replay of a fastest run runs the algorithms it recorded, not a new search
+check pn_cudnn_fastest_replay_algos 0 -- same_algos "$T/pf1.dtr" 5
+check pn_cudnn_fastest_replay_algos_b 0 -- same_algos "$T/pf2.dtr" 5
 check pn_cudnn_bwdfilter0_a 0 -- $Q --backend cudnn --cudnn-algo 0 -o "$T/p01.dtr"
 check pn_cudnn_bwdfilter0_b 0 -- $Q --backend cudnn --cudnn-algo 0 -o "$T/p02.dtr"
 check pn_cudnn_bwdfilter0_diff 1 -- "$DT" diff "$T/p01.dtr" "$T/p02.dtr"

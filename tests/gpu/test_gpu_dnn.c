@@ -147,10 +147,11 @@ struct gd_run {
 
 /* A context for the graph with --cudnn-algo algo: 0, or -1 with dt_error set
  * (the context is gone then). */
-static int gd_start(struct gd_run *r, struct gd *t, const struct backend_ops *be, const char *algo)
+static int gd_start_with(struct gd_run *r, struct gd *t, const struct backend_ops *be, const char *algo,
+                         const char *algos)
 {
     memset(r, 0, sizeof *r);
-    struct backend_options bo = {.threads = 1, .cudnn_algo = algo, .device = 0};
+    struct backend_options bo = {.threads = 1, .cudnn_algo = algo, .cudnn_algos = algos, .device = 0};
     r->be = be;
     if (be->init(&r->ctx, &bo) < 0)
         fail_msg("%s init: %s", be->name, dt_error());
@@ -166,6 +167,11 @@ static int gd_start(struct gd_run *r, struct gd *t, const struct backend_ops *be
     for (int k = 0; k < t->nleaf; k++)
         exec_set(&r->e, t->leaf[k], t->val[k]);
     return 0;
+}
+
+static int gd_start(struct gd_run *r, struct gd *t, const struct backend_ops *be, const char *algo)
+{
+    return gd_start_with(r, t, be, algo, NULL);
 }
 
 static void gd_stop(struct gd_run *r)
@@ -524,6 +530,47 @@ static void test_conv_algo_invalid(void **state)
     gd_expect_refused("6", NULL);
 }
 
+/* A recording's algorithms (backend_options' cudnn_algos, as a replay
+ * gives them) are used as they are: those of --cudnn-algo 0 (ALGO_0, which
+ * the deterministic mode never picks) with the deterministic mode asked
+ * for; each convolution reports its own; results within bounds. A list
+ * without an entry for some convolution is refused, naming it. */
+static void test_conv_recorded(void **state)
+{
+    struct gd_run r;
+    if (gd_start(&r, &gd_conv, &backend_cudnn, "0") < 0)
+        fail_msg("--cudnn-algo 0: %s", dt_error());
+    static char rec[4096];
+    snprintf(rec, sizeof rec, "%s", gd_config(&r, "cudnn_algos"));
+    gd_stop(&r);
+    assert_non_null(strstr(rec, "ALGO_0 nondet"));
+    if (gd_start_with(&r, &gd_conv, &backend_cudnn, "deterministic", rec) < 0)
+        fail_msg("recorded algorithms: %s", dt_error());
+    assert_string_equal(gd_config(&r, "cudnn_algos"), rec);
+    exec_step(&r.e, 0);
+    for (int i = 0; i < GD_NCASE; i++)
+        for (int d = 0; d < GD_NDIR; d++) {
+            int k = gd_conv_op[i][d], transform = -1;
+            const char *name = r.be->op_algorithm(r.ctx, &gd_conv.g, gd_conv.op[k], &transform);
+            assert_non_null(name);
+            assert_string_equal(name, gd_algo(rec, i, d));
+            assert_int_equal(transform, 0);
+            float *v = gd_get(&r, &gd_conv, k);
+            gd_expect(&gd_conv, k, v, "recorded algorithms");
+            free(v);
+        }
+    gd_stop(&r);
+    /* the first entry dropped */
+    const char *rest = strchr(rec, ';');
+    assert_non_null(rest);
+    if (gd_start_with(&r, &gd_conv, &backend_cudnn, "deterministic", rest + 1) == 0) {
+        gd_stop(&r);
+        fail_msg("a list without %.*s was accepted", (int)(rest - rec), rec);
+    }
+    printf("recorded algorithms, one missing: refused: %s\n", dt_error());
+    assert_non_null(strstr(dt_error(), "name none of"));
+}
+
 /* ---- pooling, bias and activations on (N,C,H,W) ---------------------------------- */
 
 /* Each op once on random data (no ties: ties are where cuDNN's pooling rule
@@ -596,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_conv_fastest),
         cmocka_unit_test(test_conv_algo0),
         cmocka_unit_test(test_conv_algo_invalid),
+        cmocka_unit_test(test_conv_recorded),
     };
     const struct CMUnitTest image[] = {
         cmocka_unit_test(test_image_ops_deterministic),
