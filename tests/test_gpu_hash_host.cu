@@ -27,7 +27,7 @@ extern "C" {
 
 #define SK TRACE_SKETCH_LEN
 #define TILE_LEAVES 8        /* gpu_trace_kern.cuh's GT_TILE_LEAVES */
-#define ROOT_CHUNK 128       /* gpu_trace_kern.cuh's GT_ROOT_CHUNK */
+#define ROOT_CHUNK 256       /* gpu_trace_kern.cuh's GT_ROOT_CHUNK */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -344,7 +344,7 @@ static void test_root(void **state)
     assert_non_null(buf);
     static const size_t ms[] = {0, 1, 2, 15, 16, 17, 29, 30, 31, 32, 33, 127, 128, 129, 255, 256,
                                 257, 383, 384, 385, 1000, 1023, 1024, 1025, 2442, 4999, 5000};
-    static const size_t chunks[] = {1, 2, 3, 128};
+    static const size_t chunks[] = {1, 2, 3, 128, ROOT_CHUNK};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         size_t len = 8 * ms[i];
         fill_bytes(buf, len, 31 * len + 1);

@@ -8,7 +8,7 @@
  * (--streams 1; the default spreads ops over 4). The IDX data directory is the default one
  * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU.
  * Usage: bench_gpu_step [--quick] [--rounds N] [--backend cuda|cudnn] [CONF...]
- * CONF: ae, pn1, pn4 or kitti (default: all four). */
+ * N: 1 to 8 (default 3, 1 with --quick); CONF: ae, pn1, pn4 or kitti (default: all four). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +30,13 @@ int main(int argc, char **argv)
         if (strcmp(argv[a], "--quick") == 0) {
             quick = 1;
         } else if (strcmp(argv[a], "--rounds") == 0 && a + 1 < argc) {
-            rounds = atoi(argv[++a]);
+            char *end;
+            long v = strtol(argv[++a], &end, 10);
+            if (*argv[a] == 0 || *end || v < 1 || v > 8) {
+                fprintf(stderr, "bench_gpu_step: --rounds '%s': expected 1 to 8\n", argv[a]);
+                return 2;
+            }
+            rounds = (int)v;
         } else if (strcmp(argv[a], "--backend") == 0 && a + 1 < argc) {
             only_backend = argv[++a];
         } else {
@@ -56,8 +62,6 @@ int main(int argc, char **argv)
     static const char *const backends[] = {"cuda", "cudnn"};
     if (rounds <= 0)
         rounds = quick ? 1 : 3;
-    if (rounds > 8)
-        rounds = 8;
     printf("| configuration | backend | median ms/step, tracing off | trace level op | overhead |"
            " tracing off, --streams 1 |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
