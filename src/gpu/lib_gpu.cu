@@ -196,14 +196,24 @@ static int lg_wait_queued(struct lib_gpu *g, char *msg, size_t n)
     return DIVTRACE_OK;
 }
 
+/* A chunk of the pool's kind: pinned host memory or device memory. */
+static cudaError_t lg_chunk_alloc(const struct lg_pool *p, unsigned char **out, size_t size)
+{
+    return p->pinned ? cudaMallocHost((void **)out, size) : cudaMalloc((void **)out, size);
+}
+
+static void lg_chunk_free(const struct lg_pool *p, void *c)
+{
+    if (p->pinned)
+        cudaFreeHost(c);
+    else
+        cudaFree(c);
+}
+
 static void lg_pool_free(struct lg_pool *p)
 {
-    for (int i = 0; i < p->n; i++) {
-        if (p->pinned)
-            cudaFreeHost(p->chunk[i].p);
-        else
-            cudaFree(p->chunk[i].p);
-    }
+    for (int i = 0; i < p->n; i++)
+        lg_chunk_free(p, p->chunk[i].p);
     free(p->chunk);
     memset(p, 0, sizeof *p);
 }
@@ -236,7 +246,7 @@ static int lg_take(struct lg_pool *p, size_t bytes, void **out, char *msg, size_
     if (size < bytes)
         size = bytes;
     struct lg_chunk *c = &p->chunk[p->n];
-    cudaError_t e = p->pinned ? cudaMallocHost((void **)&c->p, size) : cudaMalloc((void **)&c->p, size);
+    cudaError_t e = lg_chunk_alloc(p, &c->p, size);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return lg_fail(msg, n, DIVTRACE_ECUDA, p->pinned ? "cudaMallocHost of hash staging"
@@ -257,14 +267,10 @@ static void lg_pool_reset(struct lg_pool *p)
         size_t total = 0;
         for (int i = 0; i < p->n; i++) {
             total += p->chunk[i].size;
-            if (p->pinned)
-                cudaFreeHost(p->chunk[i].p);
-            else
-                cudaFree(p->chunk[i].p);
+            lg_chunk_free(p, p->chunk[i].p);
         }
         p->n = 0;
-        cudaError_t e = p->pinned ? cudaMallocHost((void **)&p->chunk[0].p, total)
-                                  : cudaMalloc((void **)&p->chunk[0].p, total);
+        cudaError_t e = lg_chunk_alloc(p, &p->chunk[0].p, total);
         if (e == cudaSuccess) {
             p->chunk[0].size = total;
             p->n = 1;
