@@ -43,7 +43,7 @@ double replay_normwise_floor(const float *a, size_t na, const float *b, size_t n
 }
 
 void replay_classify(const float *out, const float *exact, const double *bound, size_t n,
-                     double floor, struct replay_opcheck *c)
+                     double least, struct replay_opcheck *c)
 {
     c->cls = REPLAY_EXACT;
     c->worst = 0;
@@ -55,7 +55,7 @@ void replay_classify(const float *out, const float *exact, const double *bound, 
             continue;
         uint64_t ulp = diff_ulp(v, x);
         double err = fabs((double)v - (double)x);
-        double b = bound[k] > floor ? bound[k] : floor; /* an infinite bound stays infinite */
+        double b = bound[k] > least ? bound[k] : least; /* an infinite bound stays infinite */
         double allowed = b + 0.5 * oracle_ulp32(x);
         double ratio;
         if (isinf(allowed))
@@ -99,13 +99,13 @@ static void replay_check_op(struct replay_state *s, int i)
     struct replay_opcheck c = {.step = s->step, .op = i};
     int transform = 0;
     c.algorithm = r->be->op_algorithm ? r->be->op_algorithm(r->ctx, &r->g, i, &transform) : NULL;
-    double floor = 0;
+    double least = 0; /* the normwise floor, or none */
     if (transform && nd->ninputs == 2) {
         c.normwise = 1;
-        floor = replay_normwise_floor(s->in[0], r->g.nodes[nd->inputs[0]].count, s->in[1],
+        least = replay_normwise_floor(s->in[0], r->g.nodes[nd->inputs[0]].count, s->in[1],
                                       r->g.nodes[nd->inputs[1]].count);
     }
-    replay_classify(s->out, s->exact, s->bound, nd->count, floor, &c);
+    replay_classify(s->out, s->exact, s->bound, nd->count, least, &c);
     struct replay_result *res = s->res;
     if (res->ncheck == res->capcheck) {
         res->capcheck = res->capcheck ? 2 * res->capcheck : 64;

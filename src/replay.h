@@ -56,10 +56,11 @@ void replay_result_free(struct replay_result *res);
 const char *replay_class_name(enum replay_class c);
 
 /* An op's output against the oracle: element k is within bounds when
- * |out - exact| <= max(bound[k], floor) + ulp(exact)/2. Fills c's class,
- * max_ulp, max_ratio and worst element (the other fields are left). */
+ * |out - exact| <= max(bound[k], least) + ulp(exact)/2 (least: 0, or a
+ * normwise floor). Fills c's class, max_ulp, max_ratio and worst element
+ * (the other fields are left). */
 void replay_classify(const float *out, const float *exact, const double *bound, size_t n,
-                     double floor, struct replay_opcheck *c);
+                     double least, struct replay_opcheck *c);
 
 /* The normwise floor of a product-sum op computed through a transform
  * (FFT, Winograd) from inputs a and b: ceil(log2 N) u ||a||_2 ||b||_2, N the

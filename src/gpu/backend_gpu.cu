@@ -813,12 +813,12 @@ static void gpu_step_end(void *ctx, uint64_t step, int arr)
     gpu_trace_launch(c, arr);
 }
 
-/* The two tables differ only in the entries cuDNN replaces. */
 static const char *gpu_op_algorithm(void *ctx, const struct graph *g, int i, int *transform)
 {
     return gpu_dnn_op_algorithm((struct gpu_ctx *)ctx, g, i, transform);
 }
 
+/* The two tables differ only in the entries cuDNN replaces. */
 static struct backend_ops gpu_table(const char *name, int (*init)(void **, const struct backend_options *),
                                     int dnn)
 {
