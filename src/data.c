@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "hash.h"
 #include "rng.h"
@@ -55,10 +58,31 @@ void data_batch(struct data *d, uint64_t cursor, uint32_t batch, float *out)
             rng_permutation(d->perm, d->im.n, d->seed, epoch + 1);
             d->perm_epoch = epoch;
         }
-        const uint8_t *px = d->im.pix + (size_t)d->perm[s % d->im.n] * f;
-        for (uint32_t j = 0; j < f; j++)
-            out[(size_t)b * f + j] = (float)px[j] / 255.0f;
+        data_pixels_to_float(d->im.pix + (size_t)d->perm[s % d->im.n] * f, out + (size_t)b * f, f);
     }
+}
+
+/* The autoencoder's step on the H200 is 0.08 ms of GPU time; one division
+ * at a time, its batch of 78400 pixels took the host 0.09 ms, so the host
+ * set the pace of training (and of its tracing). divps is IEEE division,
+ * rounded as divss: the same floats, four at a time. */
+void data_pixels_to_float(const uint8_t *px, float *out, size_t n)
+{
+    size_t j = 0;
+#ifdef __SSE2__
+    const __m128 d = _mm_set1_ps(255.0f);
+    const __m128i z = _mm_setzero_si128();
+    for (; j + 16 <= n; j += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(px + j));
+        __m128i lo = _mm_unpacklo_epi8(v, z), hi = _mm_unpackhi_epi8(v, z);
+        _mm_storeu_ps(out + j, _mm_div_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, z)), d));
+        _mm_storeu_ps(out + j + 4, _mm_div_ps(_mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, z)), d));
+        _mm_storeu_ps(out + j + 8, _mm_div_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, z)), d));
+        _mm_storeu_ps(out + j + 12, _mm_div_ps(_mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, z)), d));
+    }
+#endif
+    for (; j < n; j++)
+        out[j] = (float)px[j] / 255.0f;
 }
 
 /* ---- video ---- */
@@ -146,8 +170,7 @@ void data_video_batch(struct data *d, uint64_t cursor, uint32_t batch, float *ou
         if (d->generated) {
             int rc = video_moving_mnist(&d->im, d->seed, s, d->nt, d->h, 2, d->clip);
             DT_ASSERT(rc == 0, "moving-mnist: %s", dt_error());
-            for (size_t i = 0; i < (size_t)d->nt * hw; i++)
-                o[i] = (float)d->clip[i] / 255.0f;
+            data_pixels_to_float(d->clip, o, (size_t)d->nt * hw);
             continue;
         }
         uint64_t epoch = s / d->nclips;
@@ -160,6 +183,10 @@ void data_video_batch(struct data *d, uint64_t cursor, uint32_t batch, float *ou
         uint64_t seq = k / per, first = (k % per) * d->nt;
         const uint8_t *src = d->v.pix + (seq * d->v.t + first) * frame;
         /* (T, H, W, C) -> (T, C, H, W) */
+        if (d->c == 1) {
+            data_pixels_to_float(src, o, (size_t)d->nt * hw);
+            continue;
+        }
         for (uint32_t t = 0; t < d->nt; t++)
             for (uint32_t ch = 0; ch < d->c; ch++)
                 for (size_t i = 0; i < hw; i++)

@@ -1,5 +1,6 @@
 /* test_idx.c: the IDX image reader reads valid plain and gzip files exactly
- * and rejects every kind of damaged file with a message naming the file. */
+ * and rejects every kind of damaged file with a message naming the file;
+ * pixels become the floats v / 255. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 #include <zlib.h>
 
+#include "data.h"
 #include "hash.h"
 #include "idx.h"
 #include "test_util.h"
@@ -297,6 +299,60 @@ static void test_real_fashion_mnist(void **state)
     idx_free(&im);
 }
 
+/* Pixels to float32: each value the correctly rounded v / 255. The
+ * reference divides in double and rounds once more: 1/255's binary
+ * expansion repeats every 8 bits, so no quotient v/255 (0 < v < 255) lies
+ * near enough a float's rounding midpoint for the double rounding to
+ * differ. Every value, at every alignment of the vector loop, and every
+ * length of its scalar tail. */
+static void test_pixels_to_float(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    uint8_t px[N];
+    float out[N + 1];
+    for (int i = 0; i < N; i++)
+        px[i] = (uint8_t)(7 * i + 3); /* 7 is odd: all 256 values */
+    for (int off = 0; off < 18; off++)
+        for (int n = 0; off + n <= N; n++) {
+            out[n] = -1.0f;
+            data_pixels_to_float(px + off, out, (size_t)n);
+            for (int j = 0; j < n; j++)
+                if (out[j] != (float)((double)px[off + j] / 255.0))
+                    fail_msg("offset %d, length %d, element %d (pixel %u): %.9g", off, n, j, px[off + j],
+                             (double)out[j]);
+            assert_true(out[n] == -1.0f); /* nothing past the end */
+        }
+    /* a batch: each row is one of the images, converted, and the batch a
+     * permutation of them (35 pixels: one vector of 16 and a tail) */
+    struct data d;
+    memset(&d, 0, sizeof d);
+    d.im.n = 3;
+    d.im.rows = 5;
+    d.im.cols = 7;
+    d.im.pix = px;
+    d.seed = 11;
+    d.perm = calloc(3, sizeof *d.perm);
+    d.perm_epoch = UINT64_MAX;
+    float batch[3 * 35];
+    data_batch(&d, 0, 3, batch);
+    int seen = 0;
+    for (int b = 0; b < 3; b++) {
+        int which = -1;
+        for (int k = 0; k < 3 && which < 0; k++) {
+            int same = 1;
+            for (int j = 0; j < 35; j++)
+                same &= batch[35 * b + j] == (float)((double)px[35 * k + j] / 255.0);
+            if (same)
+                which = k;
+        }
+        assert_true(which >= 0);
+        seen |= 1 << which;
+    }
+    assert_int_equal(seen, 7);
+    free(d.perm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_reject_corrupt_gzip),
         cmocka_unit_test(test_find_images),
         cmocka_unit_test(test_real_fashion_mnist),
+        cmocka_unit_test(test_pixels_to_float),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
