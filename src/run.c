@@ -348,12 +348,16 @@ void run_step_begin(struct run *r, uint64_t step)
 
 void run_step_exec(struct run *r, uint64_t step, uint64_t next)
 {
+    DT_PROF_MARK(t0);
     exec_step(&r->e, step);
     /* the loss comes back with the step's records (the tracer's wait, or
      * run_loss's sync), not in a round trip of its own */
     r->loss_pending = exec_get_async(&r->e, r->g.loss, r->loss_host);
+    DT_PROF_ADD(DT_PROF_EXEC, t0);
+    DT_PROF_MARK(t1);
     if (next != UINT64_MAX && r->bstep[next & 1] != next && (next & 1) != (step & 1))
         run_prefetch(r, next);
+    DT_PROF_ADD(DT_PROF_PREFETCH, t1);
     tracer_sync(r->tr);
 }
 

@@ -317,7 +317,9 @@ void tracer_before_end(void *arg)
 {
     struct tracer *t = arg;
     if (t->batch && t->nbatch > 0 && !t->requested) {
+        DT_PROF_MARK(t0);
         tracer_flush(t); /* last step's, before this step's request */
+        DT_PROF_ADD(DT_PROF_FLUSH, t0);
         tracer_batch_request(t, 1);
         t->requested = 1;
     }

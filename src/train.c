@@ -385,7 +385,12 @@ int train_run(const struct train_config *tc, struct train_result *res)
             t2 = dt_now();
         }
         keep = keeps[step & 1];
+#ifdef DT_PROFILE_STEP
+        dt_prof_on = step >= 3;
+#endif
+        DT_PROF_MARK(tb);
         run_step_begin(r, step);
+        DT_PROF_ADD(DT_PROF_BEGIN, tb);
         /* A fault lands before the checkpoint: it is the state this step runs on. */
         if (tc->flip_set && step == tc->flip_step) {
             tracer_flush(r->tr); /* last step's records may still read the leaf */
@@ -405,6 +410,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
         }
         uint64_t next = step + 1 < tc->steps ? step + 1 : UINT64_MAX;
         run_step_exec(r, step, next);
+        DT_PROF_MARK(to);
         if (pend != UINT64_MAX) {
             /* its records were taken before this step asked for its own */
             if (tracer_done(r->tr) < (int64_t)pend)
@@ -413,7 +419,11 @@ int train_run(const struct train_config *tc, struct train_result *res)
                 goto out;
             pend = UINT64_MAX;
         }
+        DT_PROF_ADD(DT_PROF_OUT, to);
+        DT_PROF_MARK(tl);
         double loss = run_loss(r);
+        DT_PROF_ADD(DT_PROF_LOSS, tl);
+        DT_PROF_MARK(tz);
         if (s.twin) {
             /* the same step at twice the precision: equal float32 results? */
             run_step_begin(&s.r2, step);
@@ -441,9 +451,23 @@ int train_run(const struct train_config *tc, struct train_result *res)
             }
         }
         exec_advance(&r->e);
+        DT_PROF_ADD(DT_PROF_REST, tz);
         if (tc->progress)
             train_progress(tc, step, loss, t0, &last, 0);
     }
+#ifdef DT_PROFILE_STEP
+    if (step > 3) {
+        static const char *const names[DT_PROF_N] = {"begin", "exec", "(flush)", "(launch)", "prefetch",
+                                                     "out", "loss", "rest"};
+        fprintf(stderr, "profile-step %s%s steps=%" PRIu64 " us/step:", tc->backend, tc->notrace ? " off" : " op",
+                step - 3);
+        for (int k = 0; k < DT_PROF_N; k++) {
+            fprintf(stderr, " %s=%.2f", names[k], 1e6 * dt_prof[k] / (double)(step - 3));
+            dt_prof[k] = 0;
+        }
+        fprintf(stderr, "\n");
+    }
+#endif
     if (pend != UINT64_MAX) {
         tracer_flush(r->tr);
         if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)

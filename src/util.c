@@ -62,6 +62,11 @@ char *dt_strdup(const char *s)
     return d;
 }
 
+#ifdef DT_PROFILE_STEP
+double dt_prof[DT_PROF_N];
+int dt_prof_on;
+#endif
+
 double dt_now(void)
 {
     struct timespec ts;

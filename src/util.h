@@ -37,4 +37,19 @@ double dt_now(void);
 /* CPU time of the process, all threads, in seconds. */
 double dt_cpu_now(void);
 
+/* A measurement build (-DDT_PROFILE_STEP) sums the host's time in the
+ * phases of a training step (DT_PROF_*), and train_run prints the means
+ * on stderr; otherwise these are nothing. */
+enum { DT_PROF_BEGIN, DT_PROF_EXEC, DT_PROF_FLUSH, DT_PROF_LAUNCH, DT_PROF_PREFETCH, DT_PROF_OUT,
+       DT_PROF_LOSS, DT_PROF_REST, DT_PROF_N };
+#ifdef DT_PROFILE_STEP
+extern double dt_prof[DT_PROF_N];
+extern int dt_prof_on;
+#define DT_PROF_MARK(v) double v = dt_now()
+#define DT_PROF_ADD(k, t) (dt_prof_on ? (void)(dt_prof[k] += dt_now() - (t)) : (void)0)
+#else
+#define DT_PROF_MARK(v) (void)0
+#define DT_PROF_ADD(k, t) (void)0
+#endif
+
 #endif

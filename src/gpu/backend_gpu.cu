@@ -164,7 +164,7 @@ static int gpu_lane_make(struct gpu_ctx *c, int k)
 {
     struct gpu_lane *l = &c->lane[k];
     cudaError_t e;
-    if ((e = cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+    if ((e = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, c->prio_step)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&l->join, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaMalloc(&l->blas_ws, GPU_BLAS_WORKSPACE)) != cudaSuccess) {
         cudaGetLastError();
@@ -384,9 +384,13 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
         return DT_ERR;
     }
     cudaDeviceProp prop;
+    int least = 0, greatest = 0;
+    const char *prio = getenv("DIVTRACE_STREAM_PRIORITY");
     if ((e = cudaSetDevice(c->device)) != cudaSuccess ||
         (e = cudaGetDeviceProperties(&prop, c->device)) != cudaSuccess ||
-        (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        (e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess ||
+        (c->prio_step = prio && strcmp(prio, "equal") == 0 ? least : greatest, c->prio_trace = least,
+         e = cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking, c->prio_step)) != cudaSuccess) {
         gpu_fail(c, "cannot start the GPU", cudaGetErrorString(e));
         free(c);
         return DT_ERR;
@@ -637,7 +641,7 @@ static int gpu_trace_defer(void *ctx, int on)
     if (!c->graphs)
         return -1;
     if (!c->tstream) {
-        GPU_CHECK(cudaStreamCreateWithFlags(&c->tstream, cudaStreamNonBlocking));
+        GPU_CHECK(cudaStreamCreateWithPriority(&c->tstream, cudaStreamNonBlocking, c->prio_trace));
         GPU_CHECK(cudaEventCreateWithFlags(&c->stepdone, cudaEventDisableTiming));
         for (int k = 0; k < 2; k++)
             GPU_CHECK(cudaEventCreateWithFlags(&c->tdone[k], cudaEventDisableTiming));
@@ -786,7 +790,9 @@ static void gpu_step_end(void *ctx, uint64_t step, int arr)
     if (c->capturing < 0) {
         if (!c->graph[arr])
             c->eager_steps++;
+        DT_PROF_MARK(t0);
         gpu_trace_launch(c, arr);
+        DT_PROF_ADD(DT_PROF_LAUNCH, t0);
         return;
     }
     cudaGraph_t graph;

@@ -84,6 +84,10 @@ struct gpu_ctx {
     int tlaunch;                  /* this step's trace graph is to be launched at step_end */
     int tlaunched[2];             /* tgraph[a] runs; the stream has not waited for it yet */
     cudaStream_t tstream;
+    /* the priorities of the step's streams and of tstream: the step's
+     * kernels take free SMs before the trace's (DIVTRACE_STREAM_PRIORITY=
+     * equal: both the default, for measurements) */
+    int prio_step, prio_trace;
     cudaGraphExec_t tgraph[2];
     cudaEvent_t stepdone, tdone[2];
     /* streams (--streams): the ops of a step are spread over nlanes lanes
