@@ -273,6 +273,10 @@ static int train_setup(struct train_state *s)
     s->pipe = !tc->notrace && !s->twin && !tc->stop_on_nonfinite && tracer_defer(s->r.tr);
     if (s->pipe)
         exec_double(&s->r.e);
+#ifdef DT_PROFILE_STEP
+    else if (getenv("DT_PROFILE_DOUBLE")) /* two arrangements, untraced: what they cost alone */
+        exec_double(&s->r.e);
+#endif
     s->ckpt_every = tc->ckpt_every ? tc->ckpt_every
                                    : train_default_ckpt_every(tc->steps, run_ckpt_bytes(&s->r));
     run_describe(&s->r, &s->cfg, s->ckpt_every);
