@@ -14,6 +14,9 @@
 
 #include "gpu.h"
 
+#include <cuda.h> /* the green context's types; its functions come through the runtime */
+#include <cudaTypedefs.h>
+
 extern "C" {
 #include "config.h"
 }
@@ -77,6 +80,8 @@ static int gpu_fail(struct gpu_ctx *c, const char *what, const char *why)
     dt_error_set("--backend %s: %s: %s", c->dnn ? "cudnn" : "cuda", what, why);
     return DT_ERR;
 }
+
+static void gpu_green_free(struct gpu_ctx *c);
 
 static void gpu_free(void *ctx);
 
@@ -469,6 +474,7 @@ static void gpu_free(void *ctx)
         gpu_dnn_free(c);
     if (c->tstream)
         cudaStreamDestroy(c->tstream);
+    gpu_green_free(c);
     /* the context's own lane (set up or not when a start failed) */
     struct gpu_lane own = {c->stream, c->blas, c->blas_ws, c->dnn_handle, c->scratch, c->scratch_bytes,
                            NULL};
@@ -616,6 +622,70 @@ static void gpu_trace_wait(void *ctx, struct trace_oprec *rec, int n)
     c->tpending = -1;
 }
 
+/* ---- the trace stream on a few SMs (DIVTRACE_TRACE_SMS=K, measurements) ----
+ * A green context of K SMs (as many as the device's partition rules give
+ * at least K) holds the trace stream, so the trace's blocks stay on those
+ * SMs and leave the others whole to the step: one trace block on an SM
+ * keeps registers that a large convolution block needs. The driver's
+ * functions come through the runtime (cudaGetDriverEntryPointByVersion),
+ * so the program does not link the driver library. */
+static PFN_cuGreenCtxDestroy_v12040 gpu_green_destroy;
+
+static void gpu_green_free(struct gpu_ctx *c)
+{
+    if (c->tgreen && gpu_green_destroy)
+        gpu_green_destroy((CUgreenCtx)c->tgreen);
+    c->tgreen = NULL;
+}
+
+/* 0 with c->tstream made in a green context; -1 (a line on stderr) when
+ * the device or driver cannot, and the caller makes an ordinary stream. */
+static int gpu_green_stream(struct gpu_ctx *c, unsigned sms)
+{
+    PFN_cuDeviceGet_v2000 dev_get;
+    PFN_cuDeviceGetDevResource_v12040 get_res;
+    PFN_cuDevSmResourceSplitByCount_v12040 split;
+    PFN_cuDevResourceGenerateDesc_v12040 gen_desc;
+    PFN_cuGreenCtxCreate_v12040 create;
+    PFN_cuGreenCtxStreamCreate_v12050 stream_create;
+    cudaDriverEntryPointQueryResult q;
+    const char *what = NULL;
+#define GPU_DRV(sym, ver, fn) \
+    (what = #sym, cudaGetDriverEntryPointByVersion(#sym, (void **)&(fn), ver, cudaEnableDefault, &q) == cudaSuccess && \
+                      q == cudaDriverEntryPointSuccess)
+    if (!(GPU_DRV(cuDeviceGet, 2000, dev_get) && GPU_DRV(cuDeviceGetDevResource, 12040, get_res) &&
+          GPU_DRV(cuDevSmResourceSplitByCount, 12040, split) && GPU_DRV(cuDevResourceGenerateDesc, 12040, gen_desc) &&
+          GPU_DRV(cuGreenCtxCreate, 12040, create) && GPU_DRV(cuGreenCtxDestroy, 12040, gpu_green_destroy) &&
+          GPU_DRV(cuGreenCtxStreamCreate, 12050, stream_create))) {
+        cudaGetLastError();
+        fprintf(stderr, "DIVTRACE_TRACE_SMS: the driver has no %s; the trace stream uses every SM\n", what);
+        return -1;
+    }
+#undef GPU_DRV
+    CUdevice dev;
+    CUdevResource all, part;
+    CUdevResourceDesc desc;
+    CUgreenCtx g = NULL;
+    CUstream st;
+    unsigned ngroups = 1;
+    CUresult r;
+    if ((r = dev_get(&dev, c->device)) != CUDA_SUCCESS || (what = "the SMs", r = get_res(dev, &all, CU_DEV_RESOURCE_TYPE_SM)) != CUDA_SUCCESS ||
+        (what = "a split", r = split(&part, &ngroups, &all, NULL, 0, sms)) != CUDA_SUCCESS ||
+        (what = "a descriptor", r = gen_desc(&desc, &part, 1)) != CUDA_SUCCESS ||
+        (what = "the context", r = create(&g, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS ||
+        (what = "the stream", r = stream_create(&st, g, CU_STREAM_NON_BLOCKING, c->prio_trace)) != CUDA_SUCCESS) {
+        fprintf(stderr, "DIVTRACE_TRACE_SMS=%u: green context: %s failed (CUresult %d); the trace stream uses "
+                "every SM\n", sms, what, (int)r);
+        if (g)
+            gpu_green_destroy(g);
+        return -1;
+    }
+    c->tgreen = (void *)g;
+    c->trace_sms = (int)part.sm.smCount;
+    c->tstream = (cudaStream_t)st;
+    return 0;
+}
+
 /* Deferred records need the step as a graph: the trace graph's buffers
  * are the arrangement's, like the step's. DIVTRACE_TRACE_CAPS=L,R caps the
  * trace kernels' blocks (gpu_trace_set_caps), for measurements. Default:
@@ -641,7 +711,9 @@ static int gpu_trace_defer(void *ctx, int on)
     if (!c->graphs)
         return -1;
     if (!c->tstream) {
-        GPU_CHECK(cudaStreamCreateWithPriority(&c->tstream, cudaStreamNonBlocking, c->prio_trace));
+        const char *sms = getenv("DIVTRACE_TRACE_SMS");
+        if (!(sms && *sms && gpu_green_stream(c, (unsigned)strtoul(sms, NULL, 10)) == 0))
+            GPU_CHECK(cudaStreamCreateWithPriority(&c->tstream, cudaStreamNonBlocking, c->prio_trace));
         GPU_CHECK(cudaEventCreateWithFlags(&c->stepdone, cudaEventDisableTiming));
         for (int k = 0; k < 2; k++)
             GPU_CHECK(cudaEventCreateWithFlags(&c->tdone[k], cudaEventDisableTiming));
@@ -672,8 +744,12 @@ static void gpu_describe(void *ctx, struct trace_config *cfg)
     trace_config_setf(cfg, "cublas", "%d (pedantic float32 math, no TF32; atomics not allowed)", blas);
     trace_config_set(cfg, "reduce", c->atomic ? "atomic" : "tree");
     trace_config_set(cfg, "cuda_graph", c->graphs ? "on" : "off");
-    trace_config_set(cfg, "trace_overlap", c->defer ? "on (a step's records are made while the next step runs)"
-                                                    : "off");
+    if (c->defer && c->tgreen)
+        trace_config_setf(cfg, "trace_overlap", "on (a step's records are made while the next step runs, on %d SMs)",
+                          c->trace_sms);
+    else
+        trace_config_set(cfg, "trace_overlap", c->defer ? "on (a step's records are made while the next step runs)"
+                                                        : "off");
     trace_config_setf(cfg, "gpu_streams", "%d (%d used by the schedule)", c->nlanes, c->lanes_made);
     if (c->dnn) {
         size_t v = cudnnGetVersion();

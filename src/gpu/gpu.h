@@ -88,6 +88,10 @@ struct gpu_ctx {
      * kernels take free SMs before the trace's (DIVTRACE_STREAM_PRIORITY=
      * equal: both the default, for measurements) */
     int prio_step, prio_trace;
+    /* DIVTRACE_TRACE_SMS=K: tstream belongs to a green context of trace_sms
+     * SMs (tgreen, a CUgreenCtx; NULL: none, the stream may use every SM) */
+    void *tgreen;
+    int trace_sms;
     cudaGraphExec_t tgraph[2];
     cudaEvent_t stepdone, tdone[2];
     /* streams (--streams): the ops of a step are spread over nlanes lanes
