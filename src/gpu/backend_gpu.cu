@@ -624,9 +624,10 @@ static void gpu_trace_wait(void *ctx, struct trace_oprec *rec, int n)
 
 /* ---- the trace stream on a few SMs (DIVTRACE_TRACE_SMS=K, measurements) ----
  * A green context of K SMs (as many as the device's partition rules give
- * at least K) holds the trace stream, so the trace's blocks stay on those
- * SMs and leave the others whole to the step: one trace block on an SM
- * keeps registers that a large convolution block needs. The driver's
+ * at least K) holds the trace stream, so that the trace's blocks stay on
+ * those SMs and leave the others whole to the step. On the H200 the step
+ * lost about half of what the trace took from its SMs wherever they were,
+ * so this is not the default (tests/bench/RESULTS.md). The driver's
  * functions come through the runtime (cudaGetDriverEntryPointByVersion),
  * so the program does not link the driver library. */
 static PFN_cuGreenCtxDestroy_v12040 gpu_green_destroy;
@@ -650,12 +651,13 @@ static int gpu_green_stream(struct gpu_ctx *c, unsigned sms)
     PFN_cuGreenCtxStreamCreate_v12050 stream_create;
     cudaDriverEntryPointQueryResult q;
     const char *what = NULL;
-#define GPU_DRV(sym, ver, fn) \
-    (what = #sym, cudaGetDriverEntryPointByVersion(#sym, (void **)&(fn), ver, cudaEnableDefault, &q) == cudaSuccess && \
-                      q == cudaDriverEntryPointSuccess)
+#define GPU_DRV(sym, ver, fn)                                                                              \
+    (what = #sym, cudaGetDriverEntryPointByVersion(#sym, (void **)&(fn), ver, cudaEnableDefault, &q) ==   \
+                      cudaSuccess && q == cudaDriverEntryPointSuccess)
     if (!(GPU_DRV(cuDeviceGet, 2000, dev_get) && GPU_DRV(cuDeviceGetDevResource, 12040, get_res) &&
-          GPU_DRV(cuDevSmResourceSplitByCount, 12040, split) && GPU_DRV(cuDevResourceGenerateDesc, 12040, gen_desc) &&
-          GPU_DRV(cuGreenCtxCreate, 12040, create) && GPU_DRV(cuGreenCtxDestroy, 12040, gpu_green_destroy) &&
+          GPU_DRV(cuDevSmResourceSplitByCount, 12040, split) &&
+          GPU_DRV(cuDevResourceGenerateDesc, 12040, gen_desc) && GPU_DRV(cuGreenCtxCreate, 12040, create) &&
+          GPU_DRV(cuGreenCtxDestroy, 12040, gpu_green_destroy) &&
           GPU_DRV(cuGreenCtxStreamCreate, 12050, stream_create))) {
         cudaGetLastError();
         fprintf(stderr, "DIVTRACE_TRACE_SMS: the driver has no %s; the trace stream uses every SM\n", what);
@@ -669,7 +671,9 @@ static int gpu_green_stream(struct gpu_ctx *c, unsigned sms)
     CUstream st;
     unsigned ngroups = 1;
     CUresult r;
-    if ((r = dev_get(&dev, c->device)) != CUDA_SUCCESS || (what = "the SMs", r = get_res(dev, &all, CU_DEV_RESOURCE_TYPE_SM)) != CUDA_SUCCESS ||
+    what = "the device";
+    if ((r = dev_get(&dev, c->device)) != CUDA_SUCCESS ||
+        (what = "the SMs", r = get_res(dev, &all, CU_DEV_RESOURCE_TYPE_SM)) != CUDA_SUCCESS ||
         (what = "a split", r = split(&part, &ngroups, &all, NULL, 0, sms)) != CUDA_SUCCESS ||
         (what = "a descriptor", r = gen_desc(&desc, &part, 1)) != CUDA_SUCCESS ||
         (what = "the context", r = create(&g, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS ||
@@ -712,7 +716,14 @@ static int gpu_trace_defer(void *ctx, int on)
         return -1;
     if (!c->tstream) {
         const char *sms = getenv("DIVTRACE_TRACE_SMS");
-        if (!(sms && *sms && gpu_green_stream(c, (unsigned)strtoul(sms, NULL, 10)) == 0))
+        char *end = NULL;
+        unsigned long k = sms && *sms ? strtoul(sms, &end, 10) : 0;
+        if (sms && *sms && (*end || k == 0 || k > (unsigned long)c->sm_count)) {
+            fprintf(stderr, "DIVTRACE_TRACE_SMS='%s': expected 1 to %d SMs; the trace stream uses every SM\n", sms,
+                    c->sm_count);
+            k = 0;
+        }
+        if (!(k && gpu_green_stream(c, (unsigned)k) == 0))
             GPU_CHECK(cudaStreamCreateWithPriority(&c->tstream, cudaStreamNonBlocking, c->prio_trace));
         GPU_CHECK(cudaEventCreateWithFlags(&c->stepdone, cudaEventDisableTiming));
         for (int k = 0; k < 2; k++)
