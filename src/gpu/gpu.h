@@ -157,16 +157,17 @@ void gpu_dnn_free(struct gpu_ctx *c);
 /* The algorithms chosen, for the trace header ("fwd 4x19x64x64 k1 3x3: IMPLICIT_GEMM; ..."). */
 void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg);
 
+/* The cuDNN algorithm of convolution node i of the prepared graph, or NULL
+ * (not a convolution, or the cuda backend); *transform: whether it is an
+ * FFT or Winograd algorithm (backend.h's op_algorithm). */
+const char *gpu_dnn_op_algorithm(struct gpu_ctx *c, const struct graph *g, int i, int *transform);
+
 /* gpu_green.cu: c->tstream made in a green context of at least sms SMs
  * (c->tgreen, c->trace_sms set): 0; -1, with one line on stderr, when the
  * driver or device cannot (the caller makes an ordinary stream). */
 int gpu_green_stream(struct gpu_ctx *c, unsigned sms);
 /* The green context, if any (after its stream is destroyed). */
 void gpu_green_free(struct gpu_ctx *c);
-/* The cuDNN algorithm of convolution node i of the prepared graph, or NULL
- * (not a convolution, or the cuda backend); *transform: whether it is an
- * FFT or Winograd algorithm (backend.h's op_algorithm). */
-const char *gpu_dnn_op_algorithm(struct gpu_ctx *c, const struct graph *g, int i, int *transform);
 
 /* gpu_trace.cu, gpu_trace_one.cu: the tensor hash (hash.h's tree of XXH3-64
  * leaves) and statistics (stats.h) of many device buffers at once. */
