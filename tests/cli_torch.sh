@@ -5,7 +5,8 @@
 # AddressSanitizer (whose runtime cannot be loaded into an uninstrumented
 # python3; the plain build runs these tests).
 # Environment: DIVTRACE (the program), DIVTRACE_LIB (libdivtrace.so) and
-# top_srcdir, as make check sets them; PYTHON (default python3).
+# top_srcdir, as make check sets them; PYTHON (default python3). Runs the
+# tests once with each adapter core the build has (C and Python).
 NAME=cli_torch.sh
 PY=${PYTHON:-python3}
 top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -27,4 +28,15 @@ fi
 PYTHONPATH="$top/src/python${PYTHONPATH:+:$PYTHONPATH}"
 PYTHONDONTWRITEBYTECODE=1
 export DIVTRACE DIVTRACE_LIB PYTHONPATH PYTHONDONTWRITEBYTECODE top_srcdir="$top"
-exec "$PY" -W ignore::UserWarning "$top/tests/torch/test_torch.py"
+# Every check once with each core the build has: the C core (built beside
+# the library, src/python/.libs/_fast.so; asked for with
+# DIVTRACE_ADAPTER_CORE=c, so one that does not load fails) and the Python
+# core.
+cores=python
+[ -e "$(dirname "$DIVTRACE_LIB")/../python/.libs/_fast.so" ] && cores="c python"
+rc=0
+for core in $cores; do
+    echo "## adapter core: $core"
+    DIVTRACE_ADAPTER_CORE=$core "$PY" -W ignore::UserWarning "$top/tests/torch/test_torch.py" || rc=1
+done
+exit $rc

@@ -22,7 +22,11 @@
 # when it is recorded (defer=False) and the adapter's default, tensors
 # hashed in one batch at each flush point.
 #
+# --core both (the default when the C core loads) traces each of those with
+# the adapter's C core and with its Python core (DIVTRACE_ADAPTER_CORE).
+#
 # Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step] [--defer on|off|both]
+#        [--core c|python|both]
 #        [--rounds N] [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
 #        --steps N, --stack, --size, --nt, --batch, --layers, --ae-batch, ...]
 # --small: sizes a CPU finishes in seconds (autoencoder 784,64,16,64,784 batch 32,
@@ -58,16 +62,26 @@ def sync(device):
 
 
 class Run:
-    """One model of the comparison: untraced (defer None) or traced."""
+    """One model of the comparison: untraced (variant None) or traced with
+    variant (defer, core)."""
 
-    def __init__(self, cfg, device, margs, defer, level, tmp, tag):
+    def __init__(self, cfg, device, margs, variant, level, tmp, tag):
         self.model, self.opt, self.data = tm.build(cfg, device, margs.seed, capturable=False)
         self.rec = None
         self.times, self.losses = [], []
-        if defer is not None:
+        if variant is not None:
+            defer, core = variant
             path = os.path.join(tmp, "%s-%s.dtr" % (cfg["name"], tag))
-            self.rec = divtrace.record(self.model, path, config={"model": cfg["name"], "seed": margs.seed},
-                                       optimizer=self.opt, level=level, defer=defer).open()
+            was = os.environ.get("DIVTRACE_ADAPTER_CORE")
+            os.environ["DIVTRACE_ADAPTER_CORE"] = core
+            try:
+                self.rec = divtrace.record(self.model, path, config={"model": cfg["name"], "seed": margs.seed},
+                                           optimizer=self.opt, level=level, defer=defer).open()
+            finally:
+                if was is None:
+                    del os.environ["DIVTRACE_ADAPTER_CORE"]
+                else:
+                    os.environ["DIVTRACE_ADAPTER_CORE"] = was
 
     def step(self, timed):
         t0 = time.perf_counter()
@@ -95,7 +109,7 @@ def measure(cfg, device, margs, variants, level, tmp):
     runs = {}
     try:
         for v in keys:
-            runs[v] = Run(cfg, device, margs, v, level, tmp, "untraced" if v is None else "defer-%s" % v)
+            runs[v] = Run(cfg, device, margs, v, level, tmp, "untraced" if v is None else "defer-%s-%s" % v)
         sync(device)
         for i in range(margs.warmup + margs.steps):
             k = i % len(keys)
@@ -124,6 +138,9 @@ def main(argv):
     ap.add_argument("--defer", default="both", choices=["on", "off", "both"],
                     help="traced runs with deferred device records (on, the adapter's default), "
                     "without (off), or both in every round (default)")
+    ap.add_argument("--core", default=None, choices=["c", "python", "both"],
+                    help="the adapter's core: its C core, its Python core, or both side by side "
+                    "(default: both when the C core loads, else python)")
     args, rest = ap.parse_known_args(argv)
     if args.small:
         given = set(a.split("=")[0] for a in rest)
@@ -142,7 +159,15 @@ def main(argv):
     if not args.nondeterministic:
         tm.set_arithmetic(not margs.no_fill_uninitialized)
     print(tm.header(device, margs))
-    print("divtrace %s (%s), level %s" % (divtrace.__version__, divtrace.library_path(), args.level))
+    from divtrace import _lib
+    have_c = _lib.load_fast() is not None
+    core = args.core or ("both" if have_c else "python")
+    if core in ("c", "both") and not have_c:
+        print("torch_adapter_bench.py: --core %s: the C core does not load: %s" % (core, _lib._fast_why),
+              file=sys.stderr)
+        return 2
+    print("divtrace %s (%s), level %s, C core %s" % (divtrace.__version__, divtrace.library_path(), args.level,
+                                                   _lib._fast.__file__ if have_c else "none"))
     print()
     print("Median ms per training step over %d timed steps after %d warm-up steps (wall clock, "
           "each step ending in loss.item()). The untraced and traced models start from the same weights "
@@ -151,14 +176,17 @@ def main(argv):
           "beside it (%d round%s, each with new models; the rounds' overheads in the column rounds)."
           % (margs.steps, margs.warmup, max(1, args.rounds), "" if max(1, args.rounds) == 1 else "s"))
     print()
-    print("| configuration | defer | records per step (deferred) | untraced ms | traced ms | overhead | rounds "
-          "| same losses |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| configuration | defer | core | records per step (deferred) | untraced ms | traced ms | overhead "
+          "| rounds | same losses |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
     sys.stdout.flush()
     tmp = tempfile.mkdtemp(prefix="divtrace-bench-", dir=os.environ.get("TMPDIR"))
     worst = 0.0
     try:
-        variants = {"on": [True], "off": [False], "both": [False, True]}[args.defer]
+        defers = {"on": [True], "off": [False], "both": [False, True]}[args.defer]
+        cores = {"c": ["c"], "python": ["python"], "both": ["python", "c"]}[core]
+        # the last variant is what the adapter does by default, with the core asked for
+        variants = [(d, c) for d in defers for c in cores]
         for cfg in cfgs:
             base, traced = [], {v: [] for v in variants}
             ratios = {v: [] for v in variants}
@@ -181,15 +209,16 @@ def main(argv):
                 over = (statistics.median(ratios[v]) - 1) * 100
                 if v == variants[-1]:
                     worst = max(worst, over)
-                print("| %s | %s | %d (%d) | %.3f | %.3f | %+.1f%% | %s | %s |" % (
-                    tm.describe(cfg), "on" if v else "off", nrec[v][0], nrec[v][1], statistics.median(base),
+                print("| %s | %s | %s | %d (%d) | %.3f | %.3f | %+.1f%% | %s | %s |" % (
+                    tm.describe(cfg), "on" if v[0] else "off", v[1], nrec[v][0], nrec[v][1], statistics.median(base),
                     statistics.median(traced[v]), over, " ".join("%+.1f%%" % o for o in overs[v]),
                     "yes" if same[v] else "NO"))
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print("worst overhead %+.1f%% with defer %s (target <= +5%%)" % (worst, "on" if variants[-1] else "off"))
+    print("worst overhead %+.1f%% with defer %s, core %s (target <= +5%%)"
+          % (worst, "on" if variants[-1][0] else "off", variants[-1][1]))
     return 0
 
 

@@ -2,7 +2,8 @@
 # pack.sh: gather what tests/gpu/run-all.sh needs on the GPU machine into one
 # folder (default build-gpu/, ignored by git) from a build made here with
 # --with-cuda: the program, the GPU test and benchmark programs, CMocka's
-# shared library (the GPU machine has none) and the IDX training images
+# shared library (the GPU machine has none), the PyTorch adapter's C core
+# (when the build has it) and the IDX training images
 # (it has no data set either). Usage: tests/gpu/pack.sh [BUILD [DEST]]
 set -eu
 B=${1:-build}
@@ -18,6 +19,10 @@ cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_h
 # libdivtrace's GPU test (linked -no-install: a plain binary) and the library
 cp "$B/tests/gpu/test_lib_gpu" "$D/bin/"
 cp -L "$B/src/.libs/libdivtrace.so.0" "$D/lib/"
+# the PyTorch adapter's C core, where the package looks beside the library
+if make -C "$B" src/python/_fast.la >/dev/null 2>&1 && [ -e "$B/src/python/.libs/_fast.so" ]; then
+    cp "$B/src/python/.libs/_fast.so" "$D/lib/"
+fi
 # a libdivtrace that records nothing: the PyTorch adapter's own cost
 cc -std=c11 -O2 -shared -fPIC -I"$(dirname "$0")/../../src" -o "$D/lib/libdivtrace_null.so" \
     "$(dirname "$0")/../bench/divtrace_null.c"

@@ -1,8 +1,9 @@
 #!/bin/bash
 # gpu_checks.sh: the PyTorch adapter on a GPU machine: the GPU tests
-# (tests/torch/test_gpu.py), the CPU tests (tests/torch/test_torch.py) and the
-# overhead benchmark (tests/bench/torch_adapter_bench.py), each with its log
-# in OUTDIR, and a summary last.
+# (tests/torch/test_gpu.py, with the C core and with the Python core), the
+# CPU tests (tests/torch/test_torch.py) and the overhead benchmark
+# (tests/bench/torch_adapter_bench.py), each with its log in OUTDIR, and a
+# summary last.
 # Usage: tests/torch/gpu_checks.sh OUTDIR [BUILD]
 #   BUILD  a build directory made with --with-cuda (src/divtrace,
 #          src/.libs/libdivtrace.so) or a folder made by tests/gpu/pack.sh
@@ -68,7 +69,14 @@ run() { # NAME LOG COMMAND...: run, keep the log, note the result
     echo "== $name: $r"
     tail -n 40 "$O/$log"
 }
-run gpu_tests torch-gpu-tests.log "$PY" -W ignore::UserWarning "$top/tests/torch/test_gpu.py"
+# the GPU tests with each core the build has: the C core (asked for, so one
+# that does not load fails) and the Python core
+if [ -e "$(dirname "$DIVTRACE_LIB")/_fast.so" ] || [ -e "$(dirname "$DIVTRACE_LIB")/../python/.libs/_fast.so" ]; then
+    run gpu_tests_c_core torch-gpu-tests.log env DIVTRACE_ADAPTER_CORE=c "$PY" -W ignore::UserWarning \
+        "$top/tests/torch/test_gpu.py"
+fi
+run gpu_tests_python_core torch-gpu-tests-python.log env DIVTRACE_ADAPTER_CORE=python "$PY" \
+    -W ignore::UserWarning "$top/tests/torch/test_gpu.py"
 run cpu_tests torch-cpu-tests.log "$PY" -W ignore::UserWarning "$top/tests/torch/test_torch.py"
 # shellcheck disable=SC2086
 run overhead_bench torch-adapter-bench.md "$PY" -W ignore::UserWarning "$top/tests/bench/torch_adapter_bench.py" ${BENCH_ARGS:-}

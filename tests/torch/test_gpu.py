@@ -8,7 +8,8 @@
 # deferred records (defer=True, the default) give the same trace as records
 # hashed at once (defer=False), also when a module's output is changed in
 # place by the next module, and a tensor changed in place before its
-# deferred hash in a later step stops the run with a clear error.
+# deferred hash in a later step stops the run with a clear error; the C
+# core's traces are the Python core's.
 # Exit 77 (skip) without a CUDA device. Run by tests/torch/gpu_checks.sh.
 import os
 
@@ -20,8 +21,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from torch_testlib import (MLP, Checks, DT, batches, check_deferred, diff_json, divtrace,  # noqa: E402
-                           show_json, tmpdir, train)
+from torch_testlib import (MLP, Checks, DT, InplaceNet, batches, check_cores, check_deferred,  # noqa: E402
+                           diff_json, divtrace, show_json, tmpdir, train)
 
 C = Checks()
 T = tmpdir()
@@ -151,13 +152,20 @@ def test_deferred():
     check_deferred(C, DEV, p)
 
 
+def test_cores():
+    """The C core's GPU traces are the Python core's."""
+    arithmetic(True)
+    check_cores(C, DEV, p, [("mlp", MLP), ("inplace", InplaceNet)])
+
+
 def main():
     if DEV == "cuda" and not torch.cuda.is_available():
         print("test_gpu.py: torch sees no CUDA device; skipping")
         return 77
-    print("divtrace %s, libdivtrace %s, torch %s, %s" % (DT, divtrace.library_path(), torch.__version__,
-                                                         torch.cuda.get_device_name() if DEV == "cuda" else DEV))
-    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats, test_deferred):
+    print("divtrace %s, libdivtrace %s, torch %s, %s, adapter core %s" % (
+        DT, divtrace.library_path(), torch.__version__, torch.cuda.get_device_name() if DEV == "cuda" else DEV,
+        divtrace.record(MLP(), p("x.dtr")).core))
+    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats, test_deferred, test_cores):
         try:
             t()
         except Exception as e:

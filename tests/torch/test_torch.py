@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_testlib import (MLP, TOP, Checks, DT, batches, check_deferred, diff_json, divtrace, run_dt,
-                           show_json, tmpdir, train)
+from torch_testlib import (MLP, TOP, Checks, DT, InplaceNet, batches, check_cores, check_deferred, diff_json,
+                           divtrace, run_dt, show_json, tmpdir, train)
 
 C = Checks()
 T = tmpdir()
@@ -335,6 +335,47 @@ def test_deferred():
     check_deferred(C, "cpu", p)
 
 
+class SwappedParam(nn.Parameter):
+    """A parameter whose data_ptr() names another tensor's memory of its
+    size: a subclass that overrides a tensor query, which each core must
+    ask as Python would."""
+
+    def data_ptr(self):
+        return self.other.data_ptr()
+
+
+class SwapNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        w = SwappedParam(self.fc.weight.detach().clone())
+        w.other = torch.full_like(w.detach(), 0.5)
+        self.fc.weight = w
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_cores():
+    """Both cores, one trace: the fast paths (MLP), the general ones (Net:
+    a tuple of views, a float64 output, a module called twice) and an
+    output changed in place (InplaceNet)."""
+    check_cores(C, "cpu", p, [("mlp", MLP), ("net", Net), ("inplace", InplaceNet), ("swap", SwapNet)])
+    # the swapped parameter's records are of the constant tensor its
+    # data_ptr() names, in every step, while the weight itself is trained
+    for core in ("python", "c"):
+        path = p("core-swap-%s.dtr" % core)
+        if not os.path.exists(path):
+            continue
+        hs = [{x["name"]: x["hash"] for x in st["records"]} for st in show_json(path)["steps"]]
+        C.ok(len(set(h["fc.weight"] for h in hs)) == 1 and len(set(h["fc.bias"] for h in hs)) == len(hs),
+             "%s core: a subclass's own data_ptr() is what it records" % core)
+    want = os.environ.get("DIVTRACE_ADAPTER_CORE")
+    rec = divtrace.record(MLP(), p("core.dtr"))
+    C.ok(want not in ("c", "python") or rec.core == want, "the recorder runs the core asked for",
+         "%s, asked for %s" % (rec.core, want))
+
+
 def test_errors():
     try:
         train(p("grows.dtr"), Grows)
@@ -366,10 +407,11 @@ def test_errors():
 
 
 def main():
-    print("divtrace %s, libdivtrace %s, torch %s" % (DT, divtrace.library_path(), torch.__version__))
+    print("divtrace %s, libdivtrace %s, torch %s, adapter core %s" % (
+        DT, divtrace.library_path(), torch.__version__, divtrace.record(MLP(), p("x.dtr")).core))
     torch.set_num_threads(1)
     for t in (test_identical, test_divergent_module, test_against_torch, test_exception, test_levels,
-              test_errors, test_deferred):
+              test_errors, test_deferred, test_cores):
         try:
             t()
         except Exception as e:  # a test that crashes is a failed check, and the rest still run

@@ -228,3 +228,35 @@ def check_deferred(C, device, p):
         err = str(e)
     C.ok(err is not None and "'fc2.weight.update'" in err and "changed in place" in err and "step 2" in err,
          "deferred records: an update changed in place in a later step stops the run, naming it", str(err))
+
+
+def check_cores(C, device, p, makers):
+    """The C core (divtrace._fast) and the Python core record the same
+    trace: each model of makers (name, make) trained twice, once with each
+    core (DIVTRACE_ADAPTER_CORE), and `divtrace show --json` of the two
+    traces equal but for the header's adapter_core. Skipped (one line) when
+    no C core loads."""
+    from divtrace import _lib
+    if _lib.load_fast() is None:
+        print("skip - C core against Python core: no C core loads (%s)" % _lib._fast_why)
+        return
+    was = os.environ.get("DIVTRACE_ADAPTER_CORE")
+    try:
+        for name, make in makers:
+            js, cores = {}, {}
+            for core in ("python", "c"):
+                os.environ["DIVTRACE_ADAPTER_CORE"] = core
+                path = p("core-%s-%s.dtr" % (name, core))
+                train(path, make, device=device, steps=4)
+                js[core] = show_json(path)
+                cores[core] = js[core]["config"].pop("adapter_core", None)
+            C.ok(cores == {"python": "python", "c": "c"}, "%s: the header names each core" % name, str(cores))
+            diff = [k for k in set(js["c"]) | set(js["python"]) if js["c"].get(k) != js["python"].get(k)]
+            C.ok(not diff and len(js["c"]["steps"]) == 4,
+                 "%s on %s: the C core's trace is the Python core's, record for record" % (name, device),
+                 "differ: %s" % diff)
+    finally:
+        if was is None:
+            os.environ.pop("DIVTRACE_ADAPTER_CORE", None)
+        else:
+            os.environ["DIVTRACE_ADAPTER_CORE"] = was

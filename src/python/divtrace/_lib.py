@@ -130,6 +130,57 @@ def load():
     raise ImportError("divtrace: " + why)
 
 
+def _fast_candidates():
+    """Where the C core (divtrace._fast, src/python/fast.c) may be, beside
+    the loaded library: DIVTRACE_FAST; the build tree (src/.libs ->
+    src/python/.libs); an install (LIBDIR/divtrace/); the same folder (a
+    packed build)."""
+    env = os.environ.get("DIVTRACE_FAST")
+    if env:
+        return [env]
+    d = os.path.dirname(os.path.abspath(_lib_path))
+    return [os.path.normpath(os.path.join(d, "..", "python", ".libs", "_fast.so")),
+            os.path.join(d, "divtrace", "_fast.so"), os.path.join(d, "_fast.so")]
+
+
+_fast = None
+_fast_why = None
+
+
+def load_fast(required=False):
+    """The C core's module, or None when there is none that loads (required:
+    raise ImportError instead). Loaded once, after the library."""
+    global _fast, _fast_why
+    if _fast is None and _fast_why is None:
+        load()
+        import importlib.machinery
+        import importlib.util
+        errors = []
+        for p in _fast_candidates():
+            if not os.path.exists(p):
+                errors.append("%s: no such file" % p)
+                continue
+            try:
+                loader = importlib.machinery.ExtensionFileLoader("divtrace._fast", p)
+                spec = importlib.util.spec_from_file_location("divtrace._fast", p, loader=loader)
+                mod = importlib.util.module_from_spec(spec)
+                loader.exec_module(mod)
+            except ImportError as e:
+                errors.append("%s: %s" % (p, e))
+                continue
+            if getattr(mod, "API_VERSION", None) != API_VERSION:
+                errors.append("%s: API version %s, this package needs %d"
+                              % (p, getattr(mod, "API_VERSION", None), API_VERSION))
+                continue
+            _fast = mod
+            break
+        else:
+            _fast_why = "; ".join(errors)
+    if _fast is None and required:
+        raise ImportError("divtrace: DIVTRACE_ADAPTER_CORE=c but the C core does not load: " + _fast_why)
+    return _fast
+
+
 def library_path():
     """The path of the loaded library (loading it if need be)."""
     load()

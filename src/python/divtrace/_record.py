@@ -26,11 +26,17 @@
 # checked as groups. Anything unlike the first step's (a name, a type, a
 # shape, a dtype) takes the one-call-a-record path, so the library still
 # reports a step that differs from the first.
+#
+# The per-step state and the paths every step after the first takes live in
+# a core (_core.py): the C extension divtrace._fast (src/python/fast.c) when
+# it loads, else its Python twin, with the same calls in the same order; the
+# Recorder keeps the first step, the general path and the names.
 import ctypes
+import os
 
 import torch
 
-from . import _lib
+from . import _core, _lib
 from ._lib import DivtraceError, FORWARD, GRAD, INPUT, OPTIMIZER, PARAM
 
 __all__ = ["record", "Recorder"]
@@ -40,16 +46,29 @@ ROOT_NAME = "model"
 
 _F32 = torch.float32
 _VOIDP = ctypes.c_void_p
-_HOST, _DEVICE, _DEFERRED = _lib.HOST, _lib.DEVICE, _lib.DEVICE_DEFERRED
+_HOST, _DEVICE = _lib.HOST, _lib.DEVICE
 _TENSOR_SIZE = ctypes.sizeof(_lib.Tensor)
-_PTR_SIZE = ctypes.sizeof(ctypes.c_void_p)
 # the raw cudaStream_t of a device's current stream, without building a
 # torch.cuda.Stream: torch.cuda.current_stream(dev).cuda_stream, cheaper
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 if _raw_stream is None:
     def _raw_stream(index):
         return torch.cuda.current_stream(index).cuda_stream
-_HOST_RUN = -1  # a buffered run of host tensors (no stream)
+_PARAM, _GRAD, _UPDATE = 0, 1, 2  # the core's groups
+
+
+def _make_core():
+    """The core: divtrace._fast's when it loads (DIVTRACE_ADAPTER_CORE=python
+    takes the Python one; =c insists on C), else _core.PyCore."""
+    args = (_F32, torch.strided, torch.Tensor, _raw_stream, torch.is_grad_enabled)
+    want = os.environ.get("DIVTRACE_ADAPTER_CORE", "")
+    if want not in ("", "c", "python"):
+        raise ValueError("DIVTRACE_ADAPTER_CORE=%s: expected c or python" % want)
+    if want != "python":
+        fast = _lib.load_fast(required=want == "c")
+        if fast is not None:
+            return fast.Core(*args)
+    return _core.PyCore(*args)
 
 
 def _flatten(obj, prefix, out):
@@ -103,16 +122,6 @@ def _config_value(v):
     return str(v)
 
 
-class _Group:
-    """A run of records after the first step: its first slot and length,
-    the first step's shapes and tensors (parameters) to check, and whether
-    every record of the run may be deferred."""
-    __slots__ = ("k0", "n", "shapes", "owners", "deferrable")
-
-    def __init__(self, k0, n, shapes, owners, deferrable):
-        self.k0, self.n, self.shapes, self.owners, self.deferrable = k0, n, shapes, owners, deferrable
-
-
 class Recorder:
     """A training run being written to a trace; made by :func:`record`."""
 
@@ -132,16 +141,13 @@ class Recorder:
         # per record slot, learnt in the first step: whether the tensor was
         # unchanged at its flush point (so may be deferred)
         self._deferrable = []
-        self._watch = []            # (slot, tensor, version) of the records since the last flush point
         self._user_config = dict(config or {})
         self._h = None
         self._closed = False
         self._hooks = []
-        self._paused = 0
         self.steps = 0              # steps ended so far (the next step's index)
         self.records_per_step = 0   # tensors recorded in the last step ended
         self.deferred_per_step = 0  # of which deferred (hashed in a batch at a flush point)
-        self._in_step = False
         self._last_ckpt = -1
         # Record k of every step is the first step's record k (the library
         # checks it): _slots[k] = (name, type, kind, torch shape, encoded
@@ -152,14 +158,15 @@ class Recorder:
         # library keeps the first step's and ignores later ones): later steps
         # only name and record, with no inputs.
         self._fixed = False
-        # group -> (first slot, end, tensors) of the first step's run, then a _Group
+        # group -> (first slot, end, tensors) of the first step's run
         self._group_spans = {}
-        self._groups = {}
         # after the first step: divtrace_record_many's tensors and data
-        # pointers by slot, and whether records are deferred (defer)
+        # pointers by slot (ctypes arrays the core writes into)
         self._ts_all = None
         self._ptrs = None
-        self._deferring = False
+        # the per-step state and the fast paths (_core.py)
+        self._st = _make_core()
+        self._st.record_no_grad = bool(record_no_grad)
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
 
         # Static names. named_parameters() drops tied duplicates: a shared
@@ -188,10 +195,17 @@ class Recorder:
                             for n, p in self._params]
         self._param_tensors = [p for _, p in self._params]
         self._grad_recs = [(n, p, n + ".grad") for n, p in self._params]
+        self._grad_params = tuple(p for _, p in self._params)
         self._update_recs = [(n + ".update", n, p) for n, p in self._params if id(p) in in_opt]
         self._update_tensors = [p for _, _, p in self._update_recs]
         self._opt_type_b = self._opt_type.encode() if self._opt_type is not None else None
         self._reset_step_state()
+
+    @property
+    def core(self):
+        """Which core records the steps after the first: "c" (the extension
+        divtrace._fast) or "python"."""
+        return self._st.kind
 
     # ---- opening and closing
 
@@ -225,6 +239,7 @@ class Recorder:
         cfg["deferred_records"] = _config_value(self.defer)
         cfg["checkpoint_every"] = str(self.checkpoint_every)
         cfg["adapter"] = "divtrace-python"
+        cfg["adapter_core"] = self._st.kind
         for k, v in self._user_config.items():
             cfg[str(k)] = _config_value(v)
         return cfg
@@ -254,7 +269,7 @@ class Recorder:
             return
         self._remove_hooks()
         err = None
-        if status == 0 and not self._in_step and self.checkpoint_every and self.steps > 0 \
+        if status == 0 and not self._st.in_step and self.checkpoint_every and self.steps > 0 \
                 and self._last_ckpt != self.steps:
             try:
                 self._checkpoint(self.steps)
@@ -308,7 +323,7 @@ class Recorder:
         self._hooks = []
 
     def _active(self):
-        return not self._paused and (self.record_no_grad or torch.is_grad_enabled())
+        return not self._st.paused and (self.record_no_grad or torch.is_grad_enabled())
 
     def _root_pre_hook(self, module, args, kwargs):
         if not self._active():
@@ -316,8 +331,9 @@ class Recorder:
         self._begin()
         ts = _tensors(args, [])
         _tensors(kwargs, ts)
-        k = self._calls.get("", 0)
-        self._calls[""] = k + 1
+        calls = self._st.calls
+        k = calls.get("", 0)
+        calls[""] = k + 1
         if self._fixed:
             fresh = [ts[i] for i in self._root_fresh.get(k, ()) if i < len(ts)]
         else:
@@ -332,85 +348,57 @@ class Recorder:
         return None
 
     def _make_forward_hook(self, mname, mtype, own_params):
+        """The module's forward hook: the core's fast path for a deferred
+        record the first step made at this place, else _forward."""
         mtype_b = mtype.encode()
-        is_grad_enabled = torch.is_grad_enabled
-        names = [mname]         # the module's k-th call's record name: mname, mname.1, ...
-        rec = self
-        Tensor, F32 = torch.Tensor, _F32
+        forward = self._forward
 
-        def hook(module, args, kwargs, output):
-            if rec._paused or not (rec.record_no_grad or is_grad_enabled()):
-                return None
-            # After the first step, a single CUDA tensor whose record is
-            # deferred and is the first step's at this place: into the
-            # buffer, here (the general path below costs several calls).
-            if rec._deferring and rec._in_step and type(output) is Tensor:
-                calls = rec._calls
-                c = calls.get(mname, 0)
-                while len(names) <= c:
-                    names.append("%s.%d" % (mname, len(names)))
-                name = names[c]
-                k = rec._nrec
-                slots = rec._slots
-                if k < len(slots) and rec._deferrable[k] and name not in rec._used:
-                    s = slots[k]
-                    t = output
-                    if s[0] == name and s[1] == mtype_b and s[2] == FORWARD and t.dtype is F32 \
-                            and t.shape == s[3] and t.is_contiguous() and (t.is_cuda or t.is_cpu) \
-                            and not t.is_sparse:
-                        calls[mname] = c + 1
-                        rec._used.add(name)
-                        rec._buffer(k, t)
-                        return None
-            rec._forward(mname, mtype_b, own_params, args, kwargs, output)
-            return None
-        return hook
+        def slow(module, args, kwargs, output):
+            forward(mname, mtype_b, own_params, args, kwargs, output)
+
+        def fail(rc):
+            _lib.check(rc, self._h)
+        return self._st.hook(slow, fail, mname, mtype_b)
 
     def _opt_pre_hook(self, optimizer, args, kwargs):
-        if self._paused:
+        if self._st.paused:
             return
         self._begin()
         self._record_grads()
         self._flush_point(True)  # before the optimizer changes parameters in place
 
     def _opt_post_hook(self, optimizer, args, kwargs):
-        if self._paused:
+        if self._st.paused:
             return
         self._begin()
         t = self._opt_type_b
         record = self._record
         if self._fixed:
-            if not self._record_group("update", self._update_tensors, self._update_tensors):
+            if not self._group(_UPDATE, self._update_tensors, self._update_tensors):
                 for uname, name, p in self._update_recs:
                     record(uname, t, OPTIMIZER, p, None)
             return
         grads = self._grads
-        k0 = self._nrec
+        k0 = self._st.nrec
         for uname, name, p in self._update_recs:
             ins = (name, name + ".grad") if name in grads else (name,)
             record(uname, t, OPTIMIZER, p, ins)
-        self._group_spans["update"] = (k0, self._nrec, self._update_tensors)
+        self._group_spans[_UPDATE] = (k0, self._st.nrec, self._update_tensors)
 
     # ---- steps
 
     def _reset_step_state(self):
-        self._used = set()
-        self._calls = {}
+        self._st.reset()        # names used, calls, tensors kept and watched, slot counters
         self._by_id = {}        # id(tensor) -> (tensor, name): recorded outputs, kept alive
         self._by_node = {}      # autograd node -> names of the recorded tensors it made
         self._memo = {}         # autograd node -> names of its nearest recorded ancestors
         self._mod_recs = {}     # module name -> names of its FORWARD records this step
         self._last_forward = None
         self._grads = set()
-        self._keep = []         # copies and device tensors the library may still read
-        self._watch = []
-        self._nrec = 0
-        self._ndef = 0
-        self._pend0 = 0         # slots _pend0 .. _nrec - 1: deferred, not yet passed to the library
-        self._pend_stream = 0
 
     def _begin(self):
-        if self._in_step:
+        st = self._st
+        if st.in_step:
             return
         if self._h is None:
             raise RuntimeError("divtrace: the trace %s is not open (use it inside its with-block)"
@@ -419,37 +407,39 @@ class Recorder:
         if self.checkpoint_every and s % self.checkpoint_every == 0 and self._last_ckpt != s:
             self._checkpoint(s)
         _lib.check(self._lib.divtrace_step_begin(self._h, s), self._h)
-        self._in_step = True
+        st.in_step = True
         if self.level == "step":
             return
-        self._used.update(self._param_names)
+        st.used.update(self._param_names)
         record = self._record
         if self._fixed:
-            if not self._record_group("param", self._param_tensors, self._param_tensors):
+            if not self._group(_PARAM, self._param_tensors, self._param_tensors):
                 for name, p, ins in self._param_recs:
                     record(name, b"param", PARAM, p, None)
         else:
-            k0 = self._nrec
+            k0 = st.nrec
             for name, p, ins in self._param_recs:
                 record(name, b"param", PARAM, p, ins)
-            self._group_spans["param"] = (k0, self._nrec, self._param_tensors)
+            self._group_spans[_PARAM] = (k0, st.nrec, self._param_tensors)
 
     def step(self, loss):
         """End the current step with its loss (a tensor or a number); call it
         once per training step, after optimizer.step()."""
-        if self._paused:
+        st = self._st
+        if st.paused:
             return
         self._begin()
         if self.optimizer is None and self.level != "step":
             self._record_grads()
         if isinstance(loss, torch.Tensor):
-            loss = loss.detach().float().item()  # one element, or ValueError
+            # one element, or an error; float32's own value (as .float() gives)
+            loss = loss.item() if loss.dtype is _F32 else loss.detach().float().item()
         loss = float(loss)
         self._flush_point(False)  # divtrace_step_end flushes
         rc = self._lib.divtrace_step_end(self._h, loss)
-        self._in_step = False
-        self.records_per_step = self._nrec
-        self.deferred_per_step = self._ndef
+        st.in_step = False
+        self.records_per_step = st.nrec
+        self.deferred_per_step = st.ndef
         self._reset_step_state()
         _lib.check(rc, self._h)
         if not self._fixed:
@@ -464,11 +454,11 @@ class Recorder:
 
         class _Paused:
             def __enter__(self_):
-                rec._paused += 1
+                rec._st.paused += 1
                 return rec
 
             def __exit__(self_, *a):
-                rec._paused -= 1
+                rec._st.paused -= 1
                 return False
         return _Paused()
 
@@ -477,12 +467,13 @@ class Recorder:
     def _unique(self, name):
         """name, or name~1, name~2, ... if already taken in this step: the same
         every step, because the calls come in the same order."""
-        if name in self._used:
+        used = self._st.used
+        if name in used:
             i = 1
-            while "%s~%d" % (name, i) in self._used:
+            while "%s~%d" % (name, i) in used:
                 i += 1
             name = "%s~%d" % (name, i)
-        self._used.add(name)
+        used.add(name)
         return name
 
     def _track(self, t, name):
@@ -494,34 +485,38 @@ class Recorder:
         returns; a device tensor is kept alive until the step ends. This runs
         for every record of every step: after the first step it reuses the
         first step's encoded name and shape array of the same record."""
-        if t.dtype is not _F32 or t.is_sparse or not t.is_contiguous():
+        st = self._st
+        # a deferred record of the first step's kind (float32, strided,
+        # contiguous; a tensor converted to that is tried again)
+        rc = st.try_defer(name, type_b, kind, t) if st.deferring else 0
+        if rc == 0 and (t.dtype is not _F32 or t.is_sparse or not t.is_contiguous()):
             if t.is_sparse:
                 t = t.to_dense()
             if t.dtype != _F32:
                 t = t.detach().float()
             if not t.is_contiguous():
                 t = t.detach().contiguous()
-        k = self._nrec
-        if self._deferring and (t.is_cuda or t.is_cpu) and k < len(self._slots) and self._deferrable[k]:
-            s = self._slots[k]
-            if s[0] == name and s[1] == type_b and s[2] == kind and s[3] == t.shape:
-                self._buffer(k, t)
-                return True
-        if k != self._pend0:
+            rc = st.try_defer(name, type_b, kind, t) if st.deferring else 0
+        if rc:
+            if rc < 0:
+                _lib.check(rc, self._h)
+            return True
+        k = st.nrec
+        if k != st.pend0:
             self._push()  # the records before this one go first
-        self._nrec = k + 1
-        self._pend0 = k + 1
+        st.nrec = k + 1
+        st.pend0 = k + 1
         if t.is_cuda:
             where = _DEVICE
             stream = _VOIDP(_raw_stream(t.get_device()))
-            self._keep.append(t)
+            st.keep.append(t)
         else:
             if not t.is_cpu:
                 t = t.detach().cpu()
             where = _HOST
             stream = None
         if self.defer and not self._fixed:
-            self._watch.append((k, t, t._version))
+            st.watch.append((k, t, t._version))
         slots = self._slots
         s = slots[k] if k < len(slots) else None
         if self._fixed and s is not None and s[0] == name and s[1] == type_b and s[2] == kind \
@@ -550,65 +545,40 @@ class Recorder:
         """The deferred records so far must be hashed now (flush: queue them;
         else the library's next call does). In the first step: note which
         tensors are still unchanged. After it: check that none changed."""
-        watch = self._watch
-        if not watch:
-            return
-        self._watch = []
+        st = self._st
         if not self._fixed:
+            watch = st.watch
+            if not watch:
+                return
+            st.watch = []
             d = self._deferrable
             for k, t, v in watch:
                 if len(d) <= k:
                     d.extend([False] * (k + 1 - len(d)))
                 d[k] = t._version == v
             return
-        for k, t, v in watch:
-            if t._version != v:
-                name = self._slots[k][0] if k < len(self._slots) else "#%d" % k
-                raise DivtraceError(-1, "divtrace: step %d: '%s' was changed in place after it was "
-                                        "recorded, before its deferred hash ran (it was not in the "
-                                        "first step); record with defer=False"
-                                    % (self.steps, name))
-        self._push()
-        if flush:
-            _lib.check(self._lib.divtrace_flush(self._h), self._h)
-
-    def _buffer(self, k, t):
-        """Record k, deferred and the first step's (tensor t, on a GPU or the
-        host), into the buffer: its data pointer by slot, t kept and
-        watched."""
-        stream = _raw_stream(t.get_device()) if t.is_cuda else _HOST_RUN
-        if k != self._pend0 and stream != self._pend_stream:
-            self._push()  # one stream a run
-        self._pend_stream = stream
-        self._ptrs[k] = t.data_ptr()
-        self._keep.append(t)
-        self._watch.append((k, t, t._version))
-        self._ndef += 1
-        self._nrec = k + 1
-
-    def _call_many(self, k0, n, where, stream):
-        """divtrace_record_many for slots k0 .. k0 + n - 1, their data
-        pointers already in self._ptrs."""
-        rc = self._lib.divtrace_record_many(self._h, n, self._ts_addr + k0 * _TENSOR_SIZE,
-                                            self._ptrs_addr + k0 * _PTR_SIZE, where, stream)
-        if rc < 0:
-            _lib.check(rc, self._h)
+        r = st.flush_point(flush)
+        if r is None:
+            return
+        what, k = r
+        if what == "lib":
+            _lib.check(k, self._h)
+        name = self._slots[k][0] if k < len(self._slots) else "#%d" % k
+        raise DivtraceError(-1, "divtrace: step %d: '%s' was changed in place after it was "
+                                "recorded, before its deferred hash ran (it was not in the "
+                                "first step); record with defer=False" % (self.steps, name))
 
     def _push(self):
         """The deferred records buffered since the last library call, in one
         call."""
-        k0 = self._pend0
-        n = self._nrec - k0
-        if n <= 0:
-            return
-        self._pend0 = self._nrec
-        host = self._pend_stream == _HOST_RUN
-        self._call_many(k0, n, _HOST if host else _DEFERRED, None if host else self._pend_stream)
+        rc = self._st.push()
+        if rc < 0:
+            _lib.check(rc, self._h)
 
     def _make_fast(self):
         """After the first step: divtrace_record_many's arguments for every
         slot, and each run of parameter, gradient or update records as a
-        group."""
+        group, handed to the core."""
         slots = self._slots
         d = self._deferrable
         if len(d) < len(slots):
@@ -620,66 +590,32 @@ class Recorder:
             ts[i].inputs, ts[i].ninputs = None, 0
         self._ts_all = ts
         self._ptrs = (_VOIDP * max(1, len(slots)))()
-        self._ts_addr = ctypes.addressof(ts)
-        self._ptrs_addr = ctypes.addressof(self._ptrs)
-        self._deferring = self.defer
-        for gname, (k0, k1, owners) in self._group_spans.items():
+        st = self._st
+        st.fix(self._h, self._lib.divtrace_record_many, self._lib.divtrace_flush,
+               [s[:4] for s in slots], d[:len(slots)], ts, _TENSOR_SIZE, self._ptrs)
+        st.deferring = self.defer
+        for gid, (k0, k1, owners) in self._group_spans.items():
             n = k1 - k0
             if n <= 0 or k1 > len(slots) or len(owners) != n:
                 continue
-            self._groups[gname] = _Group(k0, n, [slots[k0 + i][3] for i in range(n)], list(owners),
-                                         all(d[k0:k1]))
+            st.add_group(gid, k0, [slots[k0 + i][3] for i in range(n)], owners, all(d[k0:k1]))
 
-    def _record_group(self, gname, tensors, owners):
-        """A group's records, if this step's tensors are the first step's
-        kind, of the same parameters (owners), and every one is float32,
-        contiguous and of its first shape: deferred ones into the buffer,
-        others in one call (False: nothing recorded, take them one by
+    def _group(self, gid, tensors, owners):
+        """The core's group gid (recorded: True; False: take them one by
         one)."""
-        g = self._groups.get(gname)
-        if g is None or self._nrec != g.k0 or len(tensors) != g.n or not tensors:
-            return False
-        t0 = tensors[0]
-        cuda = t0.is_cuda
-        if not cuda and not t0.is_cpu:
-            return False
-        k0 = g.k0
-        shapes, first, ptrs = g.shapes, g.owners, self._ptrs
-        for i, t in enumerate(tensors):
-            if owners[i] is not first[i] or t.dtype is not _F32 or t.is_cuda is not cuda \
-                    or t.shape != shapes[i] or t.is_sparse or not t.is_contiguous():
-                return False
-            ptrs[k0 + i] = t.data_ptr()
-        if self._deferring and g.deferrable:
-            stream = _raw_stream(t0.get_device()) if cuda else _HOST_RUN
-            if k0 != self._pend0 and stream != self._pend_stream:
-                self._push()
-            self._pend_stream = stream
-            self._keep.extend(tensors)
-            self._watch.extend((k0 + i, t, t._version) for i, t in enumerate(tensors))
-            self._ndef += g.n
-            self._nrec = k0 + g.n
-            return True
-        if k0 != self._pend0:
-            self._push()  # the pointers of slots below k0 are already in place
-        if cuda:
-            self._keep.extend(tensors)
-        self._nrec = k0 + g.n
-        self._pend0 = self._nrec
-        self._call_many(k0, g.n, _DEVICE if cuda else _HOST, _raw_stream(t0.get_device()) if cuda else None)
-        return True
+        rc = self._st.group(gid, tensors, owners)
+        if rc < 0:
+            _lib.check(rc, self._h)
+        return rc > 0
 
     def _record_grads(self):
         last = self._last_forward
         record = self._record
         if self._fixed:
-            gs, ps = [], []
-            for name, p, gname in self._grad_recs:
-                g = p.grad
-                if g is not None and p.requires_grad:
-                    gs.append(g)
-                    ps.append(p)
-            if self._record_group("grad", gs, ps):
+            rc = self._st.grads(_GRAD, self._grad_params)
+            if rc < 0:
+                _lib.check(rc, self._h)
+            if rc > 0:
                 return
             grads = self._grads
             for name, p, gname in self._grad_recs:
@@ -689,7 +625,7 @@ class Recorder:
                 record(gname, b"grad", GRAD, g, None)
                 grads.add(name)
             return
-        k0 = self._nrec
+        k0 = self._st.nrec
         ps = []
         for name, p, gname in self._grad_recs:
             g = p.grad
@@ -704,16 +640,17 @@ class Recorder:
                 ins.append(last)
             record(gname, b"grad", GRAD, g, tuple(ins))
             self._grads.add(name)
-        self._group_spans["grad"] = (k0, self._nrec, ps)
+        self._group_spans[_GRAD] = (k0, self._st.nrec, ps)
 
     def _forward(self, mname, mtype_b, own_params, args, kwargs, output):
         outs = (("", output),) if isinstance(output, torch.Tensor) else _flatten(output, "", [])
         if not outs:
             return
-        if not self._in_step:
+        if not self._st.in_step:
             self._begin()
-        k = self._calls.get(mname, 0)
-        self._calls[mname] = k + 1
+        calls = self._st.calls
+        k = calls.get(mname, 0)
+        calls[mname] = k + 1
         base = mname if k == 0 else "%s.%d" % (mname, k)
         if self._fixed:
             for suffix, t in outs:

@@ -1,0 +1,717 @@
+/* fast.c: divtrace._fast, the C core of the PyTorch adapter: a Recorder's
+ * per-step state (the Core type), a module's forward hook (the Hook type)
+ * and the module. The core does what _core.py's PyCore does, without the
+ * interpreter between the tensor queries (fast_paths.c; fast.h). The
+ * library is called through the function pointers ctypes found, so this
+ * module links neither libdivtrace nor libpython; it is built against
+ * Python's limited API (3.10 and later: one binary for every such
+ * Python). */
+#include "fast.h"
+
+static PyObject *S_addressof;
+static PyObject *ctypes_addressof; /* ctypes.addressof */
+
+/* ---- the Core type ---- */
+
+static PyTypeObject *CoreType, *HookType;
+
+static void core_clear_slots(Core *c)
+{
+    for (Py_ssize_t i = 0; i < c->nslots; i++) {
+        Py_CLEAR(c->slots[i].name);
+        Py_CLEAR(c->slots[i].type);
+        Py_CLEAR(c->slots[i].shape);
+    }
+    PyMem_Free(c->slots);
+    c->slots = NULL;
+    c->nslots = 0;
+    for (int g = 0; g < NGROUPS; g++) {
+        Py_CLEAR(c->groups[g].shapes);
+        Py_CLEAR(c->groups[g].owners);
+    }
+}
+
+static int core_reset_state(Core *c)
+{
+    PyObject *used = PySet_New(NULL), *calls = PyDict_New(), *keep = PyList_New(0), *watch = PyList_New(0);
+    if (!used || !calls || !keep || !watch) {
+        Py_XDECREF(used);
+        Py_XDECREF(calls);
+        Py_XDECREF(keep);
+        Py_XDECREF(watch);
+        return -1;
+    }
+    SETREF(c->used, used);
+    SETREF(c->calls, calls);
+    SETREF(c->keep, keep);
+    SETREF(c->watch, watch);
+    c->nrec = c->ndef = c->pend0 = 0;
+    c->pend_stream = 0;
+    return 0;
+}
+
+static int core_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+    Core *c = (Core *)self;
+    PyObject *f32, *strided, *tt, *rs, *ge;
+    if (kw && PyDict_Size(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Core() takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOO:Core", &f32, &strided, &tt, &rs, &ge))
+        return -1;
+    Py_INCREF(f32);
+    SETREF(c->f32, f32);
+    Py_INCREF(strided);
+    SETREF(c->strided, strided);
+    Py_INCREF(tt);
+    SETREF(c->tensor_type, tt);
+    Py_INCREF(rs);
+    SETREF(c->raw_stream, rs);
+    Py_INCREF(ge);
+    SETREF(c->grad_on, ge);
+    /* torch.Tensor's descriptors: a data descriptor's getter, or a method */
+    for (int k = 0; k < NQ; k++) {
+        PyObject *d = PyObject_GetAttr(tt, fast_qstr[k]);
+        if (!d)
+            return -1;
+        descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(d), Py_tp_descr_get);
+        int data = PyType_GetSlot(Py_TYPE(d), Py_tp_descr_set) != NULL;
+        if ((k < Q_FIRST_METHOD) != data || !get) {
+            Py_DECREF(d); /* not what torch has: every query takes getattr */
+            d = NULL;
+        }
+        SETREF(c->qd[k], d);
+        c->qget[k] = k < Q_FIRST_METHOD ? get : NULL;
+    }
+    return core_reset_state(c);
+}
+
+static int core_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Core *c = (Core *)self;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(c->f32);
+    Py_VISIT(c->strided);
+    Py_VISIT(c->tensor_type);
+    Py_VISIT(c->raw_stream);
+    Py_VISIT(c->grad_on);
+    Py_VISIT(c->used);
+    Py_VISIT(c->calls);
+    Py_VISIT(c->keep);
+    Py_VISIT(c->watch);
+    Py_VISIT(c->lib_refs);
+    for (int g = 0; g < NGROUPS; g++)
+        Py_VISIT(c->groups[g].owners);
+    for (int k = 0; k < NQ; k++)
+        Py_VISIT(c->qd[k]);
+    for (int i = 0; i < NTYPES; i++) {
+        Py_VISIT(c->ok_types[i]);
+        Py_VISIT(c->bad_types[i]);
+    }
+    return 0;
+}
+
+static int core_clear(PyObject *self)
+{
+    Core *c = (Core *)self;
+    Py_CLEAR(c->f32);
+    Py_CLEAR(c->strided);
+    Py_CLEAR(c->tensor_type);
+    Py_CLEAR(c->raw_stream);
+    Py_CLEAR(c->grad_on);
+    Py_CLEAR(c->used);
+    Py_CLEAR(c->calls);
+    Py_CLEAR(c->keep);
+    Py_CLEAR(c->watch);
+    Py_CLEAR(c->lib_refs);
+    core_clear_slots(c);
+    for (int k = 0; k < NQ; k++)
+        Py_CLEAR(c->qd[k]);
+    for (int i = 0; i < NTYPES; i++) {
+        Py_CLEAR(c->ok_types[i]);
+        Py_CLEAR(c->bad_types[i]);
+    }
+    return 0;
+}
+
+static void core_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+/* a ctypes object's address, or the address a ctypes function pointer holds */
+static int address_of(PyObject *o, void **out)
+{
+    PyObject *a = PyObject_CallFunctionObjArgs(ctypes_addressof, o, NULL);
+    if (!a)
+        return -1;
+    void *p = PyLong_AsVoidPtr(a);
+    Py_DECREF(a);
+    if (!p && PyErr_Occurred())
+        return -1;
+    *out = p;
+    return 0;
+}
+
+/* a ctypes function object's C function: the pointer stored at its address */
+static int function_of(PyObject *f, void **out)
+{
+    void *at;
+    if (address_of(f, &at) < 0)
+        return -1;
+    memcpy(out, at, sizeof *out);
+    if (!*out) {
+        PyErr_SetString(PyExc_ValueError, "Core.fix: a NULL library function");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *core_fix(PyObject *self, PyObject *args)
+{
+    Core *c = (Core *)self;
+    PyObject *handle, *many, *flush, *slots, *deferrable, *ts, *ptrs;
+    Py_ssize_t ts_size;
+    if (!PyArg_ParseTuple(args, "OOOOOOnO:fix", &handle, &many, &flush, &slots, &deferrable, &ts, &ts_size,
+                          &ptrs))
+        return NULL;
+    if (ts_size != (Py_ssize_t)sizeof(struct divtrace_tensor)) {
+        PyErr_Format(PyExc_ValueError, "Core.fix: struct divtrace_tensor is %zd bytes here, %zd in ctypes",
+                     (Py_ssize_t)sizeof(struct divtrace_tensor), ts_size);
+        return NULL;
+    }
+    PyObject *sl = PySequence_Tuple(slots), *df = PySequence_Tuple(deferrable);
+    if (!sl || !df)
+        goto fail;
+    Py_ssize_t n = PyTuple_Size(sl);
+    if (PyTuple_Size(df) < n) {
+        PyErr_SetString(PyExc_ValueError, "Core.fix: fewer deferrable flags than slots");
+        goto fail;
+    }
+    void *hv, *mf, *ff, *tsa, *pa;
+    PyObject *hvalue = PyObject_GetAttrString(handle, "value");
+    if (!hvalue)
+        goto fail;
+    hv = hvalue == Py_None ? NULL : PyLong_AsVoidPtr(hvalue);
+    Py_DECREF(hvalue);
+    if (PyErr_Occurred() || function_of(many, &mf) < 0 || function_of(flush, &ff) < 0 ||
+        address_of(ts, &tsa) < 0 || address_of(ptrs, &pa) < 0)
+        goto fail;
+    struct slot *s = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof *s);
+    if (!s) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyTuple_GetItem(sl, i);
+        PyObject *name, *type, *shape;
+        int kind;
+        int d = PyObject_IsTrue(PyTuple_GetItem(df, i));
+        if (d < 0 || !PyArg_ParseTuple(e, "OOiO:slot", &name, &type, &kind, &shape)) {
+            for (Py_ssize_t j = 0; j < i; j++) {
+                Py_DECREF(s[j].name);
+                Py_DECREF(s[j].type);
+                Py_DECREF(s[j].shape);
+            }
+            PyMem_Free(s);
+            goto fail;
+        }
+        Py_INCREF(name);
+        Py_INCREF(type);
+        Py_INCREF(shape);
+        s[i] = (struct slot){name, type, shape, kind, d};
+    }
+    PyObject *refs = PyTuple_Pack(5, handle, many, flush, ts, ptrs);
+    if (!refs) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            Py_DECREF(s[j].name);
+            Py_DECREF(s[j].type);
+            Py_DECREF(s[j].shape);
+        }
+        PyMem_Free(s);
+        goto fail;
+    }
+    core_clear_slots(c);
+    c->slots = s;
+    c->nslots = n;
+    SETREF(c->lib_refs, refs);
+    c->h = hv;
+    c->many = (record_many_fn)mf;
+    c->flush = (flush_fn)ff;
+    c->ts = (const char *)tsa;
+    c->ts_size = ts_size;
+    c->ptrs = (void **)pa;
+    Py_DECREF(sl);
+    Py_DECREF(df);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(sl);
+    Py_XDECREF(df);
+    return NULL;
+}
+
+static PyObject *core_add_group(PyObject *self, PyObject *args)
+{
+    Core *c = (Core *)self;
+    int gid, d;
+    Py_ssize_t k0;
+    PyObject *shapes, *owners, *dobj;
+    if (!PyArg_ParseTuple(args, "inOOO:add_group", &gid, &k0, &shapes, &owners, &dobj))
+        return NULL;
+    if (gid < 0 || gid >= NGROUPS) {
+        PyErr_Format(PyExc_ValueError, "Core.add_group: group %d (0 to %d)", gid, NGROUPS - 1);
+        return NULL;
+    }
+    if ((d = PyObject_IsTrue(dobj)) < 0)
+        return NULL;
+    PyObject *sh = PySequence_Tuple(shapes), *ow = PySequence_Tuple(owners);
+    if (!sh || !ow) {
+        Py_XDECREF(sh);
+        Py_XDECREF(ow);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_Size(sh);
+    if (PyTuple_Size(ow) != n || k0 < 0 || k0 + n > c->nslots) {
+        PyErr_Format(PyExc_ValueError, "Core.add_group: slots %zd + %zd of %zd, %zd owners", k0, n, c->nslots,
+                     PyTuple_Size(ow));
+        Py_DECREF(sh);
+        Py_DECREF(ow);
+        return NULL;
+    }
+    struct group *g = &c->groups[gid];
+    SETREF(g->shapes, sh);
+    SETREF(g->owners, ow);
+    g->k0 = k0;
+    g->n = n;
+    g->deferrable = d;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ret_int(int r)
+{
+    return r == PYERR ? NULL : PyLong_FromLong(r);
+}
+
+static PyObject *core_reset(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (core_reset_state((Core *)self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int need_fixed(Core *c, const char *fn)
+{
+    if (c->many)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "Core.%s before Core.fix", fn);
+    return -1;
+}
+
+static PyObject *core_push(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Core *c = (Core *)self;
+    if (need_fixed(c, "push") < 0)
+        return NULL;
+    return ret_int(fast_push(c));
+}
+
+static PyObject *core_buffer(PyObject *self, PyObject *args)
+{
+    Core *c = (Core *)self;
+    Py_ssize_t k;
+    PyObject *t;
+    if (!PyArg_ParseTuple(args, "nO:buffer", &k, &t) || need_fixed(c, "buffer") < 0)
+        return NULL;
+    if (k < 0 || k >= c->nslots) {
+        PyErr_Format(PyExc_IndexError, "Core.buffer: slot %zd of %zd", k, c->nslots);
+        return NULL;
+    }
+    return ret_int(fast_buffer(c, k, t));
+}
+
+static PyObject *core_try_defer(PyObject *self, PyObject *args)
+{
+    Core *c = (Core *)self;
+    PyObject *name, *type, *t;
+    int kind;
+    if (!PyArg_ParseTuple(args, "OOiO:try_defer", &name, &type, &kind, &t))
+        return NULL;
+    return ret_int(fast_try_defer(c, name, type, kind, t));
+}
+
+static PyObject *core_group(PyObject *self, PyObject *args)
+{
+    int gid;
+    PyObject *ts, *os;
+    if (!PyArg_ParseTuple(args, "iOO:group", &gid, &ts, &os))
+        return NULL;
+    return ret_int(fast_group((Core *)self, gid, ts, os));
+}
+
+static PyObject *core_grads(PyObject *self, PyObject *args)
+{
+    int gid;
+    PyObject *ps;
+    if (!PyArg_ParseTuple(args, "iO:grads", &gid, &ps))
+        return NULL;
+    return ret_int(fast_grads((Core *)self, gid, ps));
+}
+
+static PyObject *core_flush_point(PyObject *self, PyObject *arg)
+{
+    Core *c = (Core *)self;
+    int flush = PyObject_IsTrue(arg);
+    if (flush < 0 || need_fixed(c, "flush_point") < 0)
+        return NULL;
+    Py_ssize_t n = PyList_Size(c->watch);
+    if (n <= 0)
+        Py_RETURN_NONE;
+    PyObject *watch = c->watch, *fresh = PyList_New(0);
+    if (!fresh)
+        return NULL;
+    c->watch = fresh;
+    PyObject *ret = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GetItem(watch, i);
+        PyObject *v = fast_q(c, PyTuple_GetItem(e, 1), Q_VERSION);
+        if (!v)
+            goto out;
+        int same = PyObject_RichCompareBool(v, PyTuple_GetItem(e, 2), Py_EQ);
+        Py_DECREF(v);
+        if (same < 0)
+            goto out;
+        if (!same) {
+            ret = Py_BuildValue("(sO)", "changed", PyTuple_GetItem(e, 0));
+            goto out;
+        }
+    }
+    int rc = fast_push(c);
+    if (rc >= 0 && flush)
+        rc = c->flush(c->h);
+    if (rc < 0)
+        ret = Py_BuildValue("(si)", "lib", rc);
+    else
+        ret = Py_NewRef(Py_None);
+out:
+    Py_DECREF(watch);
+    return ret;
+}
+
+static PyObject *core_hook(PyObject *self, PyObject *args);
+
+static PyMethodDef core_methods[] = {
+    {"reset", core_reset, METH_NOARGS, "Begin a step's state: nothing used, called, kept or watched."},
+    {"fix", core_fix, METH_VARARGS, "fix(handle, record_many, flush, slots, deferrable, ts, ts_size, ptrs)"},
+    {"add_group", core_add_group, METH_VARARGS, "add_group(gid, k0, shapes, owners, deferrable)"},
+    {"buffer", core_buffer, METH_VARARGS, "buffer(k, t) -> status"},
+    {"push", core_push, METH_NOARGS, "push() -> status"},
+    {"try_defer", core_try_defer, METH_VARARGS, "try_defer(name, type, kind, t) -> 1, 0 or status"},
+    {"group", core_group, METH_VARARGS, "group(gid, tensors, owners) -> 1, 0 or status"},
+    {"grads", core_grads, METH_VARARGS, "grads(gid, params) -> 1, 0 or status"},
+    {"flush_point", core_flush_point, METH_O, "flush_point(flush) -> None, ('changed', k) or ('lib', status)"},
+    {"hook", core_hook, METH_VARARGS, "hook(fallback, fail, mname, mtype) -> a forward hook"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* attributes: the ints and flags by offset, the containers as objects */
+enum { A_PAUSED, A_IN_STEP, A_DEFERRING, A_NO_GRAD, A_NREC, A_NDEF, A_PEND0, A_PEND_STREAM,
+       A_USED, A_CALLS, A_KEEP, A_WATCH, A_KIND };
+
+static PyObject *core_get(PyObject *self, void *which)
+{
+    Core *c = (Core *)self;
+    switch ((int)(intptr_t)which) {
+    case A_PAUSED: return PyLong_FromLong(c->paused);
+    case A_IN_STEP: return PyBool_FromLong(c->in_step);
+    case A_DEFERRING: return PyBool_FromLong(c->deferring);
+    case A_NO_GRAD: return PyBool_FromLong(c->record_no_grad);
+    case A_NREC: return PyLong_FromSsize_t(c->nrec);
+    case A_NDEF: return PyLong_FromSsize_t(c->ndef);
+    case A_PEND0: return PyLong_FromSsize_t(c->pend0);
+    case A_PEND_STREAM: return PyLong_FromLongLong(c->pend_stream);
+    case A_USED: return Py_NewRef(c->used);
+    case A_CALLS: return Py_NewRef(c->calls);
+    case A_KEEP: return Py_NewRef(c->keep);
+    case A_WATCH: return Py_NewRef(c->watch);
+    default: return PyUnicode_FromString("c");
+    }
+}
+
+static int core_set(PyObject *self, PyObject *v, void *which)
+{
+    Core *c = (Core *)self;
+    int w = (int)(intptr_t)which;
+    if (!v) {
+        PyErr_SetString(PyExc_AttributeError, "Core attributes cannot be deleted");
+        return -1;
+    }
+    if (w >= A_USED) {
+        PyTypeObject *want = w == A_USED ? &PySet_Type : w == A_CALLS ? &PyDict_Type : &PyList_Type;
+        if (!PyObject_TypeCheck(v, want)) {
+            PyErr_Format(PyExc_TypeError, "Core: expected a %s", want == &PySet_Type ? "set"
+                                                                  : want == &PyDict_Type ? "dict" : "list");
+            return -1;
+        }
+        PyObject **f = w == A_USED ? &c->used : w == A_CALLS ? &c->calls : w == A_KEEP ? &c->keep : &c->watch;
+        Py_INCREF(v);
+        SETREF(*f, v);
+        return 0;
+    }
+    long long x;
+    if (w <= A_NO_GRAD) {
+        int b = PyObject_IsTrue(v);
+        if (b < 0)
+            return -1;
+        x = w == A_PAUSED ? PyLong_AsLongLong(v) : b;
+    } else {
+        x = PyLong_AsLongLong(v);
+    }
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    switch (w) {
+    case A_PAUSED: c->paused = (int)x; break;
+    case A_IN_STEP: c->in_step = (int)x; break;
+    case A_DEFERRING: c->deferring = (int)x; break;
+    case A_NO_GRAD: c->record_no_grad = (int)x; break;
+    case A_NREC: c->nrec = (Py_ssize_t)x; break;
+    case A_NDEF: c->ndef = (Py_ssize_t)x; break;
+    case A_PEND0: c->pend0 = (Py_ssize_t)x; break;
+    default: c->pend_stream = x; break;
+    }
+    return 0;
+}
+
+#define ATTR(n, w) {n, core_get, core_set, NULL, (void *)(intptr_t)(w)}
+static PyGetSetDef core_getset[] = {
+    ATTR("paused", A_PAUSED), ATTR("in_step", A_IN_STEP), ATTR("deferring", A_DEFERRING),
+    ATTR("record_no_grad", A_NO_GRAD), ATTR("nrec", A_NREC), ATTR("ndef", A_NDEF), ATTR("pend0", A_PEND0),
+    ATTR("pend_stream", A_PEND_STREAM), ATTR("used", A_USED), ATTR("calls", A_CALLS), ATTR("keep", A_KEEP),
+    ATTR("watch", A_WATCH), {"kind", core_get, NULL, "'c'", (void *)(intptr_t)A_KIND},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot core_slots[] = {
+    {Py_tp_doc, "The C core of a Recorder (see _core.PyCore)."},
+    {Py_tp_init, core_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, core_dealloc},
+    {Py_tp_traverse, core_traverse},
+    {Py_tp_clear, core_clear},
+    {Py_tp_methods, core_methods},
+    {Py_tp_getset, core_getset},
+    {0, NULL},
+};
+
+static PyType_Spec core_spec = {"divtrace._fast.Core", sizeof(Core), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, core_slots};
+
+/* ---- the forward hook ---- */
+
+typedef struct {
+    PyObject_HEAD
+    Core *core;
+    PyObject *fallback, *fail, *mname, *mtype, *names; /* names: the k-th call's record name */
+} Hook;
+
+static PyObject *core_hook(PyObject *self, PyObject *args)
+{
+    PyObject *fallback, *fail, *mname, *mtype;
+    if (!PyArg_ParseTuple(args, "OOUO:hook", &fallback, &fail, &mname, &mtype))
+        return NULL;
+    Hook *h = (Hook *)PyType_GenericAlloc(HookType, 0);
+    if (!h)
+        return NULL;
+    h->names = PyList_New(1);
+    if (!h->names) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    Py_INCREF(mname);
+    PyList_SetItem(h->names, 0, mname);
+    h->core = (Core *)Py_NewRef(self);
+    h->fallback = Py_NewRef(fallback);
+    h->fail = Py_NewRef(fail);
+    h->mname = Py_NewRef(mname);
+    h->mtype = Py_NewRef(mtype);
+    return (PyObject *)h;
+}
+
+/* the record name of the module's c-th call this step */
+static PyObject *hook_name(Hook *h, Py_ssize_t c)
+{
+    while (PyList_Size(h->names) <= c) {
+        PyObject *n = PyUnicode_FromFormat("%U.%zd", h->mname, PyList_Size(h->names));
+        if (!n || PyList_Append(h->names, n) < 0) {
+            Py_XDECREF(n);
+            return NULL;
+        }
+        Py_DECREF(n);
+    }
+    return PyList_GetItem(h->names, c); /* borrowed */
+}
+
+/* the fast path: 1 buffered, 0 not (the fallback records), PYERR */
+static int hook_fast(Hook *h, PyObject *output)
+{
+    Core *c = h->core;
+    PyObject *cnt = PyDict_GetItemWithError(c->calls, h->mname);
+    if (!cnt && PyErr_Occurred())
+        return PYERR;
+    Py_ssize_t k = cnt ? PyLong_AsSsize_t(cnt) : 0;
+    if (k < 0)
+        return PyErr_Occurred() ? PYERR : 0;
+    PyObject *name = hook_name(h, k);
+    if (!name)
+        return PYERR;
+    int used = PySet_Contains(c->used, name);
+    if (used)
+        return used < 0 ? PYERR : 0;
+    Py_INCREF(name); /* the list may grow under a later call; hold it */
+    int rc = fast_try_defer(c, name, h->mtype, DIVTRACE_FORWARD, output);
+    if (rc != 0 && rc != PYERR) {
+        PyObject *k1 = PyLong_FromSsize_t(k + 1);
+        if (!k1 || PyDict_SetItem(c->calls, h->mname, k1) < 0 || PySet_Add(c->used, name) < 0)
+            rc = PYERR;
+        Py_XDECREF(k1);
+        if (rc < 0 && rc != PYERR) {
+            PyObject *r = PyObject_CallFunction(h->fail, "i", rc);
+            Py_XDECREF(r);
+            rc = PYERR; /* fail raises */
+        }
+    }
+    Py_DECREF(name);
+    return rc;
+}
+
+static PyObject *hook_call(PyObject *self, PyObject *args, PyObject *kw)
+{
+    Hook *h = (Hook *)self;
+    Core *c = h->core;
+    PyObject *module, *fargs, *fkw, *output;
+    if (kw && PyDict_Size(kw)) {
+        PyErr_SetString(PyExc_TypeError, "a forward hook takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "hook", 4, 4, &module, &fargs, &fkw, &output))
+        return NULL;
+    if (c->paused)
+        Py_RETURN_NONE;
+    if (!c->record_no_grad) {
+        PyObject *on = PyObject_CallNoArgs(c->grad_on);
+        if (!on)
+            return NULL;
+        int b = PyObject_IsTrue(on);
+        Py_DECREF(on);
+        if (b < 0)
+            return NULL;
+        if (!b)
+            Py_RETURN_NONE;
+    }
+    if (c->deferring && c->in_step && (PyObject *)Py_TYPE(output) == c->tensor_type) {
+        int r = hook_fast(h, output);
+        if (r == PYERR)
+            return NULL;
+        if (r)
+            Py_RETURN_NONE;
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(h->fallback, module, fargs, fkw, output, NULL);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static int hook_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Hook *h = (Hook *)self;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT((PyObject *)h->core);
+    Py_VISIT(h->fallback);
+    Py_VISIT(h->fail);
+    Py_VISIT(h->names);
+    return 0;
+}
+
+static int hook_clear(PyObject *self)
+{
+    Hook *h = (Hook *)self;
+    Py_CLEAR(h->core);
+    Py_CLEAR(h->fallback);
+    Py_CLEAR(h->fail);
+    Py_CLEAR(h->mname);
+    Py_CLEAR(h->mtype);
+    Py_CLEAR(h->names);
+    return 0;
+}
+
+static void hook_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    hook_clear(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot hook_slots[] = {
+    {Py_tp_doc, "A module's forward hook made by Core.hook."},
+    {Py_tp_call, hook_call},
+    {Py_tp_dealloc, hook_dealloc},
+    {Py_tp_traverse, hook_traverse},
+    {Py_tp_clear, hook_clear},
+    {0, NULL},
+};
+
+static PyType_Spec hook_spec = {"divtrace._fast.Hook", sizeof(Hook), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, hook_slots};
+
+/* ---- the module ---- */
+
+static int intern(PyObject **s, const char *text)
+{
+    *s = PyUnicode_InternFromString(text);
+    return *s ? 0 : -1;
+}
+
+static int fast_exec(PyObject *m)
+{
+    if (fast_paths_init() < 0 || intern(&S_addressof, "addressof") < 0)
+        return -1;
+    PyObject *ct = PyImport_ImportModule("ctypes");
+    if (!ct)
+        return -1;
+    ctypes_addressof = PyObject_GetAttr(ct, S_addressof);
+    Py_DECREF(ct);
+    if (!ctypes_addressof)
+        return -1;
+    CoreType = (PyTypeObject *)PyType_FromSpec(&core_spec);
+    HookType = (PyTypeObject *)PyType_FromSpec(&hook_spec);
+    if (!CoreType || !HookType)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Core", (PyObject *)CoreType) < 0 ||
+        PyModule_AddObjectRef(m, "Hook", (PyObject *)HookType) < 0 ||
+        PyModule_AddIntConstant(m, "API_VERSION", DIVTRACE_API_VERSION) < 0)
+        return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot fast_slots[] = {{Py_mod_exec, fast_exec}, {0, NULL}};
+
+static struct PyModuleDef fast_module = {
+    PyModuleDef_HEAD_INIT, "divtrace._fast",
+    "The PyTorch adapter's C core (see _core.py).", 0, NULL, fast_slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fast(void)
+{
+    return PyModuleDef_Init(&fast_module);
+}
