@@ -8,7 +8,8 @@
 #
 # Deferred records (defer=True): after the first step, a tensor's record is
 # not made when it is recorded but with the others at the next flush point
-# (the optimizer's pre-hook, after the gradients; the step's end): a GPU
+# (the optimizer's pre-hook, after the gradients; its post-hook, after the
+# updates; the step's end): a GPU
 # tensor's hash in one batch of kernels, a host tensor's in one library
 # call. That is only right if the tensor is unchanged until then, which
 # PyTorch's version counters tell: the first step records every tensor at
@@ -377,13 +378,18 @@ class Recorder:
             if not self._group(_UPDATE, self._update_tensors, self._update_tensors):
                 for uname, name, p in self._update_recs:
                     record(uname, t, OPTIMIZER, p, None)
-            return
-        grads = self._grads
-        k0 = self._st.nrec
-        for uname, name, p in self._update_recs:
-            ins = (name, name + ".grad") if name in grads else (name,)
-            record(uname, t, OPTIMIZER, p, ins)
-        self._group_spans[_UPDATE] = (k0, self._st.nrec, self._update_tensors)
+        else:
+            grads = self._grads
+            k0 = self._st.nrec
+            for uname, name, p in self._update_recs:
+                ins = (name, name + ".grad") if name in grads else (name,)
+                record(uname, t, OPTIMIZER, p, ins)
+            self._group_spans[_UPDATE] = (k0, self._st.nrec, self._update_tensors)
+        # A flush point: the updates' hashes are queued now, behind the
+        # optimizer's kernels on their stream, so they run while the host
+        # goes on to rec.step, and a change made between optimizer.step()
+        # and rec.step comes after them.
+        self._flush_point(True)
 
     # ---- steps
 
