@@ -2,8 +2,11 @@
 # torch_adapter_profile.py: where the PyTorch adapter's recording time goes:
 # the Python functions of a traced training step by own time (cProfile), next
 # to the same steps untraced, for one configuration of torch_models.py.
+# --lib-calls instead times each libdivtrace function the adapter calls (the
+# host's time inside the call, waits included) per traced step, with the
+# Python core, whose calls all go through ctypes.
 # Usage: python3 tests/bench/torch_adapter_profile.py [torch_models.py options,
-#        e.g. --config ae or --config pn1] [--steps N]
+#        e.g. --config ae or --config pn-64-b1] [--steps N] [--lib-calls]
 import cProfile
 import io
 import os
@@ -52,16 +55,75 @@ def steps(cfg, device, margs, traced, n, prof):
     return ms
 
 
+LIB_CALLS = ("divtrace_step_begin", "divtrace_record_many", "record_untyped", "divtrace_flush",
+             "divtrace_step_end")
+
+
+def lib_calls(cfg, device, margs, n):
+    """Per traced step: each library function's calls and host time (us)."""
+    from divtrace import _lib
+    lib = _lib.load()
+    acc = {f: [0, 0.0] for f in LIB_CALLS}
+    saved = {f: getattr(lib, f) for f in LIB_CALLS}
+
+    def timed(name, fn):
+        def call(*a):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                acc[name][0] += 1
+                acc[name][1] += time.perf_counter() - t0
+        return call
+    was = os.environ.get("DIVTRACE_ADAPTER_CORE")
+    os.environ["DIVTRACE_ADAPTER_CORE"] = "python"
+    try:
+        for f in LIB_CALLS:
+            setattr(lib, f, timed(f, saved[f]))
+        model, opt, data = tm.build(cfg, device, margs.seed, capturable=False)
+        rec = divtrace.record(model, os.path.join(tempfile.mkdtemp(prefix="divtrace-prof-"), "p.dtr"),
+                              config={"model": cfg["name"]}, optimizer=opt).open()
+        for i in range(3 + n):
+            if i == 3:
+                for v in acc.values():
+                    v[:] = [0, 0.0]
+                t0 = time.perf_counter()
+            loss = tm.train_step(model, opt, data)
+            rec.step(loss)
+            loss.item()
+        ms = (time.perf_counter() - t0) * 1e3 / n
+        rec.close(0)
+    finally:
+        for f in LIB_CALLS:
+            setattr(lib, f, saved[f])
+        if was is None:
+            os.environ.pop("DIVTRACE_ADAPTER_CORE", None)
+        else:
+            os.environ["DIVTRACE_ADAPTER_CORE"] = was
+    print("## %s: traced %.3f ms/step (Python core); libdivtrace calls per step\n" % (tm.describe(cfg), ms))
+    print("| function | calls per step | us per step |")
+    print("| --- | ---: | ---: |")
+    for f in LIB_CALLS:
+        print("| %s | %.1f | %.1f |" % (f, acc[f][0] / n, acc[f][1] * 1e6 / n))
+    print()
+
+
 def main(argv):
     n = 10
     if "--steps" in argv:
         k = argv.index("--steps")
         n = int(argv[k + 1])
         del argv[k:k + 2]
+    only_lib = "--lib-calls" in argv
+    if only_lib:
+        argv.remove("--lib-calls")
     margs, cfgs = tm.parse_args(argv)
     device = torch.device(margs.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tm.set_arithmetic(not margs.no_fill_uninitialized)
     for cfg in cfgs:
+        if only_lib:
+            lib_calls(cfg, device, margs, n)
+            continue
         base = steps(cfg, device, margs, False, n, None)
         traced = steps(cfg, device, margs, True, n, None)
         print("## %s: untraced %.3f ms/step, traced %.3f ms/step (%+.1f%%), no profiler" % (
