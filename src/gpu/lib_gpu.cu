@@ -3,8 +3,9 @@
  * scratch and its slot of a device array of records; a deferred record
  * waits in a host list until a flush queues the whole list as one batch
  * (gpu_trace_many: one copy of descriptors in, two kernels). The step's
- * end makes the library's stream wait for every stream used and copies
- * the records back in one transfer. Scratch (device) and staging (pinned)
+ * end copies the records back in one transfer: on the caller's stream
+ * when the step used one, else on the library's, made to wait for every
+ * stream used. Scratch (device) and staging (pinned)
  * are handed out from chunks that never move while a step is queued; only
  * the record array, when a first step outgrows it, waits for the queued
  * work before it is moved. Every CUDA failure comes back as a status and
@@ -38,7 +39,7 @@ static void lg_pool_free(struct lg_pool *p);
 
 struct lib_gpu {
     int device;
-    cudaStream_t stream;        /* the library's own (non-blocking): the one transfer */
+    cudaStream_t stream;        /* the library's own (non-blocking): the transfer of a step of several streams */
     cudaEvent_t ev;
     struct lg_pool scratch;     /* device scratch of the queued records */
     struct lg_pool staging;     /* pinned: the deferred batches' descriptors */
@@ -499,12 +500,19 @@ int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,
     if (rc != DIVTRACE_OK)
         return rc;
     uint32_t k = nslots < g->nslots ? nslots : g->nslots;
-    for (int i = 0; i < g->nstreams; i++) {
-        LG_CHECK(cudaEventRecord(g->ev, g->streams[i]));
-        LG_CHECK(cudaStreamWaitEvent(g->stream, g->ev, 0));
-    }
+    /* The copy back goes behind the records on their stream: the caller's,
+     * when the step used one (two calls fewer than joining it to the
+     * library's stream, which a step of several streams does). */
+    cudaStream_t cs = g->stream;
+    if (g->nstreams == 1)
+        cs = g->streams[0];
+    else
+        for (int i = 0; i < g->nstreams; i++) {
+            LG_CHECK(cudaEventRecord(g->ev, g->streams[i]));
+            LG_CHECK(cudaStreamWaitEvent(g->stream, g->ev, 0));
+        }
     if (k > g->hcap) {
-        LG_CHECK(cudaStreamSynchronize(g->stream));
+        LG_CHECK(cudaStreamSynchronize(cs));
         if (g->hrec)
             cudaFreeHost(g->hrec);
         g->hrec = NULL;
@@ -513,9 +521,8 @@ int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,
         g->hcap = g->rcap;
     }
     if (k > 0)
-        LG_CHECK(cudaMemcpyAsync(g->hrec, g->drec, (size_t)k * sizeof *g->hrec,
-                                 cudaMemcpyDeviceToHost, g->stream));
-    LG_CHECK(cudaStreamSynchronize(g->stream));
+        LG_CHECK(cudaMemcpyAsync(g->hrec, g->drec, (size_t)k * sizeof *g->hrec, cudaMemcpyDeviceToHost, cs));
+    LG_CHECK(cudaStreamSynchronize(cs));
     memcpy(out, g->hrec, (size_t)k * sizeof *out);
     lg_reset(g);
     return DIVTRACE_OK;
