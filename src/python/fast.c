@@ -135,14 +135,20 @@ static int core_clear(PyObject *self)
     return 0;
 }
 
-static void core_dealloc(PyObject *self)
+/* The dealloc of an object of one of this module's (heap, GC) types. */
+static void gc_dealloc(PyObject *self, inquiry clear)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    core_clear(self);
+    clear(self);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(self);
     Py_DECREF(tp);
+}
+
+static void core_dealloc(PyObject *self)
+{
+    gc_dealloc(self, core_clear);
 }
 
 /* a ctypes object's address, or the address a ctypes function pointer holds */
@@ -654,12 +660,7 @@ static int hook_clear(PyObject *self)
 
 static void hook_dealloc(PyObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    hook_clear(self);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(self);
-    Py_DECREF(tp);
+    gc_dealloc(self, hook_clear);
 }
 
 static PyType_Slot hook_slots[] = {
