@@ -4,7 +4,8 @@
 # the installed libdivtrace as a user would, with
 # `pkg-config --cflags --libs divtrace` (and once statically, with --static),
 # run both, and read their traces with the installed divtrace: two runs
-# identical, the man pages installed. For CI, after `make check`.
+# identical, the man pages installed; the PyTorch adapter's C core is
+# installed where the package finds it. For CI, after `make check`.
 set -eu
 B=$(cd "${1:?usage: install-check.sh BUILDDIR}" && pwd)
 S=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,4 +46,15 @@ LD_LIBRARY_PATH="$D$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$T/mlp" -o "$T
 "$P/bin/divtrace" show "$T/a.dtr" >"$T/show.txt"
 grep -q '^# steps 30, ops per step 38' "$T/show.txt" || { echo "install-check: unexpected trace" >&2; head "$T/show.txt" >&2; exit 1; }
 "$P/bin/divtrace" diff -q "$T/a.dtr" "$T/b.dtr" >/dev/null || { echo "install-check: the shared and static builds differ" >&2; exit 1; }
+# the PyTorch adapter's C core, where the package looks beside an installed
+# library (found by a path, or by the bare name ctypes.util.find_library gives)
+if [ -e "$B/src/python/.libs/_fast.so" ]; then
+    [ -e "$D$libdir/divtrace/_fast.so" ] || { echo "install-check: no $D$libdir/divtrace/_fast.so" >&2; exit 1; }
+    for lib in "$D$libdir/libdivtrace.so" libdivtrace.so.0; do
+        got=$(cd "$T" && LD_LIBRARY_PATH="$D$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DIVTRACE_LIB=$lib \
+            PYTHONPATH="$S/src/python/divtrace" python3 -c 'import _lib; print(_lib.load_fast(required=True).__file__)')
+        [ "$got" = "$D$libdir/divtrace/_fast.so" ] ||
+            { echo "install-check: with DIVTRACE_LIB=$lib the C core came from '$got'" >&2; exit 1; }
+    done
+fi
 echo "install-check: libdivtrace installed, built with pkg-config (shared and static), traces read"

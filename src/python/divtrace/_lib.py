@@ -130,6 +130,28 @@ def load():
     raise ImportError("divtrace: " + why)
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _loaded_file(lib, path):
+    """The file the dynamic linker loaded as lib: path when it is one, else
+    (a bare name, as ctypes.util.find_library gives) what dladdr() says of
+    one of its functions."""
+    if os.path.isabs(path):
+        return path
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        info = _DlInfo()
+        if dladdr(ctypes.cast(lib.divtrace_api_version, ctypes.c_void_p), ctypes.byref(info)) and info.dli_fname:
+            return os.fsdecode(info.dli_fname)
+    except (AttributeError, OSError):
+        pass
+    return path
+
+
 def _fast_candidates():
     """Where the C core (divtrace._fast, src/python/fast.c) may be, beside
     the loaded library: DIVTRACE_FAST; the build tree (src/.libs ->
@@ -138,7 +160,7 @@ def _fast_candidates():
     env = os.environ.get("DIVTRACE_FAST")
     if env:
         return [env]
-    d = os.path.dirname(os.path.abspath(_lib_path))
+    d = os.path.dirname(os.path.abspath(_loaded_file(_lib, _lib_path)))
     return [os.path.normpath(os.path.join(d, "..", "python", ".libs", "_fast.so")),
             os.path.join(d, "divtrace", "_fast.so"), os.path.join(d, "_fast.so")]
 
