@@ -5,7 +5,7 @@
 # Recorder takes that one when it loads and this one otherwise or when
 # DIVTRACE_ADAPTER_CORE=python. Both must make the same library calls with
 # the same arguments in the same order: tests/torch runs every check with
-# each and compares their traces byte for byte.
+# each, and compares their traces record for record (divtrace show --json).
 #
 # What a slot is: record k of every step is the first step's record k. After
 # the first step fix() gives the core each slot's (name, type, kind, shape)
