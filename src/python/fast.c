@@ -712,6 +712,8 @@ static struct PyModuleDef fast_module = {
     "The PyTorch adapter's C core (see _core.py).", 0, NULL, fast_slots, NULL, NULL, NULL,
 };
 
+PyMODINIT_FUNC PyInit__fast(void); /* the one exported symbol */
+
 PyMODINIT_FUNC PyInit__fast(void)
 {
     return PyModuleDef_Init(&fast_module);

@@ -259,7 +259,7 @@ int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners)
         return 0;
     const struct group *g = &c->groups[gid];
     Py_ssize_t k0 = g->k0, n = g->n;
-    Py_ssize_t nt = PyList_Check(tensors) ? PyList_Size(tensors) : PySequence_Size(tensors);
+    Py_ssize_t nt = PySequence_Size(tensors);
     if (nt < 0)
         return PYERR;
     if (c->nrec != k0 || nt != n || n == 0)
@@ -269,8 +269,12 @@ int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners)
         return PYERR;
     int ret = PYERR, r;
     os = PySequence_Tuple(owners);
-    if (!os || PyTuple_Size(os) < n)
+    if (!os)
         goto out;
+    if (PyTuple_Size(os) < n) {
+        PyErr_Format(PyExc_IndexError, "group %d: %zd owners for %zd tensors", gid, PyTuple_Size(os), n);
+        goto out;
+    }
     PyObject *t0 = PyTuple_GetItem(ts, 0);
     int cuda = q_is(c, t0, Q_IS_CUDA, Py_True);
     if (cuda < 0)

@@ -199,7 +199,7 @@ def load_fast(required=False):
         else:
             _fast_why = "; ".join(errors)
     if _fast is None and required:
-        raise ImportError("divtrace: DIVTRACE_ADAPTER_CORE=c but the C core does not load: " + _fast_why)
+        raise ImportError("divtrace: the C core (divtrace._fast) does not load: " + _fast_why)
     return _fast
 
 

@@ -137,7 +137,6 @@ class Recorder:
         self.optimizer = optimizer
         self.level = level
         self.checkpoint_every = int(checkpoint_every)
-        self.record_no_grad = record_no_grad
         self.defer = bool(defer)
         # per record slot, learnt in the first step: whether the tensor was
         # unchanged at its flush point (so may be deferred)
@@ -201,6 +200,16 @@ class Recorder:
         self._update_tensors = [p for _, _, p in self._update_recs]
         self._opt_type_b = self._opt_type.encode() if self._opt_type is not None else None
         self._reset_step_state()
+
+    @property
+    def record_no_grad(self):
+        """Whether forward passes without gradients are recorded (kept in
+        the core, which the module hooks read)."""
+        return self._st.record_no_grad
+
+    @record_no_grad.setter
+    def record_no_grad(self, on):
+        self._st.record_no_grad = bool(on)
 
     @property
     def core(self):
@@ -324,7 +333,8 @@ class Recorder:
         self._hooks = []
 
     def _active(self):
-        return not self._st.paused and (self.record_no_grad or torch.is_grad_enabled())
+        st = self._st
+        return not st.paused and (st.record_no_grad or torch.is_grad_enabled())
 
     def _root_pre_hook(self, module, args, kwargs):
         if not self._active():
