@@ -14,7 +14,8 @@
  * its L2 norm, min, max, NaN and Inf counts and a 16-value sketch), the same
  * as the divtrace program's own backends write. A device pointer is hashed
  * on its GPU, in stream order on the given stream, without a copy to the
- * host; the records come back in one transfer when the step ends.
+ * host; the kernels write the records into pinned host memory, where the
+ * step's end reads them once the streams used have reached them.
  *
  * Errors: every function returns DIVTRACE_OK (0) or a negative status;
  * divtrace_errmsg() says what went wrong in one line. Nothing aborts the

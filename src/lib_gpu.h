@@ -1,8 +1,8 @@
 /* lib_gpu.h: libdivtrace's device tensors (src/gpu/lib_gpu.cu), plain C.
  * A device tensor's record (hash.h's tree hash, stats.h's statistics) is
  * computed by gpu_trace_one.cu's kernels on the caller's stream, into a slot of
- * a device array of records; lib_gpu_collect brings the step's records back
- * in one transfer. Every function returns a divtrace_status and, on an
+ * a record array in pinned host memory mapped into the device;
+ * lib_gpu_collect waits for the streams used and reads the step's records. Every function returns a divtrace_status and, on an
  * error, writes one line into msg. Built without CUDA, the functions below
  * say so (DIVTRACE_ENOCUDA). */
 #ifndef DT_LIB_GPU_H
@@ -17,7 +17,7 @@
 struct lib_gpu;
 
 #ifdef HAVE_CUDA
-/* Bind to the device that holds ptr (a device pointer): own stream, scratch. */
+/* Bind to the device that holds ptr (a device pointer). */
 int lib_gpu_new(struct lib_gpu **g, const void *ptr, char *msg, size_t n);
 void lib_gpu_free(struct lib_gpu *g);
 /* Queue the record of x (count floats on the bound device) on stream
@@ -34,8 +34,8 @@ int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream,
 int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n);
 /* Whether anything was queued or deferred since the last collect or discard. */
 int lib_gpu_pending(const struct lib_gpu *g);
-/* Flush, wait for every queued record and copy slots 0 .. nslots-1 to out (one
- * transfer); the slots not queued hold nothing useful. */
+/* Flush, wait for every queued record and copy slots 0 .. nslots-1 to out;
+ * the slots not queued hold nothing useful. */
 int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, char *msg,
                     size_t n);
 /* Drop what is queued (a step given up): waits for it to finish. */

@@ -210,13 +210,17 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
                           unsigned *ctr, cudaStream_t s);
 /* n buffers' records in one batch queued on stream s, nothing waited for
  * (libdivtrace's deferred records): buffer k's record lands in
- * drec[out[k]] (device memory), the same as gpu_trace_batch's. scratch:
- * dev_bytes of device memory (256-aligned), staging: host_bytes of pinned
- * memory (16-aligned), both untouched until s has run the batch;
- * gpu_trace_many_bytes gives the sizes (-1: too many tiles). Returns the
- * first CUDA error of the copy or the launches. */
+ * drec[out[k]] (device or mapped pinned memory), the same as
+ * gpu_trace_batch's. scratch: dev_bytes of device memory (256-aligned),
+ * staging: host_bytes of pinned memory (16-aligned), both untouched until
+ * s has run the batch; gpu_trace_many_bytes gives the sizes (-1: too many
+ * tiles). ctr: device counters by record index, as gpu_trace_one's (0, and
+ * 0 again once s has run the batch); given, a batch of at most 128 buffers
+ * of at most 480 KiB each is one launch with no copy. Returns the first
+ * CUDA error of the copy or the launches. */
 int gpu_trace_many_bytes(const size_t *counts, int n, size_t *dev_bytes, size_t *host_bytes);
 cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *bufs, const size_t *counts,
-                           const uint32_t *out, int n, struct trace_oprec *drec, cudaStream_t s);
+                           const uint32_t *out, int n, struct trace_oprec *drec, unsigned *ctr,
+                           cudaStream_t s);
 
 #endif

@@ -146,6 +146,87 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
     return cudaGetLastError();
 }
 
+/* ---- a batch of small buffers in one launch (libdivtrace's deferred
+ * records of a model of few, small tensors) ----
+ * Up to GT_SB_MAX buffers of at most GT_SMALL_LEAVES leaves each, their
+ * descriptors passed as the kernel's argument: no copy in, one launch
+ * where the general batch takes a copy and two. One warp a tile (a leaf;
+ * a buffer of no elements gets one warp with no tile), as the leaf kernel
+ * tiles them; the warp that finishes a buffer's last tile (a ticket from
+ * ctr[out], which it sets back to 0) finishes its record as the root
+ * kernel's gt_root_small does. Same tiles, same sums: the same records,
+ * bit for bit. */
+#define GT_SB_MAX 128
+#define GT_SB_WARPS 2
+struct gt_sb_buf {
+    const float *ptr;
+    uint32_t count, out;
+    uint16_t leaf0, tile0, warp0; /* its first digest, partial (tile) and warp in the grid */
+};
+struct gt_sb {
+    uint32_t n, nwarps;
+    struct gt_sb_buf b[GT_SB_MAX];
+};
+static_assert(sizeof(struct gt_sb) + 4 * sizeof(void *) <= 4096, "a launch's arguments fit in 4 KiB");
+static_assert(GT_SB_MAX * (GT_SMALL_LEAVES + 1) < 65536, "leaf0, tile0 and warp0 fit in 16 bits");
+
+static __global__ void __launch_bounds__(32 * GT_SB_WARPS)
+gt_sb_kernel(const __grid_constant__ struct gt_sb sb, struct trace_oprec *rec, uint64_t *dig,
+             struct gt_part *part, unsigned *ctr)
+{
+    __shared__ uint64_t stage[GT_SB_WARPS][GT_REC_WORDS];
+    int lane = (int)(threadIdx.x & 31), wib = (int)(threadIdx.x >> 5);
+    uint32_t w = blockIdx.x * GT_SB_WARPS + (uint32_t)wib;
+    if (w >= sb.nwarps)
+        return;
+    uint32_t lo = 0, hi = sb.n - 1; /* the buffer whose warps include w */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (sb.b[mid].warp0 <= w)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const struct gt_sb_buf &b = sb.b[lo];
+    struct gt_desc d;
+    memset(&d, 0, sizeof d);
+    d.ptr = b.ptr;
+    d.count = b.count;
+    d.nleaves = (b.count + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
+    d.leaf0 = b.leaf0;
+    d.tile0 = b.tile0;
+    d.ntiles = (uint32_t)d.nleaves;
+    d.tile_leaves = 1;
+    d.aligned = ((uintptr_t)b.ptr & 15) == 0;
+    d.out = b.out;
+    uint32_t g = w - b.warp0, need = d.ntiles ? d.ntiles : 1;
+    if (g < d.ntiles)
+        gt_leaf_tile<false>(dig, part, d, d.tile0 + g, lane);
+    __threadfence(); /* this warp's digest and partial, before the ticket */
+    __syncwarp();
+    unsigned last = 0;
+    if (lane == 0)
+        last = atomicAdd(ctr + b.out, 1u) == need - 1;
+    last = __shfl_sync(GT_FULL, last, 0);
+    if (!last)
+        return;
+    __threadfence(); /* the other warps' writes, after the ticket */
+    gt_root_small(rec, &d, dig, part, 0, lane, stage[wib]);
+    if (lane == 0)
+        ctr[b.out] = 0;
+}
+
+/* Whether n buffers take gt_sb_kernel: few enough, each small. */
+static int gt_sb_fits(const size_t *counts, int n)
+{
+    if (n > GT_SB_MAX)
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (counts[k] > (size_t)GT_SMALL_LEAVES * GT_LEAF_FLOATS)
+            return 0;
+    return 1;
+}
+
 /* ---- many buffers, queued on the caller's stream (libdivtrace's deferred
  * records) ----
  * The batch's layout and kernels, with the caller's scratch and no wait:
@@ -163,7 +244,8 @@ int gpu_trace_many_bytes(const size_t *counts, int n, size_t *dev_bytes, size_t 
 }
 
 cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *bufs, const size_t *counts,
-                           const uint32_t *out, int n, struct trace_oprec *drec, cudaStream_t s)
+                           const uint32_t *out, int n, struct trace_oprec *drec, unsigned *ctr,
+                           cudaStream_t s)
 {
     struct gt_layout l;
     if (n <= 0 || gt_plan(counts, n, &l) < 0 || ((uintptr_t)scratch & 255) != 0 ||
@@ -172,6 +254,31 @@ cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *buf
     for (int k = 0; k < n; k++)
         if (((uintptr_t)bufs[k] & 3) != 0)
             return cudaErrorInvalidValue;
+    if (ctr && gt_sb_fits(counts, n)) {
+        /* digests and partials where gt_plan puts them (leaf0 and tile0
+         * as gt_fill sets them); a buffer's tiles are its warps */
+        struct gt_sb sb;
+        uint32_t slot = 0, tiles = 0, warps = 0;
+        sb.n = (uint32_t)n;
+        for (int k = 0; k < n; k++) {
+            uint32_t leaves = (uint32_t)((counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS);
+            sb.b[k].ptr = bufs[k];
+            sb.b[k].count = (uint32_t)counts[k];
+            sb.b[k].leaf0 = (uint16_t)slot;
+            sb.b[k].tile0 = (uint16_t)tiles;
+            sb.b[k].warp0 = (uint16_t)warps;
+            sb.b[k].out = out ? out[k] : (uint32_t)k;
+            slot += leaves + (leaves & 1);
+            tiles += leaves;
+            warps += leaves ? leaves : 1;
+        }
+        sb.nwarps = warps;
+        unsigned blocks = (warps + GT_SB_WARPS - 1) / GT_SB_WARPS;
+        gt_sb_kernel<<<blocks, 32 * GT_SB_WARPS, 0, s>>>(sb, drec, (uint64_t *)((unsigned char *)scratch + l.o_dig),
+                                                          (struct gt_part *)((unsigned char *)scratch + l.o_part),
+                                                          ctr);
+        return cudaGetLastError();
+    }
     unsigned nitems = gt_fill((unsigned char *)staging, &l, bufs, counts, out, n);
     cudaError_t e = cudaMemcpyAsync(scratch, staging, l.in_bytes, cudaMemcpyHostToDevice, s);
     if (e != cudaSuccess)

@@ -1,11 +1,12 @@
 /* lib_gpu.cu: libdivtrace's device tensors (see lib_gpu.h). A record is
  * queued on the caller's stream by gpu_trace_one, into its own piece of
- * scratch and its slot of a device array of records; a deferred record
- * waits in a host list until a flush queues the whole list as one batch
- * (gpu_trace_many: one copy of descriptors in, two kernels). The step's
- * end copies the records back in one transfer: on the caller's stream
- * when the step used one, else on the library's, made to wait for every
- * stream used. Scratch (device) and staging (pinned)
+ * scratch and its slot of the record array; a deferred record waits in a
+ * host list until a flush queues the whole list as one batch
+ * (gpu_trace_many: one launch for a batch of few small tensors, else one
+ * copy of descriptors in and two or three kernels). The record array is
+ * pinned host memory mapped into the device: the kernels write the records
+ * there, so the step's end only waits for the streams used and reads them
+ * (no copy back, no event). Scratch (device) and staging (pinned)
  * are handed out from chunks that never move while a step is queued; only
  * the record array, when a first step outgrows it, waits for the queued
  * work before it is moved. Every CUDA failure comes back as a status and
@@ -39,8 +40,6 @@ static void lg_pool_free(struct lg_pool *p);
 
 struct lib_gpu {
     int device;
-    cudaStream_t stream;        /* the library's own (non-blocking): the transfer of a step of several streams */
-    cudaEvent_t ev;
     struct lg_pool scratch;     /* device scratch of the queued records */
     struct lg_pool staging;     /* pinned: the deferred batches' descriptors */
     /* deferred records not yet queued (one stream) */
@@ -49,12 +48,11 @@ struct lib_gpu {
     uint32_t *dslot;
     int ndef, cdef;
     cudaStream_t dstream;
-    struct trace_oprec *drec;   /* (rcap) on the device, by slot */
+    struct trace_oprec *hrec;   /* (rcap) by slot: pinned, mapped */
+    struct trace_oprec *drec;   /* the same memory as the device addresses it */
     unsigned *dctr;             /* (rcap) on the device: each slot's block counter, 0 at rest */
     uint32_t rcap;
-    struct trace_oprec *hrec;   /* (hcap) pinned */
-    uint32_t hcap;
-    const float **known;        /* (nknown) by slot: the last pointer found on this device there */
+    const float *(*known)[2];   /* (nknown) by slot: the last two pointers found on this device there */
     uint32_t nknown;
     cudaStream_t *streams;      /* the callers' streams used since the last collect */
     int nstreams, cstreams;
@@ -142,17 +140,6 @@ int lib_gpu_new(struct lib_gpu **gp, const void *ptr, char *msg, size_t n)
     }
     g->device = dev;
     g->staging.pinned = 1;
-    cudaError_t e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) {
-        free(g);
-        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaStreamCreateWithFlags", e);
-    }
-    e = cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        cudaStreamDestroy(g->stream);
-        free(g);
-        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaEventCreateWithFlags", e);
-    }
     *gp = g;
     return DIVTRACE_OK;
 }
@@ -162,19 +149,14 @@ void lib_gpu_free(struct lib_gpu *g)
     if (!g)
         return;
     lg_on on(g->device);
-    cudaStreamSynchronize(g->stream);
     if (g->pending)
         cudaDeviceSynchronize();
     lg_pool_free(&g->scratch);
     lg_pool_free(&g->staging);
-    if (g->drec)
-        cudaFree(g->drec);
-    if (g->dctr)
-        cudaFree(g->dctr);
     if (g->hrec)
         cudaFreeHost(g->hrec);
-    cudaEventDestroy(g->ev);
-    cudaStreamDestroy(g->stream);
+    if (g->dctr)
+        cudaFree(g->dctr);
     cudaGetLastError();
     free(g->streams);
     free(g->known);
@@ -290,34 +272,36 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
     uint32_t cap = g->rcap ? g->rcap : 256;
     while (cap < need)
         cap *= 2;
-    struct trace_oprec *d = NULL;
+    struct trace_oprec *h = NULL, *d = NULL;
     unsigned *ctr = NULL;
-    LG_CHECK(cudaMalloc((void **)&d, (size_t)cap * sizeof *d));
-    cudaError_t e = cudaMalloc((void **)&ctr, (size_t)cap * sizeof *ctr);
+    LG_CHECK(cudaHostAlloc((void **)&h, (size_t)cap * sizeof *h, cudaHostAllocMapped | cudaHostAllocPortable));
+    cudaError_t e = cudaHostGetDevicePointer((void **)&d, h, 0);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&ctr, (size_t)cap * sizeof *ctr);
     if (e == cudaSuccess)
         e = cudaMemset(ctr, 0, (size_t)cap * sizeof *ctr);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize(); /* the zeros are there before a record counts on them */
     if (e != cudaSuccess) {
-        cudaFree(d);
+        cudaFreeHost(h);
         if (ctr)
             cudaFree(ctr);
-        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaMalloc of record counters", e);
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "the record array (cudaHostAlloc, cudaMalloc)", e);
     }
-    if (g->drec) {
-        /* the queued records' counters are back at 0 once they have run */
+    if (g->hrec) {
+        /* the queued records land in the old array, and their counters
+         * are back at 0, once they have run */
         int rc = lg_wait_queued(g, msg, n);
-        e = rc == DIVTRACE_OK
-                ? cudaMemcpy(d, g->drec, (size_t)g->rcap * sizeof *d, cudaMemcpyDeviceToDevice)
-                : cudaSuccess;
-        if (rc != DIVTRACE_OK || e != cudaSuccess) {
-            cudaFree(d);
+        if (rc != DIVTRACE_OK) {
+            cudaFreeHost(h);
             cudaFree(ctr);
-            return rc != DIVTRACE_OK ? rc : lg_fail(msg, n, DIVTRACE_ECUDA, "cudaMemcpy of records", e);
+            return rc;
         }
-        cudaFree(g->drec);
+        memcpy(h, g->hrec, (size_t)g->rcap * sizeof *h);
+        cudaFreeHost(g->hrec);
         cudaFree(g->dctr);
     }
+    g->hrec = h;
     g->drec = d;
     g->dctr = ctr;
     g->rcap = cap;
@@ -325,13 +309,15 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
 }
 
 /* What every device record is checked for: on this trace's GPU, aligned
- * to a float, not too large to hash. The pointer query (about a
- * microsecond) is made once for each pointer a slot sees: a training
- * loop's tensors come back at the same addresses step after step. */
+ * to a float, not too large to hash. The pointer query (one to a few
+ * microseconds) is made when a slot sees a pointer that is not one of the
+ * last two it saw: a training loop's tensors come back at the same
+ * addresses step after step, or alternate between two (a caching
+ * allocator that hands out the block the step before last freed). */
 static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint32_t slot, char *msg,
                            size_t n)
 {
-    if (slot >= g->nknown || g->known[slot] != x) {
+    if (slot >= g->nknown || (g->known[slot][0] != x && g->known[slot][1] != x)) {
         int dev, rc = lg_device_of(x, &dev, msg, n);
         if (rc != DIVTRACE_OK)
             return rc;
@@ -344,15 +330,17 @@ static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint
             uint32_t cap = g->nknown ? g->nknown : 256;
             while (cap <= slot)
                 cap *= 2;
-            const float **k = (const float **)realloc(g->known, (size_t)cap * sizeof *k);
+            const float *(*k)[2] = (const float *(*)[2])realloc(g->known, (size_t)cap * sizeof *k);
             if (k) { /* without room, the next record of the slot asks again */
                 memset(k + g->nknown, 0, (size_t)(cap - g->nknown) * sizeof *k);
                 g->known = k;
                 g->nknown = cap;
             }
         }
-        if (slot < g->nknown)
-            g->known[slot] = x;
+        if (slot < g->nknown) {
+            g->known[slot][1] = g->known[slot][0];
+            g->known[slot][0] = x;
+        }
     }
     if (((uintptr_t)x & 3) != 0) {
         snprintf(msg, n, "%p is not aligned to a float", (const void *)x);
@@ -473,7 +461,8 @@ int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n)
         (rc = lg_take(&g->staging, host_bytes, &staging, msg, n)) != DIVTRACE_OK ||
         (rc = lg_reserve_rec(g, top, msg, n)) != DIVTRACE_OK)
         return rc;
-    LG_CHECK(gpu_trace_many(scratch, staging, g->dptr, g->dcount, g->dslot, g->ndef, g->drec, g->dstream));
+    LG_CHECK(gpu_trace_many(scratch, staging, g->dptr, g->dcount, g->dslot, g->ndef, g->drec, g->dctr,
+                            g->dstream));
     lg_queued(g, g->dstream, known, top);
     g->ndef = 0;
     return DIVTRACE_OK;
@@ -500,29 +489,9 @@ int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,
     if (rc != DIVTRACE_OK)
         return rc;
     uint32_t k = nslots < g->nslots ? nslots : g->nslots;
-    /* The copy back goes behind the records on their stream: the caller's,
-     * when the step used one (two calls fewer than joining it to the
-     * library's stream, which a step of several streams does). */
-    cudaStream_t cs = g->stream;
-    if (g->nstreams == 1)
-        cs = g->streams[0];
-    else
-        for (int i = 0; i < g->nstreams; i++) {
-            LG_CHECK(cudaEventRecord(g->ev, g->streams[i]));
-            LG_CHECK(cudaStreamWaitEvent(g->stream, g->ev, 0));
-        }
-    if (k > g->hcap) {
-        LG_CHECK(cudaStreamSynchronize(cs));
-        if (g->hrec)
-            cudaFreeHost(g->hrec);
-        g->hrec = NULL;
-        g->hcap = 0;
-        LG_CHECK(cudaMallocHost((void **)&g->hrec, (size_t)g->rcap * sizeof *g->hrec));
-        g->hcap = g->rcap;
-    }
-    if (k > 0)
-        LG_CHECK(cudaMemcpyAsync(g->hrec, g->drec, (size_t)k * sizeof *g->hrec, cudaMemcpyDeviceToHost, cs));
-    LG_CHECK(cudaStreamSynchronize(cs));
+    /* the records are in the mapped array once every stream used is there */
+    if ((rc = lg_wait_queued(g, msg, n)) != DIVTRACE_OK)
+        return rc;
     memcpy(out, g->hrec, (size_t)k * sizeof *out);
     lg_reset(g);
     return DIVTRACE_OK;

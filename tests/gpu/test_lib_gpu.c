@@ -8,7 +8,8 @@
  * sees the uploaded bytes; a device checkpoint is copied whole; host memory
  * passed as device memory is refused. Deferred records (one batch a flush)
  * give the same records as immediate ones, alone and mixed with them over
- * two streams, and are hashed at the flush: bytes changed before it are
+ * two streams, in batches of every size around the one-launch limit, and
+ * are hashed at the flush: bytes changed before it are
  * what is recorded, bytes changed after it are not. Skips (exit 77) where
  * no GPU is usable. */
 #include <math.h>
@@ -119,6 +120,7 @@ enum {
     LG_DEVICE,   /* DIVTRACE_DEVICE */
     LG_DEFERRED, /* DIVTRACE_DEVICE_DEFERRED, one batch a stream change */
     LG_MIXED,    /* every other tensor deferred, and a divtrace_flush a third of the way */
+    LG_ONE_RUN,  /* every tensor deferred on one stream: one batch, flushed by the step's end */
 };
 
 /* Write nsteps steps of the set, from the device (on `stream`, or NULL and
@@ -139,8 +141,9 @@ static void lg_write(const struct lg_set *s, const char *path, int mode, cudaStr
                                             ? DIVTRACE_DEVICE : DIVTRACE_DEVICE_DEFERRED;
             /* deferred: a run of tensors on each stream, so that batches are
              * flushed both by a stream change and by the step's end */
-            void *sm = mode == LG_DEVICE ? ((i + st) % 2 ? (void *)stream : NULL)
-                                         : ((i / 7 + st) % 2 ? (void *)stream : NULL);
+            void *sm = mode == LG_DEVICE     ? ((i + st) % 2 ? (void *)stream : NULL)
+                       : mode == LG_ONE_RUN ? (st % 2 ? (void *)stream : NULL)
+                                            : ((i / 7 + st) % 2 ? (void *)stream : NULL);
             int rc = mode == LG_HOST
                          ? divtrace_record(t, name, "x", kind, s->x[i], DIVTRACE_HOST, NULL, 1, shape, NULL, 0)
                          : divtrace_record(t, name, "x", kind, s->view[i], where, sm, 1, shape, NULL, 0);
@@ -183,8 +186,8 @@ static void lg_check(const struct lg_set *s, const char *what, int nsteps)
     assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     const char *hp = tu_path("host.dtr");
     lg_write(s, hp, LG_HOST, stream, nsteps);
-    static const char *const mname[] = {"host", "device", "deferred", "mixed"};
-    for (int mode = LG_DEVICE; mode <= LG_MIXED; mode++) {
+    static const char *const mname[] = {"host", "device", "deferred", "mixed", "one batch"};
+    for (int mode = LG_DEVICE; mode <= LG_ONE_RUN; mode++) {
         char w[96];
         snprintf(w, sizeof w, "%s, %s", what, mname[mode]);
         const char *dp = tu_path(mname[mode]);
@@ -289,6 +292,35 @@ static void test_many(void **state)
                    90000 + (uint64_t)i, 0);
     lg_check(&s, "many", 3);
     lg_set_free(&s);
+}
+
+/* Batches of small tensors around the size where a flush stops being one
+ * launch with its descriptors as the argument (at most 128 tensors of at
+ * most 30 leaves each): 1, 127, 128, 129 and 300 tensors, the sizes drawn
+ * from 0 to 30 leaves and just over, some views unaligned. */
+static void test_batches(void **state)
+{
+    (void)state;
+    static const int counts[] = {1, 127, 128, 129, 300};
+    static const size_t edge[] = {0, 1, 4096, 4096 * 30, 4096 * 30 + 1};
+    uint64_t r = 5150;
+    for (int c = 0; c < (int)(sizeof counts / sizeof counts[0]); c++) {
+        struct lg_set s;
+        lg_set_init(&s, counts[c]);
+        for (int i = 0; i < s.n; i++) {
+            /* one tensor over 30 leaves in the 127 (the general path), the
+             * edges at the start of the others */
+            size_t n = c == 1 && i == 5 ? edge[4]
+                       : i < 4           ? edge[i]
+                                         : (size_t)(tu_rand_u64(&r) % (4096 * 30 + 1));
+            lg_set_add(&s, i, n, i % 5 == 2 ? LG_SPECIALS : LG_UNIFORM, 60000 + 1000 * (uint64_t)c + (uint64_t)i,
+                       (size_t)(i % 7 == 3));
+        }
+        char what[64];
+        snprintf(what, sizeof what, "batch of %d", counts[c]);
+        lg_check(&s, what, 2);
+        lg_set_free(&s);
+    }
 }
 
 /* The record is queued behind an asynchronous upload on the same stream. */
@@ -420,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_unaligned),
         cmocka_unit_test(test_many),
+        cmocka_unit_test(test_batches),
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_deferred_flush),
     };
