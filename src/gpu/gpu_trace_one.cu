@@ -150,7 +150,8 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
  * records of a model of few, small tensors) ----
  * Up to GT_SB_MAX buffers of at most GT_SMALL_LEAVES leaves each, their
  * descriptors passed as the kernel's argument: no copy in, one launch
- * where the general batch takes a copy and two. One warp a tile (a leaf;
+ * where the general batch takes a copy and two or three (the staging and
+ * the descriptors' part of the scratch go unused). One warp a tile (a leaf;
  * a buffer of no elements gets one warp with no tile), as the leaf kernel
  * tiles them; the warp that finishes a buffer's last tile (a ticket from
  * ctr[out], which it sets back to 0) finishes its record as the root
