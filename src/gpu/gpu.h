@@ -200,7 +200,8 @@ void gpu_trace_set_stream(struct gpu_trace *t, cudaStream_t s);
 void gpu_trace_set_caps(struct gpu_trace *t, unsigned leaf_blocks, unsigned root_blocks);
 /* One buffer's record queued on stream s, nothing waited for (libdivtrace):
  * scratch of gpu_trace_one_bytes(count) bytes (256-aligned, 0: too large),
- * untouched until s has run it; the record lands in *drec (device memory),
+ * untouched until s has run it; the record lands in *drec (device or mapped
+ * pinned memory),
  * the same as gpu_trace_batch's for that buffer. *ctr: a device counter
  * that is 0, and is 0 again once s has run the record (the record's blocks
  * count themselves in it); not shared with a record queued on another

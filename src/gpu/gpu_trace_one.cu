@@ -232,7 +232,8 @@ static int gt_sb_fits(const size_t *counts, int n)
  * records) ----
  * The batch's layout and kernels, with the caller's scratch and no wait:
  * the descriptors are built in the caller's pinned staging, copied in on
- * the stream, and the records land in drec[out[k]] (device memory). */
+ * the stream, and the records land in drec[out[k]] (device or mapped
+ * pinned memory). */
 
 int gpu_trace_many_bytes(const size_t *counts, int n, size_t *dev_bytes, size_t *host_bytes)
 {
