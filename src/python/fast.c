@@ -13,7 +13,7 @@ static PyObject *ctypes_addressof; /* ctypes.addressof */
 
 /* ---- the Core type ---- */
 
-static PyTypeObject *CoreType, *HookType;
+static PyTypeObject *CoreType, *HookType, *WrapType;
 
 static void core_clear_slots(Core *c)
 {
@@ -359,7 +359,7 @@ static PyObject *core_group(PyObject *self, PyObject *args)
     PyObject *ts, *os;
     if (!PyArg_ParseTuple(args, "iOO:group", &gid, &ts, &os))
         return NULL;
-    return ret_int(fast_group((Core *)self, gid, ts, os));
+    return ret_int(fast_group((Core *)self, gid, ts, os, 1));
 }
 
 static PyObject *core_grads(PyObject *self, PyObject *args)
@@ -368,17 +368,15 @@ static PyObject *core_grads(PyObject *self, PyObject *args)
     PyObject *ps;
     if (!PyArg_ParseTuple(args, "iO:grads", &gid, &ps))
         return NULL;
-    return ret_int(fast_grads((Core *)self, gid, ps));
+    return ret_int(fast_grads((Core *)self, gid, ps, 1));
 }
 
-static PyObject *core_flush_point(PyObject *self, PyObject *arg)
+/* PyCore.flush_point: None, ("changed", slot) or ("lib", status); NULL
+ * with an exception set */
+static PyObject *flush_point(Core *c, int flush)
 {
-    Core *c = (Core *)self;
-    int flush = PyObject_IsTrue(arg);
-    if (flush < 0 || need_fixed(c, "flush_point") < 0)
-        return NULL;
     Py_ssize_t n = PyList_Size(c->watch);
-    if (n <= 0)
+    if (n <= 0 && c->nrec == c->pend0)
         Py_RETURN_NONE;
     PyObject *watch = c->watch, *fresh = PyList_New(0);
     if (!fresh)
@@ -411,6 +409,50 @@ out:
     return ret;
 }
 
+static PyObject *core_flush_point(PyObject *self, PyObject *arg)
+{
+    Core *c = (Core *)self;
+    int flush = PyObject_IsTrue(arg);
+    if (flush < 0 || need_fixed(c, "flush_point") < 0)
+        return NULL;
+    return flush_point(c, flush);
+}
+
+/* a group (or the gradients, params given) and a flush point after it: 1
+ * (recorded and flushed), 0 (nothing recorded), a negative status, or
+ * flush_point's ("changed", slot) or ("lib", status) */
+static PyObject *group_then_flush(Core *c, int gid, PyObject *tensors, PyObject *owners, PyObject *params)
+{
+    if (need_fixed(c, "group_flush") < 0)
+        return NULL;
+    int r = params ? fast_grads(c, gid, params, 0) : fast_group(c, gid, tensors, owners, 0);
+    if (r != 1)
+        return ret_int(r);
+    PyObject *f = flush_point(c, 1);
+    if (f != Py_None)
+        return f;
+    Py_DECREF(f);
+    return PyLong_FromLong(1);
+}
+
+static PyObject *core_group_flush(PyObject *self, PyObject *args)
+{
+    int gid;
+    PyObject *ts, *os;
+    if (!PyArg_ParseTuple(args, "iOO:group_flush", &gid, &ts, &os))
+        return NULL;
+    return group_then_flush((Core *)self, gid, ts, os, NULL);
+}
+
+static PyObject *core_grads_flush(PyObject *self, PyObject *args)
+{
+    int gid;
+    PyObject *ps;
+    if (!PyArg_ParseTuple(args, "iO:grads_flush", &gid, &ps))
+        return NULL;
+    return group_then_flush((Core *)self, gid, NULL, NULL, ps);
+}
+
 static PyObject *core_hook(PyObject *self, PyObject *args);
 
 static PyMethodDef core_methods[] = {
@@ -423,6 +465,10 @@ static PyMethodDef core_methods[] = {
     {"group", core_group, METH_VARARGS, "group(gid, tensors, owners) -> 1, 0 or status"},
     {"grads", core_grads, METH_VARARGS, "grads(gid, params) -> 1, 0 or status"},
     {"flush_point", core_flush_point, METH_O, "flush_point(flush) -> None, ('changed', k) or ('lib', status)"},
+    {"group_flush", core_group_flush, METH_VARARGS,
+     "group_flush(gid, tensors, owners) -> 1, 0, status, ('changed', k) or ('lib', status)"},
+    {"grads_flush", core_grads_flush, METH_VARARGS,
+     "grads_flush(gid, params) -> 1, 0, status, ('changed', k) or ('lib', status)"},
     {"hook", core_hook, METH_VARARGS, "hook(fallback, fail, mname, mtype) -> a forward hook"},
     {NULL, NULL, 0, NULL},
 };
@@ -597,10 +643,45 @@ static int hook_fast(Hook *h, PyObject *output)
     return rc;
 }
 
+/* a forward hook's work (the module's hook, or its Wrap after its
+ * forward): the fast path, else fallback(module, fargs, fkw, output); fkw
+ * NULL stands for no keyword arguments. 0, or -1 with an exception set. */
+static int hook_run(Hook *h, PyObject *module, PyObject *fargs, PyObject *fkw, PyObject *output)
+{
+    Core *c = h->core;
+    if (c->paused)
+        return 0;
+    if (!c->record_no_grad) {
+        PyObject *on = PyObject_CallNoArgs(c->grad_on);
+        if (!on)
+            return -1;
+        int b = PyObject_IsTrue(on);
+        Py_DECREF(on);
+        if (b < 0)
+            return -1;
+        if (!b)
+            return 0;
+    }
+    if (c->deferring && c->in_step && (PyObject *)Py_TYPE(output) == c->tensor_type) {
+        int r = hook_fast(h, output);
+        if (r == PYERR)
+            return -1;
+        if (r)
+            return 0;
+    }
+    PyObject *kw = fkw ? Py_NewRef(fkw) : PyDict_New();
+    if (!kw)
+        return -1;
+    PyObject *r = PyObject_CallFunctionObjArgs(h->fallback, module, fargs, kw, output, NULL);
+    Py_DECREF(kw);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 static PyObject *hook_call(PyObject *self, PyObject *args, PyObject *kw)
 {
-    Hook *h = (Hook *)self;
-    Core *c = h->core;
     PyObject *module, *fargs, *fkw, *output;
     if (kw && PyDict_Size(kw)) {
         PyErr_SetString(PyExc_TypeError, "a forward hook takes no keyword arguments");
@@ -608,30 +689,8 @@ static PyObject *hook_call(PyObject *self, PyObject *args, PyObject *kw)
     }
     if (!PyArg_UnpackTuple(args, "hook", 4, 4, &module, &fargs, &fkw, &output))
         return NULL;
-    if (c->paused)
-        Py_RETURN_NONE;
-    if (!c->record_no_grad) {
-        PyObject *on = PyObject_CallNoArgs(c->grad_on);
-        if (!on)
-            return NULL;
-        int b = PyObject_IsTrue(on);
-        Py_DECREF(on);
-        if (b < 0)
-            return NULL;
-        if (!b)
-            Py_RETURN_NONE;
-    }
-    if (c->deferring && c->in_step && (PyObject *)Py_TYPE(output) == c->tensor_type) {
-        int r = hook_fast(h, output);
-        if (r == PYERR)
-            return NULL;
-        if (r)
-            Py_RETURN_NONE;
-    }
-    PyObject *r = PyObject_CallFunctionObjArgs(h->fallback, module, fargs, fkw, output, NULL);
-    if (!r)
+    if (hook_run((Hook *)self, module, fargs, fkw, output) < 0)
         return NULL;
-    Py_DECREF(r);
     Py_RETURN_NONE;
 }
 
@@ -675,6 +734,141 @@ static PyType_Slot hook_slots[] = {
 static PyType_Spec hook_spec = {"divtrace._fast.Hook", sizeof(Hook), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, hook_slots};
 
+/* ---- a module's forward, wrapped ----
+ *
+ * Wrap(module, forward, hook, pre) is what the Recorder puts in a module's
+ * __dict__ as "forward" (capture="wrap"): nn.Module.__call__ finds no hooks
+ * and calls it as it would call forward. It runs pre(module, args, kwargs)
+ * first when pre is not None (the root's step start and inputs), then
+ * forward, then the hook's work on the output (hook_run for a Hook, else
+ * hook(module, args, kwargs, output)), and returns forward's output. The
+ * type may be subclassed (the Recorder adds __deepcopy__ in Python). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *module, *forward, *hook, *pre; /* pre: NULL for None */
+} Wrap;
+
+static int wrap_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+    Wrap *w = (Wrap *)self;
+    PyObject *module, *forward, *hook, *pre;
+    if (kw && PyDict_Size(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Wrap() takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOO:Wrap", &module, &forward, &hook, &pre))
+        return -1;
+    if (!PyCallable_Check(forward) || !PyCallable_Check(hook) || (pre != Py_None && !PyCallable_Check(pre))) {
+        PyErr_SetString(PyExc_TypeError, "Wrap(module, forward, hook, pre): forward, hook and pre must be callable");
+        return -1;
+    }
+    SETREF(w->module, Py_NewRef(module));
+    SETREF(w->forward, Py_NewRef(forward));
+    SETREF(w->hook, Py_NewRef(hook));
+    SETREF(w->pre, pre == Py_None ? NULL : Py_NewRef(pre));
+    return 0;
+}
+
+static PyObject *wrap_call(PyObject *self, PyObject *args, PyObject *kw)
+{
+    Wrap *w = (Wrap *)self;
+    if (!w->forward) {
+        PyErr_SetString(PyExc_RuntimeError, "Wrap: not initialized");
+        return NULL;
+    }
+    PyObject *kwd = NULL; /* the hooks' kwargs: kw, or a new empty dict */
+    if (w->pre || !PyObject_TypeCheck(w->hook, HookType)) {
+        kwd = kw ? Py_NewRef(kw) : PyDict_New();
+        if (!kwd)
+            return NULL;
+    }
+    if (w->pre) {
+        PyObject *r = PyObject_CallFunctionObjArgs(w->pre, w->module, args, kwd, NULL);
+        if (!r) {
+            Py_DECREF(kwd);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *out = PyObject_Call(w->forward, args, kw);
+    if (!out) {
+        Py_XDECREF(kwd);
+        return NULL;
+    }
+    int rc;
+    if (PyObject_TypeCheck(w->hook, HookType)) {
+        rc = hook_run((Hook *)w->hook, w->module, args, kwd ? kwd : kw, out);
+    } else {
+        PyObject *r = PyObject_CallFunctionObjArgs(w->hook, w->module, args, kwd, out, NULL);
+        rc = r ? 0 : -1;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(kwd);
+    if (rc < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *wrap_get(PyObject *self, void *which)
+{
+    Wrap *w = (Wrap *)self;
+    PyObject *v = which == (void *)0 ? w->module : which == (void *)1 ? w->forward
+                : which == (void *)2 ? w->hook : w->pre;
+    return Py_NewRef(v ? v : Py_None);
+}
+
+static PyGetSetDef wrap_getset[] = {
+    {"module", wrap_get, NULL, "the module", (void *)0},
+    {"forward", wrap_get, NULL, "the forward it calls", (void *)1},
+    {"hook", wrap_get, NULL, "the hook run on the output", (void *)2},
+    {"pre", wrap_get, NULL, "called before forward, or None", (void *)3},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static int wrap_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Wrap *w = (Wrap *)self;
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(w->module);
+    Py_VISIT(w->forward);
+    Py_VISIT(w->hook);
+    Py_VISIT(w->pre);
+    return 0;
+}
+
+static int wrap_clear(PyObject *self)
+{
+    Wrap *w = (Wrap *)self;
+    Py_CLEAR(w->module);
+    Py_CLEAR(w->forward);
+    Py_CLEAR(w->hook);
+    Py_CLEAR(w->pre);
+    return 0;
+}
+
+static void wrap_dealloc(PyObject *self)
+{
+    gc_dealloc(self, wrap_clear);
+}
+
+static PyType_Slot wrap_slots[] = {
+    {Py_tp_doc, "Wrap(module, forward, hook, pre): a module's forward that records its output."},
+    {Py_tp_init, wrap_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_call, wrap_call},
+    {Py_tp_dealloc, wrap_dealloc},
+    {Py_tp_traverse, wrap_traverse},
+    {Py_tp_clear, wrap_clear},
+    {Py_tp_getset, wrap_getset},
+    {0, NULL},
+};
+
+static PyType_Spec wrap_spec = {"divtrace._fast.Wrap", sizeof(Wrap), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE, wrap_slots};
+
 /* ---- the module ---- */
 
 static int intern(PyObject **s, const char *text)
@@ -696,10 +890,12 @@ static int fast_exec(PyObject *m)
         return -1;
     CoreType = (PyTypeObject *)PyType_FromSpec(&core_spec);
     HookType = (PyTypeObject *)PyType_FromSpec(&hook_spec);
-    if (!CoreType || !HookType)
+    WrapType = (PyTypeObject *)PyType_FromSpec(&wrap_spec);
+    if (!CoreType || !HookType || !WrapType)
         return -1;
     if (PyModule_AddObjectRef(m, "Core", (PyObject *)CoreType) < 0 ||
         PyModule_AddObjectRef(m, "Hook", (PyObject *)HookType) < 0 ||
+        PyModule_AddObjectRef(m, "Wrap", (PyObject *)WrapType) < 0 ||
         PyModule_AddIntConstant(m, "API_VERSION", DIVTRACE_API_VERSION) < 0)
         return -1;
     return 0;

@@ -88,7 +88,9 @@ PyObject *fast_q(Core *c, PyObject *o, int k);
 int fast_push(Core *c);
 int fast_buffer(Core *c, Py_ssize_t k, PyObject *t);
 int fast_try_defer(Core *c, PyObject *name, PyObject *type, int kind, PyObject *t);
-int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners);
-int fast_grads(Core *c, int gid, PyObject *params);
+/* watch 0: the group's deferred tensors are not watched (the caller's flush
+ * point follows at once, with nothing run in between) */
+int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch);
+int fast_grads(Core *c, int gid, PyObject *params, int watch);
 
 #endif

@@ -253,7 +253,7 @@ int fast_try_defer(Core *c, PyObject *name, PyObject *type, int kind, PyObject *
 
 /* ---- groups ---- */
 
-int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners)
+int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch)
 {
     if (gid < 0 || gid >= NGROUPS || !c->groups[gid].shapes)
         return 0;
@@ -312,7 +312,7 @@ int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners)
             if (PyList_Append(c->keep, t) < 0)
                 goto out;
         }
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; watch && i < n; i++)
             if (watch_add(c, k0 + i, PyTuple_GetItem(ts, i)) < 0)
                 goto out;
         c->ndef += n;
@@ -345,7 +345,7 @@ out:
     return ret;
 }
 
-int fast_grads(Core *c, int gid, PyObject *params)
+int fast_grads(Core *c, int gid, PyObject *params, int watch)
 {
     PyObject *seq = PySequence_Tuple(params);
     if (!seq)
@@ -368,7 +368,7 @@ int fast_grads(Core *c, int gid, PyObject *params)
         }
         Py_DECREF(g);
     }
-    ret = fast_group(c, gid, gs, ps);
+    ret = fast_group(c, gid, gs, ps, watch);
 out:
     Py_XDECREF(gs);
     Py_XDECREF(ps);

@@ -376,6 +376,107 @@ def test_cores():
          "%s, asked for %s" % (rec.core, want))
 
 
+class PropForward(nn.Module):
+    """A module whose forward is a property: its instance cannot take a
+    forward wrapper, so the recorder gives it a forward hook."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    @property
+    def forward(self):
+        return self.fc
+
+
+class PropNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.inner = PropForward()
+
+    def forward(self, x):
+        return self.inner(torch.tanh(self.fc1(x)))
+
+
+def test_capture():
+    """capture="wrap" (forward wrappers, the default) and capture="hooks"
+    (forward hooks) record the same trace; the wrappers go when the trace
+    is closed, a forward set on an instance comes back, a deep copy made
+    while recording computes with its own parameters and is not recorded,
+    and what wrappers cannot do is refused or left to hooks."""
+    cases = [("mlp", MLP, None), ("net", Net, None), ("inplace", InplaceNet, None),
+             ("f64", MLP, sum_in_float64), ("prop", PropNet, None)]
+    for name, make, patch in cases:
+        js = {}
+        for cap in ("wrap", "hooks"):
+            path = p("cap-%s-%s.dtr" % (name, cap))
+            train(path, make, steps=3, patch=patch, capture=cap)
+            js[cap] = show_json(path)
+            got = js[cap]["config"].pop("module_capture", None)
+            C.ok(got == cap, "%s: the header names capture=%s" % (name, cap), str(got))
+        diff = [k for k in set(js["wrap"]) | set(js["hooks"]) if js["wrap"].get(k) != js["hooks"].get(k)]
+        nrec = len(js["wrap"]["steps"][0]["records"]) if js["wrap"]["steps"] else 0
+        C.ok(not diff and nrec > 0, "%s: forward wrappers record what forward hooks record, %d records a step"
+             % (name, nrec), "differ: %s" % diff)
+
+    # the wrappers are gone after the block; an instance's own forward is back
+    torch.manual_seed(0)
+    model = MLP()
+    sum_in_float64(model)
+    own = model.fc2.__dict__["forward"]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = batches(3)
+    with divtrace.record(model, p("cap-twin.dtr"), optimizer=opt) as rec:
+        inside = {n: type(m.__dict__.get("forward")).__name__ for n, m in model.named_modules()}
+        for s in range(3):
+            x, y = data[s]
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(loss)
+            if s == 0:
+                import copy
+                twin = copy.deepcopy(model)
+                with torch.no_grad():
+                    for q in twin.parameters():
+                        q.mul_(0.5)
+                    # the copy's fc1 and fc3 compute with the copy's halved
+                    # weights; its fc2 keeps the closure of sum_in_float64,
+                    # as a deep copy without divtrace would
+                    want = F.linear(x, twin.fc1.weight, twin.fc1.bias)
+                    got = twin.fc1(x)
+                    orig = model.fc1(x)
+                C.ok(torch.equal(got, want) and not torch.equal(got, orig),
+                     "a deep copy made while recording computes with its own parameters")
+                with torch.enable_grad():
+                    twin(x)  # not recorded: the trace stays that of the run alone
+    C.ok(all(v in ("Wrap", "PyWrap") for v in inside.values()), "every module has a forward wrapper while recording",
+         str(inside))
+    C.ok(all("forward" not in m.__dict__ for n, m in model.named_modules() if n != "fc2")
+         and model.fc2.__dict__.get("forward") is own,
+         "after the block: no wrapper left, fc2's own forward back",
+         str({n: m.__dict__.get("forward") for n, m in model.named_modules()}))
+    C.ok(type(twin.__dict__.get("forward")).__name__ not in ("Wrap", "PyWrap"),
+         "the deep copy has no wrapper", str(twin.__dict__.get("forward")))
+    train(p("cap-alone.dtr"), MLP, steps=3, patch=sum_in_float64, checkpoint_every=0)
+    rc, out, err = run_dt("diff", p("cap-alone.dtr"), p("cap-twin.dtr"))
+    C.ok(rc == 0, "the deep copy's forward pass is not in the trace", "exit %d %s %s" % (rc, out[:300], err))
+
+    try:
+        divtrace.record(nn.DataParallel(MLP()), p("dp.dtr"))
+        C.ok(False, "nn.DataParallel with capture='wrap': ValueError")
+    except ValueError as e:
+        C.ok("capture='hooks'" in str(e), "nn.DataParallel with capture='wrap': ValueError naming hooks", str(e))
+    divtrace.record(nn.DataParallel(MLP()), p("dp.dtr"), capture="hooks")
+    try:
+        divtrace.record(MLP(), p("x.dtr"), capture="patch")
+        C.ok(False, "bad capture: ValueError")
+    except ValueError:
+        C.ok(True, "bad capture: ValueError")
+
+
 def test_errors():
     try:
         train(p("grows.dtr"), Grows)
@@ -411,7 +512,7 @@ def main():
         DT, divtrace.library_path(), torch.__version__, divtrace.record(MLP(), p("x.dtr")).core))
     torch.set_num_threads(1)
     for t in (test_identical, test_divergent_module, test_against_torch, test_exception, test_levels,
-              test_errors, test_deferred, test_cores):
+              test_errors, test_deferred, test_cores, test_capture):
         try:
             t()
         except Exception as e:  # a test that crashes is a failed check, and the rest still run

@@ -15,7 +15,9 @@
 # run of deferred records since the last library call goes to
 # divtrace_record_many at the next flush point or before the next record
 # that is not deferred (push).
+import copy
 import ctypes
+import types
 
 HOST, DEVICE, DEVICE_DEFERRED = 0, 1, 2   # enum divtrace_where
 FORWARD = 3                               # enum divtrace_kind
@@ -134,13 +136,14 @@ class PyCore:
 
     # ---- groups
 
-    def group(self, gid, tensors, owners):
+    def group(self, gid, tensors, owners, watch=True):
         """Group gid's records, if this step's tensors are its kind: of the
         same parameters (owners), float32, contiguous, of the first step's
         shapes, all on a GPU or all on the host. Deferred ones go into the
-        buffer, others to the library in one call. Returns 1 (recorded), 0
-        (nothing recorded: the caller takes them one by one) or a negative
-        status."""
+        buffer (watched unless watch is false: the caller's flush point
+        follows at once), others to the library in one call. Returns 1
+        (recorded), 0 (nothing recorded: the caller takes them one by one)
+        or a negative status."""
         g = self._groups.get(gid)
         if g is None:
             return 0
@@ -164,7 +167,8 @@ class PyCore:
                 rc = self.push()
             self.pend_stream = stream
             self.keep.extend(tensors)
-            self.watch.extend((k0 + i, t, t._version) for i, t in enumerate(tensors))
+            if watch:
+                self.watch.extend((k0 + i, t, t._version) for i, t in enumerate(tensors))
             self.ndef += n
             self.nrec = k0 + n
             return rc if rc < 0 else 1
@@ -182,7 +186,7 @@ class PyCore:
             rc = self.call_many(k0, n, HOST, None)
         return rc if rc < 0 else 1
 
-    def grads(self, gid, params):
+    def grads(self, gid, params, watch=True):
         """Group gid of the gradients of params (those that have one and
         require it), as group() records them."""
         gs, ps = [], []
@@ -191,7 +195,7 @@ class PyCore:
             if g is not None and p.requires_grad:
                 gs.append(g)
                 ps.append(p)
-        return self.group(gid, gs, ps)
+        return self.group(gid, gs, ps, watch)
 
     # ---- flush points
 
@@ -200,7 +204,7 @@ class PyCore:
         the buffered run goes to the library and, with flush, its hashing is
         queued. Returns None, ("changed", slot) or ("lib", status)."""
         watch = self.watch
-        if not watch:
+        if not watch and self.nrec == self.pend0:
             return None
         self.watch = []
         for k, t, v in watch:
@@ -210,6 +214,22 @@ class PyCore:
         if rc >= 0 and flush:
             rc = self._flush(self._h)
         return ("lib", rc) if rc < 0 else None
+
+    def _then_flush(self, r):
+        if r != 1:
+            return r
+        f = self.flush_point(True)
+        return 1 if f is None else f
+
+    def group_flush(self, gid, tensors, owners):
+        """group() and a flush point at once after it, its tensors not
+        watched: 1 (recorded and flushed), 0 (nothing recorded), a negative
+        status, or flush_point's ("changed", slot) or ("lib", status)."""
+        return self._then_flush(self.group(gid, tensors, owners, False))
+
+    def grads_flush(self, gid, params):
+        """grads() and a flush point, as group_flush."""
+        return self._then_flush(self.grads(gid, params, False))
 
     # ---- module hooks
 
@@ -244,3 +264,52 @@ class PyCore:
             fallback(module, args, kwargs, output)
             return None
         return hook
+
+
+# ---- forward wrappers (capture="wrap")
+
+
+def unwrapped_copy(w, memo):
+    """A wrapper's __deepcopy__: the copy of a wrapped module gets the
+    forward it would have without divtrace, its class's forward bound to
+    the copy (or a deep copy of the forward the wrapper calls), so that it
+    computes with its own parameters and records nothing."""
+    fwd = w.forward
+    owner = getattr(fwd, "__self__", None)
+    if owner is w.module and id(owner) in memo and isinstance(fwd, types.MethodType):
+        return types.MethodType(fwd.__func__, memo[id(owner)])
+    return copy.deepcopy(fwd, memo)
+
+
+class PyWrap:
+    """What the Recorder puts in a module's __dict__ as "forward" with
+    capture="wrap" (the Python twin of divtrace._fast.Wrap): nn.Module's
+    __call__ then finds no hooks and calls it as it would call forward.
+    pre(module, args, kwargs) runs first when it is not None (the root's
+    step start and inputs), then forward, then hook(module, args, kwargs,
+    output) (a forward hook's work) on what forward returned."""
+
+    __slots__ = ("module", "forward", "hook", "pre")
+
+    def __init__(self, module, forward, hook, pre):
+        if not callable(forward) or not callable(hook) or (pre is not None and not callable(pre)):
+            raise TypeError("Wrap(module, forward, hook, pre): forward, hook and pre must be callable")
+        self.module, self.forward, self.hook, self.pre = module, forward, hook, pre
+
+    def __call__(self, *args, **kwargs):
+        if self.pre is not None:
+            self.pre(self.module, args, kwargs)
+        out = self.forward(*args, **kwargs)
+        self.hook(self.module, args, kwargs, out)
+        return out
+
+    __deepcopy__ = unwrapped_copy
+
+
+def wrap_type(fast):
+    """The wrapper type of a core: divtrace._fast.Wrap with __deepcopy__
+    (fast: the extension module), or PyWrap (fast None)."""
+    if fast is None:
+        return PyWrap
+    return type("Wrap", (fast.Wrap,), {"__slots__": (), "__deepcopy__": unwrapped_copy,
+                                       "__module__": __name__})

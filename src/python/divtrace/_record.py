@@ -36,6 +36,7 @@ import ctypes
 import os
 
 import torch
+from torch import nn
 
 from . import _core, _lib
 from ._lib import DivtraceError, FORWARD, GRAD, INPUT, OPTIMIZER, PARAM
@@ -43,9 +44,12 @@ from ._lib import DivtraceError, FORWARD, GRAD, INPUT, OPTIMIZER, PARAM
 __all__ = ["record", "Recorder"]
 
 LEVELS = ("op", "param", "step")
+CAPTURES = ("wrap", "hooks")  # how module outputs are caught: forward wrappers or forward hooks
 ROOT_NAME = "model"
 
 _F32 = torch.float32
+_TENSOR = torch.Tensor
+_grad_on = torch.is_grad_enabled
 _VOIDP = ctypes.c_void_p
 _HOST, _DEVICE = _lib.HOST, _lib.DEVICE
 _TENSOR_SIZE = ctypes.sizeof(_lib.Tensor)
@@ -58,18 +62,55 @@ if _raw_stream is None:
 _PARAM, _GRAD, _UPDATE = 0, 1, 2  # the core's groups
 
 
+_wrap_types = {}
+
+
 def _make_core():
-    """The core: divtrace._fast's when it loads (DIVTRACE_ADAPTER_CORE=python
-    takes the Python one; =c insists on C), else _core.PyCore."""
+    """The core and its forward wrapper type: divtrace._fast's when it loads
+    (DIVTRACE_ADAPTER_CORE=python takes the Python ones; =c insists on C),
+    else _core.PyCore and _core.PyWrap."""
     args = (_F32, torch.strided, torch.Tensor, _raw_stream, torch.is_grad_enabled)
     want = os.environ.get("DIVTRACE_ADAPTER_CORE", "")
     if want not in ("", "c", "python"):
         raise ValueError("DIVTRACE_ADAPTER_CORE=%s: expected c or python" % want)
-    if want != "python":
-        fast = _lib.load_fast(required=want == "c")
-        if fast is not None:
-            return fast.Core(*args)
-    return _core.PyCore(*args)
+    fast = _lib.load_fast(required=want == "c") if want != "python" else None
+    if fast is None:
+        return _core.PyCore(*args), _core.PyWrap
+    if fast not in _wrap_types:
+        _wrap_types[fast] = _core.wrap_type(fast if hasattr(fast, "Wrap") else None)
+    return fast.Core(*args), _wrap_types[fast]
+
+
+class _Wrapped:
+    """A module whose forward the Recorder replaced by a wrapper (an entry
+    "forward" in its __dict__); remove() puts back what was there, unless
+    something else replaced the wrapper since."""
+
+    def __init__(self, mod, w):
+        d = mod.__dict__
+        self.mod, self.w = mod, w
+        self.had = "forward" in d
+        self.prev = d.get("forward")
+        d["forward"] = w
+
+    def active(self):
+        return self.mod.forward is self.w
+
+    def remove(self):
+        d = self.mod.__dict__
+        if d.get("forward") is self.w:
+            if self.had:
+                d["forward"] = self.prev
+            else:
+                del d["forward"]
+
+
+def _plain(args):
+    """Whether args is a tuple of plain tensors (no subclass, no nesting)."""
+    for a in args:
+        if type(a) is not _TENSOR:
+            return False
+    return True
 
 
 def _flatten(obj, prefix, out):
@@ -127,9 +168,14 @@ class Recorder:
     """A training run being written to a trace; made by :func:`record`."""
 
     def __init__(self, model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-                 record_no_grad=False, defer=True):
+                 record_no_grad=False, defer=True, capture="wrap"):
         if level not in LEVELS:
             raise ValueError("level %r: expected one of %s" % (level, ", ".join(LEVELS)))
+        if capture not in CAPTURES:
+            raise ValueError("capture %r: expected one of %s" % (capture, ", ".join(CAPTURES)))
+        if capture == "wrap" and level == "op" and any(isinstance(m, nn.DataParallel) for m in model.modules()):
+            raise ValueError("capture='wrap' cannot record a model with nn.DataParallel in it (its "
+                             "replicas would call the wrapped module's forward); use capture='hooks'")
         if checkpoint_every < 0:
             raise ValueError("checkpoint_every must be >= 0")
         self.model = model
@@ -138,6 +184,7 @@ class Recorder:
         self.level = level
         self.checkpoint_every = int(checkpoint_every)
         self.defer = bool(defer)
+        self.capture = capture
         # per record slot, learnt in the first step: whether the tensor was
         # unchanged at its flush point (so may be deferred)
         self._deferrable = []
@@ -165,7 +212,7 @@ class Recorder:
         self._ts_all = None
         self._ptrs = None
         # the per-step state and the fast paths (_core.py)
-        self._st = _make_core()
+        self._st, self._wrap_type = _make_core()
         self._st.record_no_grad = bool(record_no_grad)
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
 
@@ -246,6 +293,8 @@ class Recorder:
                 if k in g:
                     cfg[k] = _config_value(g[k])
         cfg["trace_level"] = self.level
+        if self.level == "op":
+            cfg["module_capture"] = self.capture
         cfg["deferred_records"] = _config_value(self.defer)
         cfg["checkpoint_every"] = str(self.checkpoint_every)
         cfg["adapter"] = "divtrace-python"
@@ -314,15 +363,33 @@ class Recorder:
     # ---- hooks
 
     def _install_hooks(self):
+        """Level op: each module's output through its forward wrapper
+        (capture="wrap": nn.Module's __call__ then takes its path without
+        hooks, much the cheaper) or its forward hook; the root's step start
+        and inputs before its forward (in its wrapper, or a forward
+        pre-hook). A module whose forward cannot be replaced (a class
+        attribute that is not a plain method, a scripted module) takes the
+        hooks."""
         m, opt = self.model, self.optimizer
         if self.level == "op":
-            self._hooks.append(m.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
             for mname, mod in m.named_modules():
                 own = tuple(self._pname[id(p)] for _, p in mod.named_parameters(recurse=False)
                             if id(p) in self._pname)
-                self._hooks.append(mod.register_forward_hook(
-                    self._make_forward_hook(mname or ROOT_NAME, type(mod).__name__.lower(), own),
-                    with_kwargs=True))
+                hook = self._make_forward_hook(mname or ROOT_NAME, type(mod).__name__.lower(), own)
+                pre = self._root_pre_hook if mod is m else None
+                if self.capture == "wrap":
+                    try:
+                        w = _Wrapped(mod, self._wrap_type(mod, mod.forward, hook, pre))
+                    except (AttributeError, TypeError, RuntimeError):
+                        w = None
+                    if w is not None and w.active():
+                        self._hooks.append(w)
+                        continue
+                    if w is not None:
+                        w.remove()
+                if pre is not None:
+                    self._hooks.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+                self._hooks.append(mod.register_forward_hook(hook, with_kwargs=True))
         if opt is not None and self.level != "step":
             self._hooks.append(opt.register_step_pre_hook(self._opt_pre_hook))
             self._hooks.append(opt.register_step_post_hook(self._opt_post_hook))
@@ -337,12 +404,16 @@ class Recorder:
         return not st.paused and (st.record_no_grad or torch.is_grad_enabled())
 
     def _root_pre_hook(self, module, args, kwargs):
-        if not self._active():
+        st = self._st
+        if st.paused or not (st.record_no_grad or _grad_on()):
             return None
-        self._begin()
-        ts = _tensors(args, [])
-        _tensors(kwargs, ts)
-        calls = self._st.calls
+        if not st.in_step:
+            self._begin()
+        if not kwargs and _plain(args):
+            ts = args       # the usual call, model(x): what _tensors would list
+        else:
+            ts = _tensors(kwargs, _tensors(args, []))
+        calls = st.calls
         k = calls.get("", 0)
         calls[""] = k + 1
         if self._fixed:
@@ -372,15 +443,32 @@ class Recorder:
         return self._st.hook(slow, fail, mname, mtype_b)
 
     def _opt_pre_hook(self, optimizer, args, kwargs):
-        if self._st.paused:
+        st = self._st
+        if st.paused:
             return
-        self._begin()
+        if not st.in_step:
+            self._begin()
+        if self._fixed:
+            # the usual step after the first: one group, one flush
+            r = st.grads_flush(_GRAD, self._grad_params)
+            if r == 1:
+                return
+            if r != 0:
+                self._flush_failed(r)
         self._record_grads()
         self._flush_point(True)  # before the optimizer changes parameters in place
 
     def _opt_post_hook(self, optimizer, args, kwargs):
-        if self._st.paused:
+        st = self._st
+        if st.paused:
             return
+        if self._fixed and st.in_step:
+            # the usual step after the first: one group, one flush
+            r = st.group_flush(_UPDATE, self._update_tensors, self._update_tensors)
+            if r == 1:
+                return
+            if r != 0:
+                self._flush_failed(r)
         self._begin()
         t = self._opt_type_b
         record = self._record
@@ -405,6 +493,8 @@ class Recorder:
 
     def _reset_step_state(self):
         self._st.reset()        # names used, calls, tensors kept and watched, slot counters
+        if self._fixed and not self._grads:
+            return              # the rest is only written in the first step (and _grads)
         self._by_id = {}        # id(tensor) -> (tensor, name): recorded outputs, kept alive
         self._by_node = {}      # autograd node -> names of the recorded tensors it made
         self._memo = {}         # autograd node -> names of its nearest recorded ancestors
@@ -444,7 +534,8 @@ class Recorder:
         st = self._st
         if st.paused:
             return
-        self._begin()
+        if not st.in_step:
+            self._begin()
         if self.optimizer is None and self.level != "step":
             self._record_grads()
         if isinstance(loss, torch.Tensor):
@@ -574,8 +665,14 @@ class Recorder:
                 d[k] = t._version == v
             return
         r = st.flush_point(flush)
-        if r is None:
-            return
+        if r is not None:
+            self._flush_failed(r)
+
+    def _flush_failed(self, r):
+        """Raise the error a core reported: a negative status, or
+        flush_point's (what, k)."""
+        if isinstance(r, int):
+            _lib.check(r, self._h)
         what, k = r
         if what == "lib":
             _lib.check(k, self._h)
@@ -789,11 +886,12 @@ class Recorder:
 
 
 def record(model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-           record_no_grad=False, defer=True):
+           record_no_grad=False, defer=True, capture="wrap"):
     """Record the training of model to the trace file path.
 
     Use it as ``with divtrace.record(model, "run.dtr", optimizer=opt) as rec:``
     and call ``rec.step(loss)`` after each ``optimizer.step()``. See
     divtrace-python(7)."""
     return Recorder(model, path, config=config, optimizer=optimizer, level=level,
-                    checkpoint_every=checkpoint_every, record_no_grad=record_no_grad, defer=defer)
+                    checkpoint_every=checkpoint_every, record_no_grad=record_no_grad, defer=defer,
+                    capture=capture)
