@@ -25,8 +25,12 @@
 # --core both (the default when the C core loads) traces each of those with
 # the adapter's C core and with its Python core (DIVTRACE_ADAPTER_CORE).
 #
+# --capture both traces each of those twice more: module outputs caught by
+# forward hooks (capture="hooks") and by forward wrappers (capture="wrap",
+# the adapter's default and this benchmark's).
+#
 # Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step] [--defer on|off|both]
-#        [--core c|python|both]
+#        [--core c|python|both] [--capture wrap|hooks|both]
 #        [--rounds N] [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
 #        --steps N, --stack, --size, --nt, --batch, --layers, --ae-batch, ...]
 # --small: sizes a CPU finishes in seconds (autoencoder 784,64,16,64,784 batch 32,
@@ -63,20 +67,21 @@ def sync(device):
 
 class Run:
     """One model of the comparison: untraced (variant None) or traced with
-    variant (defer, core)."""
+    variant (defer, core, capture)."""
 
     def __init__(self, cfg, device, margs, variant, level, tmp, tag):
         self.model, self.opt, self.data = tm.build(cfg, device, margs.seed, capturable=False)
         self.rec = None
         self.times, self.losses = [], []
         if variant is not None:
-            defer, core = variant
+            defer, core, capture = variant
             path = os.path.join(tmp, "%s-%s.dtr" % (cfg["name"], tag))
             was = os.environ.get("DIVTRACE_ADAPTER_CORE")
             os.environ["DIVTRACE_ADAPTER_CORE"] = core
             try:
                 self.rec = divtrace.record(self.model, path, config={"model": cfg["name"], "seed": margs.seed},
-                                           optimizer=self.opt, level=level, defer=defer).open()
+                                           optimizer=self.opt, level=level, defer=defer,
+                                           capture=capture).open()
             finally:
                 if was is None:
                     del os.environ["DIVTRACE_ADAPTER_CORE"]
@@ -109,7 +114,7 @@ def measure(cfg, device, margs, variants, level, tmp):
     runs = {}
     try:
         for v in keys:
-            runs[v] = Run(cfg, device, margs, v, level, tmp, "untraced" if v is None else "defer-%s-%s" % v)
+            runs[v] = Run(cfg, device, margs, v, level, tmp, "untraced" if v is None else "defer-%s-%s-%s" % v)
         sync(device)
         for i in range(margs.warmup + margs.steps):
             k = i % len(keys)
@@ -141,6 +146,9 @@ def main(argv):
     ap.add_argument("--core", default=None, choices=["c", "python", "both"],
                     help="the adapter's core: its C core, its Python core, or both side by side "
                     "(default: both when the C core loads, else python)")
+    ap.add_argument("--capture", default="wrap", choices=["wrap", "hooks", "both"],
+                    help="how module outputs are caught: forward wrappers (the adapter's default), "
+                    "forward hooks, or both side by side")
     args, rest = ap.parse_known_args(argv)
     if args.small:
         given = set(a.split("=")[0] for a in rest)
@@ -176,9 +184,9 @@ def main(argv):
           "beside it (%d round%s, each with new models; the rounds' overheads in the column rounds)."
           % (margs.steps, margs.warmup, max(1, args.rounds), "" if max(1, args.rounds) == 1 else "s"))
     print()
-    print("| configuration | defer | core | records per step (deferred) | untraced ms | traced ms | overhead "
-          "| rounds | same losses |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| configuration | defer | core | capture | records per step (deferred) | untraced ms | traced ms "
+          "| overhead | rounds | same losses |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
     sys.stdout.flush()
     tmp = tempfile.mkdtemp(prefix="divtrace-bench-", dir=os.environ.get("TMPDIR"))
     worst = 0.0
@@ -186,7 +194,8 @@ def main(argv):
         defers = {"on": [True], "off": [False], "both": [False, True]}[args.defer]
         cores = {"c": ["c"], "python": ["python"], "both": ["python", "c"]}[core]
         # the last variant is what the adapter does by default, with the core asked for
-        variants = [(d, c) for d in defers for c in cores]
+        caps = {"wrap": ["wrap"], "hooks": ["hooks"], "both": ["hooks", "wrap"]}[args.capture]
+        variants = [(d, c, k) for d in defers for c in cores for k in caps]
         for cfg in cfgs:
             base, traced = [], {v: [] for v in variants}
             ratios = {v: [] for v in variants}
@@ -209,16 +218,17 @@ def main(argv):
                 over = (statistics.median(ratios[v]) - 1) * 100
                 if v == variants[-1]:
                     worst = max(worst, over)
-                print("| %s | %s | %s | %d (%d) | %.3f | %.3f | %+.1f%% | %s | %s |" % (
-                    tm.describe(cfg), "on" if v[0] else "off", v[1], nrec[v][0], nrec[v][1], statistics.median(base),
+                print("| %s | %s | %s | %s | %d (%d) | %.3f | %.3f | %+.1f%% | %s | %s |" % (
+                    tm.describe(cfg), "on" if v[0] else "off", v[1], v[2], nrec[v][0], nrec[v][1],
+                    statistics.median(base),
                     statistics.median(traced[v]), over, " ".join("%+.1f%%" % o for o in overs[v]),
                     "yes" if same[v] else "NO"))
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print("worst overhead %+.1f%% with defer %s, core %s (target <= +5%%)"
-          % (worst, "on" if variants[-1][0] else "off", variants[-1][1]))
+    print("worst overhead %+.1f%% with defer %s, core %s, capture %s (target <= +5%%)"
+          % (worst, "on" if variants[-1][0] else "off", variants[-1][1], variants[-1][2]))
     return 0
 
 

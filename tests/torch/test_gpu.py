@@ -21,7 +21,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from torch_testlib import (MLP, Checks, DT, InplaceNet, batches, check_cores, check_deferred,  # noqa: E402
+from torch_testlib import (MLP, Checks, DT, InplaceNet, batches, check_captures, check_cores, check_deferred,  # noqa: E402
                            diff_json, divtrace, show_json, tmpdir, train)
 
 C = Checks()
@@ -158,6 +158,11 @@ def test_cores():
     check_cores(C, DEV, p, [("mlp", MLP), ("inplace", InplaceNet)])
 
 
+def test_capture():
+    """Forward wrappers and forward hooks, one trace, on the GPU."""
+    check_captures(C, DEV, p, [("mlp", MLP, None), ("inplace", InplaceNet, None)])
+
+
 def main():
     if DEV == "cuda" and not torch.cuda.is_available():
         print("test_gpu.py: torch sees no CUDA device; skipping")
@@ -165,7 +170,7 @@ def main():
     print("divtrace %s, libdivtrace %s, torch %s, %s, adapter core %s" % (
         DT, divtrace.library_path(), torch.__version__, torch.cuda.get_device_name() if DEV == "cuda" else DEV,
         divtrace.record(MLP(), p("x.dtr")).core))
-    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats, test_deferred, test_cores):
+    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats, test_deferred, test_cores, test_capture):
         try:
             t()
         except Exception as e:

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_testlib import (MLP, TOP, Checks, DT, InplaceNet, batches, check_cores, check_deferred, diff_json,
-                           divtrace, run_dt, show_json, tmpdir, train)
+from torch_testlib import (MLP, TOP, Checks, DT, InplaceNet, batches, check_captures, check_cores, check_deferred,
+                           diff_json, divtrace, run_dt, show_json, tmpdir, train)
 
 C = Checks()
 T = tmpdir()
@@ -405,20 +405,8 @@ def test_capture():
     is closed, a forward set on an instance comes back, a deep copy made
     while recording computes with its own parameters and is not recorded,
     and what wrappers cannot do is refused or left to hooks."""
-    cases = [("mlp", MLP, None), ("net", Net, None), ("inplace", InplaceNet, None),
-             ("f64", MLP, sum_in_float64), ("prop", PropNet, None)]
-    for name, make, patch in cases:
-        js = {}
-        for cap in ("wrap", "hooks"):
-            path = p("cap-%s-%s.dtr" % (name, cap))
-            train(path, make, steps=3, patch=patch, capture=cap)
-            js[cap] = show_json(path)
-            got = js[cap]["config"].pop("module_capture", None)
-            C.ok(got == cap, "%s: the header names capture=%s" % (name, cap), str(got))
-        diff = [k for k in set(js["wrap"]) | set(js["hooks"]) if js["wrap"].get(k) != js["hooks"].get(k)]
-        nrec = len(js["wrap"]["steps"][0]["records"]) if js["wrap"]["steps"] else 0
-        C.ok(not diff and nrec > 0, "%s: forward wrappers record what forward hooks record, %d records a step"
-             % (name, nrec), "differ: %s" % diff)
+    check_captures(C, "cpu", p, [("mlp", MLP, None), ("net", Net, None), ("inplace", InplaceNet, None),
+                                 ("f64", MLP, sum_in_float64), ("prop", PropNet, None)])
 
     # the wrappers are gone after the block; an instance's own forward is back
     torch.manual_seed(0)

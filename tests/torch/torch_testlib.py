@@ -267,3 +267,22 @@ def check_cores(C, device, p, makers):
             os.environ.pop("DIVTRACE_ADAPTER_CORE", None)
         else:
             os.environ["DIVTRACE_ADAPTER_CORE"] = was
+
+
+def check_captures(C, device, p, cases, steps=3):
+    """Forward wrappers (capture="wrap") and forward hooks (capture="hooks")
+    record the same trace: each (name, make, patch) of cases trained once
+    with each, and `divtrace show --json` of the two traces equal but for
+    the header's module_capture."""
+    for name, make, patch in cases:
+        js = {}
+        for cap in ("wrap", "hooks"):
+            path = p("cap-%s-%s-%s.dtr" % (name, device, cap))
+            train(path, make, steps=steps, device=device, patch=patch, capture=cap)
+            js[cap] = show_json(path)
+            got = js[cap]["config"].pop("module_capture", None)
+            C.ok(got == cap, "%s: the header names capture=%s" % (name, cap), str(got))
+        diff = [k for k in set(js["wrap"]) | set(js["hooks"]) if js["wrap"].get(k) != js["hooks"].get(k)]
+        nrec = len(js["wrap"]["steps"][0]["records"]) if js["wrap"]["steps"] else 0
+        C.ok(not diff and nrec > 0, "%s on %s: forward wrappers record what forward hooks record, %d records "
+             "a step" % (name, device, nrec), "differ: %s" % diff)
