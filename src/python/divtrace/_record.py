@@ -1,6 +1,7 @@
 # _record.py: divtrace.record(), a PyTorch training run written as a divtrace
-# trace through libdivtrace: module forward hooks for every module's output,
-# optimizer step hooks for gradients and updated parameters, checkpoints.
+# trace through libdivtrace: every module's output from a wrapper around its
+# forward (or, with capture="hooks", its forward hook), optimizer step hooks
+# for gradients and updated parameters, checkpoints.
 #
 # What must stay true: every step records the same names in the same order
 # (the library checks it), so names depend only on the model's structure and
