@@ -9,6 +9,7 @@
 # records made at once, also with an output changed in place by the next
 # module, and a change the first step did not show stops the run.
 # Run by tests/cli_torch.sh (make check).
+import copy
 import math
 import os
 import subprocess
@@ -408,42 +409,34 @@ def test_capture():
     check_captures(C, "cpu", p, [("mlp", MLP, None), ("net", Net, None), ("inplace", InplaceNet, None),
                                  ("f64", MLP, sum_in_float64), ("prop", PropNet, None)])
 
-    # the wrappers are gone after the block; an instance's own forward is back
-    torch.manual_seed(0)
-    model = MLP()
-    sum_in_float64(model)
-    own = model.fc2.__dict__["forward"]
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    data = batches(3)
-    with divtrace.record(model, p("cap-twin.dtr"), optimizer=opt) as rec:
-        inside = {n: type(m.__dict__.get("forward")).__name__ for n, m in model.named_modules()}
-        for s in range(3):
-            x, y = data[s]
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            rec.step(loss)
-            if s == 0:
-                import copy
-                twin = copy.deepcopy(model)
-                with torch.no_grad():
-                    for q in twin.parameters():
-                        q.mul_(0.5)
-                    # the copy's fc1 and fc3 compute with the copy's halved
-                    # weights; its fc2 keeps the closure of sum_in_float64,
-                    # as a deep copy without divtrace would
-                    want = F.linear(x, twin.fc1.weight, twin.fc1.bias)
-                    got = twin.fc1(x)
-                    orig = model.fc1(x)
-                C.ok(torch.equal(got, want) and not torch.equal(got, orig),
-                     "a deep copy made while recording computes with its own parameters")
-                with torch.enable_grad():
-                    twin(x)  # not recorded: the trace stays that of the run alone
-    C.ok(all(v in ("Wrap", "PyWrap") for v in inside.values()), "every module has a forward wrapper while recording",
-         str(inside))
+    # the wrappers are gone after the block; an instance's own forward is
+    # back; a deep copy made while recording is a model of its own
+    seen = {}
+
+    def after_step(s, model, x):
+        if s != 0:
+            return
+        seen["model"], seen["own"] = model, model.fc2.__dict__["forward"].forward
+        seen["inside"] = {n: type(m.__dict__.get("forward")).__name__ for n, m in model.named_modules()}
+        twin = seen["twin"] = copy.deepcopy(model)
+        with torch.no_grad():
+            for q in twin.parameters():
+                q.mul_(0.5)
+            # the copy's fc1 computes with the copy's halved weights
+            want = F.linear(x, twin.fc1.weight, twin.fc1.bias)
+            got = twin.fc1(x)
+            orig = model.fc1(x)
+        C.ok(torch.equal(got, want) and not torch.equal(got, orig),
+             "a deep copy made while recording computes with its own parameters")
+        with torch.enable_grad():
+            twin(x)  # not recorded: the trace stays that of the run alone
+
+    train(p("cap-twin.dtr"), MLP, steps=3, patch=sum_in_float64, checkpoint_every=0, after_step=after_step)
+    model, twin = seen["model"], seen["twin"]
+    C.ok(all(v in ("Wrap", "PyWrap") for v in seen["inside"].values()),
+         "every module has a forward wrapper while recording", str(seen["inside"]))
     C.ok(all("forward" not in m.__dict__ for n, m in model.named_modules() if n != "fc2")
-         and model.fc2.__dict__.get("forward") is own,
+         and model.fc2.__dict__.get("forward") is seen["own"],
          "after the block: no wrapper left, fc2's own forward back",
          str({n: m.__dict__.get("forward") for n, m in model.named_modules()}))
     C.ok(type(twin.__dict__.get("forward")).__name__ not in ("Wrap", "PyWrap"),

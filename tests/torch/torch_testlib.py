@@ -94,11 +94,12 @@ def batches(n, nin=8, nout=4, batch=32, seed=1, device="cpu"):
 
 
 def train(path, make_model, steps=5, seed=0, device="cpu", lr=1e-2, checkpoint_every=2, patch=None,
-          fail_at=None, config=None, data=None, **record_kw):
+          fail_at=None, config=None, data=None, after_step=None, **record_kw):
     """Train make_model() with Adam on fixed batches, recording to path;
     patch(model) may change the model first; fail_at raises RuntimeError in
-    that step, after its forward pass; record_kw go to divtrace.record.
-    Returns the losses."""
+    that step, after its forward pass; after_step(step, model, x) runs
+    after each rec.step, inside the recording; record_kw go to
+    divtrace.record. Returns the losses."""
     torch.manual_seed(seed)
     model = make_model().to(device)
     if patch is not None:
@@ -120,6 +121,8 @@ def train(path, make_model, steps=5, seed=0, device="cpu", lr=1e-2, checkpoint_e
             opt.step()
             rec.step(loss)
             losses.append(loss.item())
+            if after_step is not None:
+                after_step(s, model, x)
     return losses
 
 
