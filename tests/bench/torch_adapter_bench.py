@@ -8,6 +8,9 @@
 # A step is zero_grad, forward, backward, optimizer step and loss.item() (a
 # host sync, as a training loop that logs its loss has; the traced step's
 # rec.step(loss) does the same and also waits for the device hashes).
+# --loss number: the traced step passes the number the loop reads,
+# v = loss.item(); rec.step(v), instead of the tensor (which costs the
+# traced step a second loss.item()).
 #
 # The untraced and the traced models are built side by side from the same
 # weights and batch (torch_models.build), and their steps are interleaved:
@@ -30,7 +33,7 @@
 # the adapter's default and this benchmark's).
 #
 # Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step] [--defer on|off|both]
-#        [--core c|python|both] [--capture wrap|hooks|both]
+#        [--core c|python|both] [--capture wrap|hooks|both] [--loss tensor|number]
 #        [--rounds N] [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
 #        --steps N, --stack, --size, --nt, --batch, --layers, --ae-batch, ...]
 # --small: sizes a CPU finishes in seconds (autoencoder 784,64,16,64,784 batch 32,
@@ -69,9 +72,10 @@ class Run:
     """One model of the comparison: untraced (variant None) or traced with
     variant (defer, core, capture)."""
 
-    def __init__(self, cfg, device, margs, variant, level, tmp, tag):
+    def __init__(self, cfg, device, margs, variant, level, tmp, tag, loss_number=False):
         self.model, self.opt, self.data = tm.build(cfg, device, margs.seed, capturable=False)
         self.rec = None
+        self.loss_number = loss_number
         self.times, self.losses = [], []
         if variant is not None:
             defer, core, capture = variant
@@ -91,9 +95,13 @@ class Run:
     def step(self, timed):
         t0 = time.perf_counter()
         loss = tm.train_step(self.model, self.opt, self.data)
-        if self.rec is not None:
-            self.rec.step(loss)
-        v = loss.item()
+        if self.rec is not None and self.loss_number:
+            v = loss.item()
+            self.rec.step(v)
+        else:
+            if self.rec is not None:
+                self.rec.step(loss)
+            v = loss.item()
         t1 = time.perf_counter()
         self.losses.append(v)
         if timed:
@@ -107,14 +115,15 @@ class Run:
             self.nrec = (0, 0)
 
 
-def measure(cfg, device, margs, variants, level, tmp):
+def measure(cfg, device, margs, variants, level, tmp, loss_number=False):
     """One round: the runs side by side, steps interleaved. Returns the
     runs by variant (None: untraced)."""
     keys = [None] + variants
     runs = {}
     try:
         for v in keys:
-            runs[v] = Run(cfg, device, margs, v, level, tmp, "untraced" if v is None else "defer-%s-%s-%s" % v)
+            runs[v] = Run(cfg, device, margs, v, level, tmp, "untraced" if v is None else "defer-%s-%s-%s" % v,
+                          loss_number)
         sync(device)
         for i in range(margs.warmup + margs.steps):
             k = i % len(keys)
@@ -149,6 +158,9 @@ def main(argv):
     ap.add_argument("--capture", default="wrap", choices=["wrap", "hooks", "both"],
                     help="how module outputs are caught: forward wrappers (the adapter's default), "
                     "forward hooks, or both side by side")
+    ap.add_argument("--loss", default="tensor", choices=["tensor", "number"],
+                    help="what the traced step passes to rec.step: the loss tensor (default) or the "
+                    "number its loss.item() read")
     args, rest = ap.parse_known_args(argv)
     if args.small:
         given = set(a.split("=")[0] for a in rest)
@@ -178,11 +190,13 @@ def main(argv):
                                                    _lib._fast.__file__ if have_c else "none"))
     print()
     print("Median ms per training step over %d timed steps after %d warm-up steps (wall clock, "
-          "each step ending in loss.item()). The untraced and traced models start from the same weights "
-          "and batch and take their steps in turn, one step each, the order rotated every step; the "
+          "each step ending in loss.item(); the traced step passes rec.step the %s). The untraced and "
+          "traced models start from the same weights and batch and take their steps in turn, one step "
+          "each, the order rotated every step; the "
           "overhead is the median over the steps of a traced step's time over the untraced step's "
           "beside it (%d round%s, each with new models; the rounds' overheads in the column rounds)."
-          % (margs.steps, margs.warmup, max(1, args.rounds), "" if max(1, args.rounds) == 1 else "s"))
+          % (margs.steps, margs.warmup, "number it read" if args.loss == "number" else "loss tensor",
+             max(1, args.rounds), "" if max(1, args.rounds) == 1 else "s"))
     print()
     print("| configuration | defer | core | capture | records per step (deferred) | untraced ms | traced ms "
           "| overhead | rounds | same losses |")
@@ -202,7 +216,7 @@ def main(argv):
             overs = {v: [] for v in variants}
             same, nrec = {v: True for v in variants}, {}
             for r in range(max(1, args.rounds)):
-                runs = measure(cfg, device, margs, variants, args.level, tmp)
+                runs = measure(cfg, device, margs, variants, args.level, tmp, args.loss == "number")
                 tm.release(device)
                 b = runs[None].times
                 base += b

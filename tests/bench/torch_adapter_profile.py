@@ -4,9 +4,12 @@
 # to the same steps untraced, for one configuration of torch_models.py.
 # --lib-calls instead times each libdivtrace function the adapter calls (the
 # host's time inside the call, waits included) per traced step, with the
-# Python core, whose calls all go through ctypes.
+# Python core, whose calls all go through ctypes. --phases times each part
+# of a traced step the adapter adds (the root's step start, the module
+# outputs, the optimizer's two hooks, rec.step with its loss.item()) with
+# the core the package picks, and a few single tensor queries.
 # Usage: python3 tests/bench/torch_adapter_profile.py [torch_models.py options,
-#        e.g. --config ae or --config pn-64-b1] [--steps N] [--lib-calls]
+#        e.g. --config ae or --config pn-64-b1] [--steps N] [--lib-calls | --phases]
 import cProfile
 import io
 import os
@@ -108,6 +111,69 @@ def lib_calls(cfg, device, margs, n):
     print()
 
 
+def phases(cfg, device, margs, n):
+    """Per traced step: the host time (us) of each part the adapter adds,
+    each timed from Python around the hook or call it is (the timing itself
+    costs about a microsecond a part); then single calls in a loop."""
+    acc = {}
+    pc = time.perf_counter_ns
+
+    def timed(name, fn):
+        def call(*a, **k):
+            t0 = pc()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[name] = acc.get(name, 0) + pc() - t0
+        return call
+    model, opt, data = tm.build(cfg, device, margs.seed, capturable=False)
+    rec = divtrace.record(model, os.path.join(tempfile.mkdtemp(prefix="divtrace-prof-"), "p.dtr"),
+                          config={"model": cfg["name"]}, optimizer=opt)
+    rec._root_pre_hook = timed("step start and input (root, before forward)", rec._root_pre_hook)
+    rec._opt_pre_hook = timed("optimizer pre-hook (gradients, flush)", rec._opt_pre_hook)
+    rec._opt_post_hook = timed("optimizer post-hook (updates, flush)", rec._opt_post_hook)
+    make = rec._make_forward_hook
+    rec._make_forward_hook = lambda *a: timed("module outputs (after each forward)", make(*a))
+    rec.open()
+    step = timed("rec.step (its loss.item(), the step's end)", rec.step)
+    item = timed("the loop's own loss.item()", lambda t: t.item())
+    for i in range(3 + n):
+        if i == 3:
+            acc.clear()
+            t0 = pc()
+        loss = tm.train_step(model, opt, data)
+        step(loss)
+        item(loss)
+    total = (pc() - t0) / n / 1e3
+    rec.close(0)
+    print("## %s: traced step %.1f us (core %s), parts per step\n" % (tm.describe(cfg), total, rec.core))
+    print("| part | us per step |")
+    print("| --- | ---: |")
+    for k, v in acc.items():
+        print("| %s | %.1f |" % (k, v / n / 1e3))
+    t = data if isinstance(data, torch.Tensor) else next(model.parameters())
+    y = t * 2
+    one = torch.ones(1, device=device).sum()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    calls = [("t.dtype", lambda: t.dtype), ("t.shape", lambda: t.shape), ("t.data_ptr()", lambda: t.data_ptr()),
+             ("t.is_contiguous()", lambda: t.is_contiguous()), ("t._version", lambda: y._version),
+             ("scalar.item() (stream idle)", lambda: one.item())]
+    if raw is not None and device.type == "cuda":
+        calls.append(("_cuda_getCurrentRawStream(0)", lambda: raw(0)))
+    print()
+    print("| call | us |")
+    print("| --- | ---: |")
+    for name, f in calls:
+        for _ in range(100):
+            f()
+        m = 2000
+        t0 = pc()
+        for _ in range(m):
+            f()
+        print("| %s | %.2f |" % (name, (pc() - t0) / m / 1e3))
+    print()
+
+
 def main(argv):
     n = 10
     if "--steps" in argv:
@@ -117,12 +183,18 @@ def main(argv):
     only_lib = "--lib-calls" in argv
     if only_lib:
         argv.remove("--lib-calls")
+    only_phases = "--phases" in argv
+    if only_phases:
+        argv.remove("--phases")
     margs, cfgs = tm.parse_args(argv)
     device = torch.device(margs.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tm.set_arithmetic(not margs.no_fill_uninitialized)
     for cfg in cfgs:
         if only_lib:
             lib_calls(cfg, device, margs, n)
+            continue
+        if only_phases:
+            phases(cfg, device, margs, n)
             continue
         base = steps(cfg, device, margs, False, n, None)
         traced = steps(cfg, device, margs, True, n, None)

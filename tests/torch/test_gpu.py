@@ -21,8 +21,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from torch_testlib import (MLP, Checks, DT, InplaceNet, batches, check_captures, check_cores, check_deferred,  # noqa: E402
-                           diff_json, divtrace, show_json, tmpdir, train)
+from torch_testlib import (MLP, Checks, DT, InplaceNet, batches, check_captures, check_cores,  # noqa: E402
+                           check_deferred, diff_json, divtrace, show_json, tmpdir, train)
 
 C = Checks()
 T = tmpdir()
