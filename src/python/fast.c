@@ -1,6 +1,7 @@
 /* fast.c: divtrace._fast, the C core of the PyTorch adapter: a Recorder's
- * per-step state (the Core type), a module's forward hook (the Hook type)
- * and the module. The core does what _core.py's PyCore does, without the
+ * per-step state (the Core type), a module's forward hook (the Hook type),
+ * a module's forward wrapped (the Wrap type, _core.py's PyWrap) and the
+ * module. The core does what _core.py's PyCore does, without the
  * interpreter between the tensor queries (fast_paths.c; fast.h). The
  * library is called through the function pointers ctypes found, so this
  * module links neither libdivtrace nor libpython; it is built against

@@ -1,5 +1,5 @@
-/* fast.h: what the two files of divtrace._fast share (fast.c: the Core and
- * Hook types and the module; fast_paths.c: the tensor queries and the paths
+/* fast.h: what the two files of divtrace._fast share (fast.c: the Core,
+ * Hook and Wrap types and the module; fast_paths.c: the tensor queries and the paths
  * of a step after the first). The C core does what _core.py's PyCore does,
  * line for line: read that first, it is the specification.
  *
