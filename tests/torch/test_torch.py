@@ -10,6 +10,7 @@
 # module, and a change the first step did not show stops the run.
 # Run by tests/cli_torch.sh (make check).
 import copy
+import inspect
 import math
 import os
 import subprocess
@@ -418,6 +419,10 @@ def test_capture():
             return
         seen["model"], seen["own"] = model, model.fc2.__dict__["forward"].forward
         seen["inside"] = {n: type(m.__dict__.get("forward")).__name__ for n, m in model.named_modules()}
+        sig = inspect.signature
+        fc1 = model.fc1
+        seen["sig"] = (str(sig(fc1.forward)), str(sig(type(fc1).forward.__get__(fc1))),
+                       str(sig(model.forward)), str(sig(type(model).forward.__get__(model))))
         twin = seen["twin"] = copy.deepcopy(model)
         with torch.no_grad():
             for q in twin.parameters():
@@ -439,6 +444,8 @@ def test_capture():
          and model.fc2.__dict__.get("forward") is seen["own"],
          "after the block: no wrapper left, fc2's own forward back",
          str({n: m.__dict__.get("forward") for n, m in model.named_modules()}))
+    C.ok(seen["sig"][0] == seen["sig"][1] and seen["sig"][2] == seen["sig"][3] and "args" not in seen["sig"][0],
+         "inspect.signature of a wrapped forward is forward's own", str(seen["sig"]))
     C.ok(type(twin.__dict__.get("forward")).__name__ not in ("Wrap", "PyWrap"),
          "the deep copy has no wrapper", str(twin.__dict__.get("forward")))
     train(p("cap-alone.dtr"), MLP, steps=3, patch=sum_in_float64, checkpoint_every=0)

@@ -281,6 +281,13 @@ def unwrapped_copy(w, memo):
     return copy.deepcopy(fwd, memo)
 
 
+def _wrapped(w):
+    """The forward a wrapper calls, as __wrapped__: inspect.signature()
+    (and what reads it, such as a trainer matching a batch's keys to
+    forward's parameters) sees forward's own signature."""
+    return w.forward
+
+
 class PyWrap:
     """What the Recorder puts in a module's __dict__ as "forward" with
     capture="wrap" (the Python twin of divtrace._fast.Wrap): nn.Module's
@@ -304,6 +311,7 @@ class PyWrap:
         return out
 
     __deepcopy__ = unwrapped_copy
+    __wrapped__ = property(_wrapped)
 
 
 def wrap_type(fast):
@@ -312,4 +320,4 @@ def wrap_type(fast):
     if fast is None:
         return PyWrap
     return type("Wrap", (fast.Wrap,), {"__slots__": (), "__deepcopy__": unwrapped_copy,
-                                       "__module__": __name__})
+                                       "__wrapped__": property(_wrapped), "__module__": __name__})
