@@ -1,6 +1,6 @@
-/* fast.h: what the two files of divtrace._fast share (fast.c: the Core,
- * Hook and Wrap types and the module; fast_paths.c: the tensor queries and the paths
- * of a step after the first). The C core does what _core.py's PyCore does,
+/* fast.h: what the files of divtrace._fast share (fast.c: the Core type
+ * and the module; fast_hooks.c: the Hook and Wrap types; fast_paths.c: the
+ * tensor queries and the paths of a step after the first). The C core does what _core.py's PyCore does,
  * line for line: read that first, it is the specification.
  *
  * Reference counts: every PyObject * field of Core owns its reference;
@@ -92,5 +92,12 @@ int fast_try_defer(Core *c, PyObject *name, PyObject *type, int kind, PyObject *
  * point follows at once, with nothing run in between) */
 int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch);
 int fast_grads(Core *c, int gid, PyObject *params, int watch);
+
+/* fast.c: the dealloc of an object of one of the module's (heap, GC) types */
+void fast_gc_dealloc(PyObject *self, inquiry clear);
+/* fast_hooks.c: Core.hook(fallback, fail, mname, mtype) -> a new Hook; the
+ * Hook and Wrap types made and added to the module */
+PyObject *fast_hook_new(Core *c, PyObject *args);
+int fast_hooks_init(PyObject *m);
 
 #endif

@@ -400,10 +400,6 @@ class Recorder:
             h.remove()
         self._hooks = []
 
-    def _active(self):
-        st = self._st
-        return not st.paused and (st.record_no_grad or torch.is_grad_enabled())
-
     def _root_pre_hook(self, module, args, kwargs):
         st = self._st
         if st.paused or not (st.record_no_grad or _grad_on()):
