@@ -14,6 +14,13 @@ static PyObject *ctypes_addressof; /* ctypes.addressof */
 
 /* ---- the Core type ---- */
 
+/* the struct arm's objects, for traverse and clear */
+#define ARM_OBJECTS(a)                                                                              \
+    { &(a)->fail, &(a)->flush_failed, &(a)->root_slow, &(a)->begin_params, &(a)->record_input,     \
+      &(a)->opt_pre_slow, &(a)->opt_post_slow, &(a)->params, &(a)->param_names, &(a)->updates,     \
+      &(a)->input_idx, &(a)->input_names, &(a)->input_type, &(a)->root_key, &(a)->s_item }
+#define NARM 15
+
 static PyTypeObject *CoreType;
 
 static void core_clear_slots(Core *c)
@@ -32,7 +39,7 @@ static void core_clear_slots(Core *c)
     }
 }
 
-static int core_reset_state(Core *c)
+int fast_reset_state(Core *c)
 {
     PyObject *used = PySet_New(NULL), *calls = PyDict_New(), *keep = PyList_New(0), *watch = PyList_New(0);
     if (!used || !calls || !keep || !watch) {
@@ -74,8 +81,14 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
     /* torch.Tensor's descriptors: a data descriptor's getter, or a method */
     for (int k = 0; k < NQ; k++) {
         PyObject *d = PyObject_GetAttr(tt, fast_qstr[k]);
-        if (!d)
-            return -1;
+        if (!d) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear(); /* a query this torch lacks (_cdata): getattr, which fails if it is asked */
+            SETREF(c->qd[k], NULL);
+            c->qget[k] = NULL;
+            continue;
+        }
         descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(d), Py_tp_descr_get);
         int data = PyType_GetSlot(Py_TYPE(d), Py_tp_descr_set) != NULL;
         if ((k < Q_FIRST_METHOD) != data || !get) {
@@ -85,7 +98,7 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
         SETREF(c->qd[k], d);
         c->qget[k] = k < Q_FIRST_METHOD ? get : NULL;
     }
-    return core_reset_state(c);
+    return fast_reset_state(c);
 }
 
 static int core_traverse(PyObject *self, visitproc visit, void *arg)
@@ -104,6 +117,9 @@ static int core_traverse(PyObject *self, visitproc visit, void *arg)
     Py_VISIT(c->lib_refs);
     for (int g = 0; g < NGROUPS; g++)
         Py_VISIT(c->groups[g].owners);
+    PyObject **arm[NARM] = ARM_OBJECTS(&c->arm);
+    for (int i = 0; i < NARM; i++)
+        Py_VISIT(*arm[i]);
     for (int k = 0; k < NQ; k++)
         Py_VISIT(c->qd[k]);
     for (int i = 0; i < NTYPES; i++) {
@@ -127,6 +143,10 @@ static int core_clear(PyObject *self)
     Py_CLEAR(c->watch);
     Py_CLEAR(c->lib_refs);
     core_clear_slots(c);
+    PyObject **arm[NARM] = ARM_OBJECTS(&c->arm);
+    for (int i = 0; i < NARM; i++)
+        Py_CLEAR(*arm[i]);
+    c->arm.on = 0;
     for (int k = 0; k < NQ; k++)
         Py_CLEAR(c->qd[k]);
     for (int i = 0; i < NTYPES; i++) {
@@ -308,7 +328,7 @@ static PyObject *ret_int(int r)
 static PyObject *core_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (core_reset_state((Core *)self) < 0)
+    if (fast_reset_state((Core *)self) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -374,7 +394,7 @@ static PyObject *core_grads(PyObject *self, PyObject *args)
 
 /* PyCore.flush_point: None, ("changed", slot) or ("lib", status); NULL
  * with an exception set */
-static PyObject *flush_point(Core *c, int flush)
+PyObject *fast_flush_point(Core *c, int flush)
 {
     Py_ssize_t n = PyList_Size(c->watch);
     if (n <= 0 && c->nrec == c->pend0)
@@ -416,20 +436,20 @@ static PyObject *core_flush_point(PyObject *self, PyObject *arg)
     int flush = PyObject_IsTrue(arg);
     if (flush < 0 || need_fixed(c, "flush_point") < 0)
         return NULL;
-    return flush_point(c, flush);
+    return fast_flush_point(c, flush);
 }
 
 /* a group (or the gradients, params given) and a flush point after it: 1
  * (recorded and flushed), 0 (nothing recorded), a negative status, or
  * flush_point's ("changed", slot) or ("lib", status) */
-static PyObject *group_then_flush(Core *c, int gid, PyObject *tensors, PyObject *owners, PyObject *params)
+PyObject *fast_group_then_flush(Core *c, int gid, PyObject *tensors, PyObject *owners, PyObject *params)
 {
     if (need_fixed(c, "group_flush") < 0)
         return NULL;
     int r = params ? fast_grads(c, gid, params, 0) : fast_group(c, gid, tensors, owners, 0);
     if (r != 1)
         return ret_int(r);
-    PyObject *f = flush_point(c, 1);
+    PyObject *f = fast_flush_point(c, 1);
     if (f != Py_None)
         return f;
     Py_DECREF(f);
@@ -442,7 +462,7 @@ static PyObject *core_group_flush(PyObject *self, PyObject *args)
     PyObject *ts, *os;
     if (!PyArg_ParseTuple(args, "iOO:group_flush", &gid, &ts, &os))
         return NULL;
-    return group_then_flush((Core *)self, gid, ts, os, NULL);
+    return fast_group_then_flush((Core *)self, gid, ts, os, NULL);
 }
 
 static PyObject *core_grads_flush(PyObject *self, PyObject *args)
@@ -451,9 +471,166 @@ static PyObject *core_grads_flush(PyObject *self, PyObject *args)
     PyObject *ps;
     if (!PyArg_ParseTuple(args, "iO:grads_flush", &gid, &ps))
         return NULL;
-    return group_then_flush((Core *)self, gid, NULL, NULL, ps);
+    return fast_group_then_flush((Core *)self, gid, NULL, NULL, ps);
 }
 
+
+/* use_shim(functions, constants, stream, samples): take PyTorch's C shim
+ * for the tensor queries (fast.h): functions, the addresses of
+ * aoti_torch_get_dtype, _get_layout, _get_device_type, _get_device_index,
+ * _is_contiguous, _get_dim, _get_sizes, _get_data_ptr; constants, the
+ * codes of float32, strided, the cpu and cuda; stream, the address of
+ * aoti_torch_get_current_cuda_stream or 0. Taken only if its answers for
+ * every tensor of samples are the Python queries'. functions None: the
+ * Python queries. Returns whether the shim is taken. */
+static PyObject *core_use_shim(PyObject *self, PyObject *args)
+{
+    Core *c = (Core *)self;
+    PyObject *fns, *consts, *stream, *samples;
+    if (!PyArg_ParseTuple(args, "OOOO:use_shim", &fns, &consts, &stream, &samples))
+        return NULL;
+    c->use_shim = 0;
+    if (fns == Py_None)
+        Py_RETURN_FALSE;
+    void *f[8];
+    long long k[4];
+    if (!PyTuple_Check(fns) || PyTuple_Size(fns) != 8 || !PyTuple_Check(consts) || PyTuple_Size(consts) != 4) {
+        PyErr_SetString(PyExc_TypeError, "Core.use_shim: 8 function addresses and 4 constants");
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++)
+        if (!(f[i] = PyLong_AsVoidPtr(PyTuple_GetItem(fns, i)))) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "Core.use_shim: a NULL function");
+            return NULL;
+        }
+    for (int i = 0; i < 4; i++)
+        if ((k[i] = PyLong_AsLongLong(PyTuple_GetItem(consts, i))) == -1 && PyErr_Occurred())
+            return NULL;
+    void *sf = stream == Py_None ? NULL : PyLong_AsVoidPtr(stream);
+    if (!sf && PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Tuple(samples);
+    if (!seq)
+        return NULL;
+    c->shim = (struct shim){
+        (shim_i32_fn)f[0], (shim_i32_fn)f[1], (shim_i32_fn)f[2], (shim_i32_fn)f[3],
+        (shim_bool_fn)f[4], (shim_i64_fn)f[5], (shim_sizes_fn)f[6], (shim_ptr_fn)f[7],
+        (shim_stream_fn)sf, (int32_t)k[0], (int32_t)k[1], (int32_t)k[2], (int32_t)k[3], 0,
+    };
+    c->use_shim = 1;
+    int agree = PyTuple_Size(seq) > 0;
+    for (Py_ssize_t i = 0; agree == 1 && i < PyTuple_Size(seq); i++)
+        agree = fast_shim_agrees(c, PyTuple_GetItem(seq, i));
+    Py_DECREF(seq);
+    c->use_shim = agree == 1;
+    if (agree == PYERR)
+        return NULL;
+    return PyBool_FromLong(c->use_shim);
+}
+
+
+/* paths(fail, flush_failed, root_slow, begin_params, record_input,
+ * opt_pre_slow, opt_post_slow): the Recorder's methods the fast paths fall
+ * back on (fast_step.c), given when the hooks are installed */
+static PyObject *core_paths(PyObject *self, PyObject *args)
+{
+    struct arm *a = &((Core *)self)->arm;
+    PyObject *f[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO:paths", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6]))
+        return NULL;
+    for (int i = 0; i < 7; i++)
+        if (!PyCallable_Check(f[i])) {
+            PyErr_SetString(PyExc_TypeError, "Core.paths: every argument must be callable");
+            return NULL;
+        }
+    PyObject **dst[7] = {&a->fail, &a->flush_failed, &a->root_slow, &a->begin_params, &a->record_input,
+                         &a->opt_pre_slow, &a->opt_post_slow};
+    for (int i = 0; i < 7; i++)
+        SETREF(*dst[i], Py_NewRef(f[i]));
+    Py_RETURN_NONE;
+}
+
+/* arm(step_begin, step_end, params, param_names, updates, input_idx,
+ * input_names, checkpoint_every, end): after the first step, the fast
+ * paths on (step_begin, step_end: the library's ctypes functions; end:
+ * whether end_step may end a step) */
+static PyObject *core_arm(PyObject *self, PyObject *args)
+{
+    Core *c = (Core *)self;
+    struct arm *a = &c->arm;
+    PyObject *sb, *se, *ps, *pn, *up, *ii, *in;
+    long every;
+    int end;
+    if (!PyArg_ParseTuple(args, "OOOOOOOlp:arm", &sb, &se, &ps, &pn, &up, &ii, &in, &every, &end))
+        return NULL;
+    if (!a->fail || !c->many) {
+        PyErr_SetString(PyExc_RuntimeError, "Core.arm before Core.paths and Core.fix");
+        return NULL;
+    }
+    void *fb, *fe;
+    PyObject *t[5] = {PySequence_Tuple(ps), PySequence_Tuple(pn), PySequence_Tuple(up), PySequence_Tuple(ii),
+                      PySequence_Tuple(in)};
+    PyObject *refs = NULL;
+    if (!t[0] || !t[1] || !t[2] || !t[3] || !t[4] || function_of(sb, &fb) < 0 || function_of(se, &fe) < 0)
+        goto fail;
+    if (PyTuple_Size(t[3]) != PyTuple_Size(t[4])) {
+        PyErr_SetString(PyExc_ValueError, "Core.arm: as many input names as input places");
+        goto fail;
+    }
+    if (!(refs = PyTuple_Pack(3, c->lib_refs, sb, se)))
+        goto fail;
+    SETREF(c->lib_refs, refs);
+    SETREF(a->params, t[0]);
+    SETREF(a->param_names, t[1]);
+    SETREF(a->updates, t[2]);
+    SETREF(a->input_idx, t[3]);
+    SETREF(a->input_names, t[4]);
+    if ((!a->input_type && !(a->input_type = PyBytes_FromString("input"))) ||
+        (!a->root_key && !(a->root_key = PyUnicode_FromString(""))) ||
+        (!a->s_item && !(a->s_item = PyUnicode_InternFromString("item"))))
+        return NULL;
+    a->step_begin = (int (*)(void *, uint64_t))fb;
+    a->step_end = (int (*)(void *, double))fe;
+    a->ckpt_every = every;
+    a->end = end;
+    a->on = 1;
+    Py_RETURN_NONE;
+fail:
+    for (int i = 0; i < 5; i++)
+        Py_XDECREF(t[i]);
+    return NULL;
+}
+
+/* the fast paths' entries, as the hooks are called: (module or optimizer,
+ * args, kwargs) */
+static int three(PyObject *const *args, Py_ssize_t n, const char *fn)
+{
+    if (n == 3)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "Core.%s takes 3 arguments (%zd given)", fn, n);
+    return -1;
+}
+
+static PyObject *core_root_pre(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    return three(args, n, "root_pre") < 0 ? NULL : fast_root_pre((Core *)self, args[0], args[1], args[2]);
+}
+
+static PyObject *core_opt_pre(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    return three(args, n, "opt_pre") < 0 ? NULL : fast_opt_pre((Core *)self, args[0], args[1], args[2]);
+}
+
+static PyObject *core_opt_post(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    return three(args, n, "opt_post") < 0 ? NULL : fast_opt_post((Core *)self, args[0], args[1], args[2]);
+}
+
+static PyObject *core_end_step(PyObject *self, PyObject *loss)
+{
+    return fast_end_step((Core *)self, loss);
+}
 
 static PyObject *core_hook(PyObject *self, PyObject *args)
 {
@@ -475,12 +652,25 @@ static PyMethodDef core_methods[] = {
     {"grads_flush", core_grads_flush, METH_VARARGS,
      "grads_flush(gid, params) -> 1, 0, status, ('changed', k) or ('lib', status)"},
     {"hook", core_hook, METH_VARARGS, "hook(fallback, fail, mname, mtype) -> a forward hook"},
+    {"use_shim", core_use_shim, METH_VARARGS, "use_shim(functions, constants, stream, samples) -> taken"},
+    {"paths", core_paths, METH_VARARGS,
+     "paths(fail, flush_failed, root_slow, begin_params, record_input, opt_pre_slow, opt_post_slow)"},
+    {"arm", core_arm, METH_VARARGS,
+     "arm(step_begin, step_end, params, param_names, updates, input_idx, input_names, checkpoint_every, end)"},
+    {"root_pre", (PyCFunction)(void (*)(void))core_root_pre, METH_FASTCALL,
+     "root_pre(module, args, kwargs): the root's step start and inputs"},
+    {"opt_pre", (PyCFunction)(void (*)(void))core_opt_pre, METH_FASTCALL,
+     "opt_pre(optimizer, args, kwargs): the gradients and a flush"},
+    {"opt_post", (PyCFunction)(void (*)(void))core_opt_post, METH_FASTCALL,
+     "opt_post(optimizer, args, kwargs): the updates and a flush"},
+    {"end_step", core_end_step, METH_O,
+     "end_step(loss) -> None (the Recorder's path), a status, or flush_point's ('changed', k) or ('lib', status)"},
     {NULL, NULL, 0, NULL},
 };
 
 /* attributes: the ints and flags by offset, the containers as objects */
 enum { A_PAUSED, A_IN_STEP, A_DEFERRING, A_NO_GRAD, A_NREC, A_NDEF, A_PEND0, A_PEND_STREAM,
-       A_USED, A_CALLS, A_KEEP, A_WATCH, A_KIND };
+       A_STEPS, A_LAST_NREC, A_LAST_NDEF, A_USED, A_CALLS, A_KEEP, A_WATCH, A_KIND, A_SHIM };
 
 static PyObject *core_get(PyObject *self, void *which)
 {
@@ -494,10 +684,14 @@ static PyObject *core_get(PyObject *self, void *which)
     case A_NDEF: return PyLong_FromSsize_t(c->ndef);
     case A_PEND0: return PyLong_FromSsize_t(c->pend0);
     case A_PEND_STREAM: return PyLong_FromLongLong(c->pend_stream);
+    case A_STEPS: return PyLong_FromUnsignedLongLong(c->arm.steps);
+    case A_LAST_NREC: return PyLong_FromSsize_t(c->last_nrec);
+    case A_LAST_NDEF: return PyLong_FromSsize_t(c->last_ndef);
     case A_USED: return Py_NewRef(c->used);
     case A_CALLS: return Py_NewRef(c->calls);
     case A_KEEP: return Py_NewRef(c->keep);
     case A_WATCH: return Py_NewRef(c->watch);
+    case A_SHIM: return PyBool_FromLong(c->use_shim);
     default: return PyUnicode_FromString("c");
     }
 }
@@ -541,6 +735,9 @@ static int core_set(PyObject *self, PyObject *v, void *which)
     case A_NREC: c->nrec = (Py_ssize_t)x; break;
     case A_NDEF: c->ndef = (Py_ssize_t)x; break;
     case A_PEND0: c->pend0 = (Py_ssize_t)x; break;
+    case A_STEPS: c->arm.steps = (uint64_t)x; break;
+    case A_LAST_NREC: c->last_nrec = (Py_ssize_t)x; break;
+    case A_LAST_NDEF: c->last_ndef = (Py_ssize_t)x; break;
     default: c->pend_stream = x; break;
     }
     return 0;
@@ -550,8 +747,10 @@ static int core_set(PyObject *self, PyObject *v, void *which)
 static PyGetSetDef core_getset[] = {
     ATTR("paused", A_PAUSED), ATTR("in_step", A_IN_STEP), ATTR("deferring", A_DEFERRING),
     ATTR("record_no_grad", A_NO_GRAD), ATTR("nrec", A_NREC), ATTR("ndef", A_NDEF), ATTR("pend0", A_PEND0),
-    ATTR("pend_stream", A_PEND_STREAM), ATTR("used", A_USED), ATTR("calls", A_CALLS), ATTR("keep", A_KEEP),
+    ATTR("pend_stream", A_PEND_STREAM), ATTR("steps", A_STEPS), ATTR("last_nrec", A_LAST_NREC),
+    ATTR("last_ndef", A_LAST_NDEF), ATTR("used", A_USED), ATTR("calls", A_CALLS), ATTR("keep", A_KEEP),
     ATTR("watch", A_WATCH), {"kind", core_get, NULL, "'c'", (void *)(intptr_t)A_KIND},
+    {"shim", core_get, NULL, "whether the tensor queries go through PyTorch's C shim", (void *)(intptr_t)A_SHIM},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -20,11 +20,12 @@
 
 #define HOST_RUN (-1LL)
 /* the tensor queries (qname): attributes, then methods */
-enum { Q_DTYPE, Q_LAYOUT, Q_SHAPE, Q_IS_CUDA, Q_IS_CPU, Q_VERSION, Q_GRAD, Q_REQUIRES_GRAD, Q_IS_CONTIGUOUS,
-       Q_GET_DEVICE, Q_DATA_PTR, NQ };
+enum { Q_DTYPE, Q_LAYOUT, Q_SHAPE, Q_IS_CUDA, Q_IS_CPU, Q_VERSION, Q_GRAD, Q_REQUIRES_GRAD, Q_CDATA,
+       Q_IS_CONTIGUOUS, Q_GET_DEVICE, Q_DATA_PTR, NQ };
 #define Q_FIRST_METHOD Q_IS_CONTIGUOUS
 #define NTYPES 4
 #define NGROUPS 3
+enum { GROUP_PARAM, GROUP_GRAD, GROUP_UPDATE }; /* the Recorder's _PARAM, _GRAD, _UPDATE */
 #define PYERR (-1000) /* a Python exception is set (library statuses are -1 .. -7) */
 
 /* Py_XSETREF is not in the limited API */
@@ -48,6 +49,58 @@ struct group {
     Py_ssize_t k0, n;
     PyObject *shapes, *owners; /* tuples; NULL: no such group */
     int deferrable;
+};
+
+/* PyTorch's C shim: functions libtorch exports with C linkage (for
+ * AOTInductor's compiled models), each taking an AtenTensorHandle (an
+ * at::Tensor *; an at::Tensor is one pointer, its TensorImpl's, which a
+ * tensor's _cdata gives) and returning 0 or an error code. Core.use_shim
+ * sets them after checking them against the Python queries. */
+typedef int32_t (*shim_i32_fn)(void *, int32_t *);
+typedef int32_t (*shim_i64_fn)(void *, int64_t *);
+typedef int32_t (*shim_sizes_fn)(void *, int64_t **);
+typedef int32_t (*shim_bool_fn)(void *, _Bool *);
+typedef int32_t (*shim_ptr_fn)(void *, void **);
+typedef int32_t (*shim_stream_fn)(int32_t, void **);
+
+struct shim {
+    shim_i32_fn dtype, layout, device_type, device_index;
+    shim_bool_fn is_contiguous;
+    shim_i64_fn dim;
+    shim_sizes_fn sizes;
+    shim_ptr_fn data_ptr;
+    shim_stream_fn stream; /* the current stream of a cuda device; NULL: torch.cuda's, from Python */
+    int32_t f32, strided, cpu, cuda;
+    int cuda_ok; /* a cuda sample agreed: cuda tensors through the shim too */
+};
+
+/* What a record needs of a tensor: fits (float32, strided, contiguous,
+ * on the cpu or a cuda device); then where it is, its shape (sizes from
+ * the shim, or shape, a torch.Size, from Python) and its data. */
+struct tinfo {
+    int fits, cuda;
+    int32_t dev;
+    int64_t ndim;
+    const int64_t *sizes;
+    PyObject *shape; /* owned; NULL when sizes are given */
+    void *data;
+};
+
+/* fast_step.c's paths: the Recorder's slow paths and what the fast ones
+ * need (Core.paths at the hooks' install; Core.arm after the first step) */
+struct arm {
+    int on, end;        /* armed; step() may end a step here (an optimizer, or level step) */
+    uint64_t steps;     /* steps ended: the next step's index (the Recorder's steps) */
+    long ckpt_every;
+    int (*step_begin)(void *, uint64_t);
+    int (*step_end)(void *, double);
+    /* the Recorder's: fail(status), flush_failed(r), _root_pre_hook,
+     * _begin_params(), record_input(name, t), _opt_pre_hook, _opt_post_hook */
+    PyObject *fail, *flush_failed, *root_slow, *begin_params, *record_input, *opt_pre_slow, *opt_post_slow;
+    /* the parameters (tuple), their reserved names, the optimizer's
+     * parameters; the root's inputs: their places in its arguments and
+     * names; b"input", "", "item" */
+    PyObject *params, *param_names, *updates, *input_idx, *input_names, *input_type, *root_key, *s_item;
 };
 
 typedef struct {
@@ -77,6 +130,11 @@ typedef struct {
     PyObject *qd[NQ];
     descrgetfunc qget[NQ];
     PyObject *ok_types[NTYPES], *bad_types[NTYPES];
+    /* the shim, when Core.use_shim found it agrees with the queries */
+    struct shim shim;
+    int use_shim;
+    struct arm arm;
+    Py_ssize_t last_nrec, last_ndef; /* the last step's records, deferred ones */
 } Core;
 
 /* the query names, interned by fast_paths_init */
@@ -92,6 +150,24 @@ int fast_try_defer(Core *c, PyObject *name, PyObject *type, int kind, PyObject *
  * point follows at once, with nothing run in between) */
 int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch);
 int fast_grads(Core *c, int gid, PyObject *params, int watch);
+/* what a record needs of t: through the shim when the core uses it and t's
+ * type is plain, else through the Python queries (which stop at the first
+ * that does not fit). 0 or PYERR; tinfo_done releases ti. */
+int fast_tinfo(Core *c, PyObject *t, struct tinfo *ti);
+void fast_tinfo_done(struct tinfo *ti);
+/* 1 when the shim's answers for t are the Python queries', 0 when not, PYERR */
+int fast_shim_agrees(Core *c, PyObject *t);
+
+/* fast.c: a step's state begun (PyCore.reset); PyCore.flush_point; a
+ * group (params given: the gradients) and a flush point after it */
+int fast_reset_state(Core *c);
+PyObject *fast_flush_point(Core *c, int flush);
+PyObject *fast_group_then_flush(Core *c, int gid, PyObject *tensors, PyObject *owners, PyObject *params);
+/* fast_step.c: the paths of Core.root_pre, opt_pre, opt_post, end_step */
+PyObject *fast_root_pre(Core *c, PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *fast_opt_pre(Core *c, PyObject *opt, PyObject *args, PyObject *kwargs);
+PyObject *fast_opt_post(Core *c, PyObject *opt, PyObject *args, PyObject *kwargs);
+PyObject *fast_end_step(Core *c, PyObject *loss);
 
 /* fast.c: the dealloc of an object of one of the module's (heap, GC) types */
 void fast_gc_dealloc(PyObject *self, inquiry clear);

@@ -4,7 +4,7 @@
 #include "fast.h"
 
 static const char *const qname[NQ] = {"dtype", "layout", "shape", "is_cuda", "is_cpu", "_version", "grad",
-                                      "requires_grad", "is_contiguous", "get_device", "data_ptr"};
+                                      "requires_grad", "_cdata", "is_contiguous", "get_device", "data_ptr"};
 PyObject *fast_qstr[NQ];
 
 int fast_paths_init(void)
@@ -34,6 +34,8 @@ static int type_is_plain(Core *c, PyTypeObject *tp)
             return 0;
     int plain = 1;
     for (int k = 0; k < NQ && plain; k++) {
+        if (!c->qd[k])
+            continue; /* a query torch.Tensor does not resolve as expected: getattr, whatever the type */
         PyObject *d = PyObject_GetAttr((PyObject *)tp, fast_qstr[k]);
         if (!d) {
             PyErr_Clear();
@@ -103,16 +105,6 @@ static int tensor_fits(Core *c, PyObject *t)
     return q_is(c, t, Q_LAYOUT, c->strided);
 }
 
-static int shape_is(Core *c, PyObject *t, PyObject *shape)
-{
-    PyObject *s = fast_q(c, t, Q_SHAPE);
-    if (!s)
-        return PYERR;
-    int r = PyObject_RichCompareBool(s, shape, Py_EQ);
-    Py_DECREF(s);
-    return r < 0 ? PYERR : r;
-}
-
 static int is_contiguous(Core *c, PyObject *t)
 {
     PyObject *v = fast_q(c, t, Q_IS_CONTIGUOUS);
@@ -152,6 +144,193 @@ static int data_ptr(Core *c, PyObject *t, void **out)
         return PYERR;
     *out = p;
     return 0;
+}
+
+/* ---- what a record needs of a tensor ---- */
+
+static int tinfo_shim(Core *c, PyObject *t, struct tinfo *ti);
+
+void fast_tinfo_done(struct tinfo *ti)
+{
+    Py_CLEAR(ti->shape);
+}
+
+/* through the Python queries, in PyCore's order, stopping at the first
+ * that does not fit */
+static int tinfo_python(Core *c, PyObject *t, struct tinfo *ti)
+{
+    int r = tensor_fits(c, t);
+    if (r != 1)
+        return r < 0 ? PYERR : 0;
+    if ((r = q_is(c, t, Q_IS_CUDA, Py_True)) < 0)
+        return PYERR;
+    ti->cuda = r;
+    if (!r && (r = q_is(c, t, Q_IS_CPU, Py_True)) != 1)
+        return r < 0 ? PYERR : 0;
+    if ((r = is_contiguous(c, t)) != 1)
+        return r < 0 ? PYERR : 0;
+    if (!(ti->shape = fast_q(c, t, Q_SHAPE)))
+        return PYERR;
+    if (data_ptr(c, t, &ti->data) < 0)
+        return PYERR;
+    if (ti->cuda) {
+        long long dev;
+        if (int_of(fast_q(c, t, Q_GET_DEVICE), &dev) < 0)
+            return PYERR;
+        ti->dev = (int32_t)dev;
+    }
+    ti->fits = 1;
+    return 0;
+}
+
+int fast_tinfo(Core *c, PyObject *t, struct tinfo *ti)
+{
+    memset(ti, 0, sizeof *ti);
+    int r = tinfo_shim(c, t, ti);
+    if (r != 0)
+        return r == 1 ? 0 : PYERR;
+    r = tinfo_python(c, t, ti);
+    if (r < 0 || !ti->fits)
+        fast_tinfo_done(ti);
+    return r;
+}
+
+/* whether a tensor of this info has shape (a torch.Size): 1, 0 or PYERR */
+static int tinfo_shape_is(const struct tinfo *ti, PyObject *shape)
+{
+    if (ti->shape) {
+        int r = PyObject_RichCompareBool(ti->shape, shape, Py_EQ);
+        return r < 0 ? PYERR : r;
+    }
+    Py_ssize_t n = PyTuple_Size(shape);
+    if (n < 0)
+        return PYERR;
+    if (n != ti->ndim)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long d = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+        if (d == -1 && PyErr_Occurred())
+            return PYERR;
+        if (d != ti->sizes[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* the current stream of a tensor of this info (HOST_RUN on the host) */
+static int tinfo_stream(Core *c, const struct tinfo *ti, long long *out)
+{
+    if (!ti->cuda) {
+        *out = HOST_RUN;
+        return 0;
+    }
+    if (c->use_shim && c->shim.stream) {
+        void *s;
+        if (c->shim.stream(ti->dev, &s) == 0) {
+            *out = (long long)(intptr_t)s;
+            return 0;
+        }
+    }
+    PyObject *dev = PyLong_FromLong(ti->dev);
+    if (!dev)
+        return PYERR;
+    PyObject *s = PyObject_CallFunctionObjArgs(c->raw_stream, dev, NULL);
+    Py_DECREF(dev);
+    return int_of(s, out);
+}
+
+/* ---- the shim ---- */
+
+/* 1: ti filled through the shim; 0: not for t (no shim, a type that is not
+ * plain, a shim call that failed): the Python queries; PYERR. Whether a
+ * cuda tensor's answers are trusted is the caller's. */
+static int tinfo_shim_any(Core *c, PyObject *t, struct tinfo *ti)
+{
+    const struct shim *s = &c->shim;
+    if (!c->use_shim || !c->qd[Q_CDATA] || !type_is_plain(c, Py_TYPE(t)))
+        return 0;
+    PyObject *cd = fast_q(c, t, Q_CDATA);
+    if (!cd)
+        return PYERR;
+    void *impl = PyLong_AsVoidPtr(cd);
+    Py_DECREF(cd);
+    if (!impl)
+        return PyErr_Occurred() ? PYERR : 0;
+    void *h = &impl; /* an at::Tensor: its TensorImpl pointer */
+    int32_t v;
+    _Bool b;
+    if (s->dtype(h, &v) != 0)
+        return 0;
+    if (v != s->f32)
+        return 1;
+    if (s->layout(h, &v) != 0)
+        return 0;
+    if (v != s->strided)
+        return 1;
+    if (s->device_type(h, &v) != 0)
+        return 0;
+    ti->cuda = v == s->cuda;
+    if (!ti->cuda && v != s->cpu)
+        return 1;
+    if (ti->cuda && s->device_index(h, &ti->dev) != 0)
+        return 0;
+    if (s->is_contiguous(h, &b) != 0)
+        return 0;
+    if (!b)
+        return 1;
+    int64_t *sizes;
+    if (s->dim(h, &ti->ndim) != 0 || s->sizes(h, &sizes) != 0 || s->data_ptr(h, &ti->data) != 0)
+        return 0;
+    ti->sizes = sizes;
+    ti->fits = 1;
+    return 1;
+}
+
+/* a cuda tensor through the shim only once a cuda sample agreed */
+static int tinfo_shim(Core *c, PyObject *t, struct tinfo *ti)
+{
+    int r = tinfo_shim_any(c, t, ti);
+    if (r == 1 && ti->cuda && !c->shim.cuda_ok) {
+        memset(ti, 0, sizeof *ti);
+        return 0;
+    }
+    return r;
+}
+
+int fast_shim_agrees(Core *c, PyObject *t)
+{
+    struct tinfo a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    int r = tinfo_shim_any(c, t, &a);
+    if (r != 1)
+        return r == 0 ? 0 : PYERR;
+    if (tinfo_python(c, t, &b) < 0) {
+        fast_tinfo_done(&b);
+        return PYERR;
+    }
+    int same = a.fits == b.fits;
+    if (same && a.fits) {
+        same = a.cuda == b.cuda && a.data == b.data && (!a.cuda || a.dev == b.dev);
+        if (same && (r = tinfo_shape_is(&a, b.shape)) != 1)
+            same = 0;
+        long long sa, sb;
+        if (same && r != PYERR && a.cuda) {
+            int use = c->use_shim;
+            c->use_shim = 0; /* the Python stream */
+            r = tinfo_stream(c, &b, &sb);
+            c->use_shim = use;
+            if (r == 0)
+                r = tinfo_stream(c, &a, &sa);
+            same = r == 0 && sa == sb;
+        }
+    }
+    fast_tinfo_done(&b);
+    if (r == PYERR)
+        return PYERR;
+    if (same && a.fits && a.cuda)
+        c->shim.cuda_ok = 1;
+    return same;
 }
 
 /* append (k, t, t._version) to the watch list */
@@ -196,18 +375,13 @@ int fast_push(Core *c)
 
 /* ---- the buffer ---- */
 
-int fast_buffer(Core *c, Py_ssize_t k, PyObject *t)
+/* slot k's deferred record: data p of t on stream (HOST_RUN: the host) */
+static int buffer_at(Core *c, Py_ssize_t k, PyObject *t, long long stream, void *p)
 {
     int rc = 0;
-    long long stream;
-    void *p;
-    if (stream_of(c, t, &stream) < 0)
-        return PYERR;
     if (k != c->pend0 && stream != c->pend_stream)
         rc = fast_push(c); /* one stream a run */
     c->pend_stream = stream;
-    if (data_ptr(c, t, &p) < 0)
-        return PYERR;
     c->ptrs[k] = p;
     if (PyList_Append(c->keep, t) < 0 || watch_add(c, k, t) < 0)
         return PYERR;
@@ -216,7 +390,17 @@ int fast_buffer(Core *c, Py_ssize_t k, PyObject *t)
     return rc;
 }
 
-static int slot_matches(Core *c, Py_ssize_t k, PyObject *name, PyObject *type, int kind, PyObject *t)
+int fast_buffer(Core *c, Py_ssize_t k, PyObject *t)
+{
+    long long stream;
+    void *p;
+    if (stream_of(c, t, &stream) < 0 || data_ptr(c, t, &p) < 0)
+        return PYERR;
+    return buffer_at(c, k, t, stream, p);
+}
+
+static int slot_matches(Core *c, Py_ssize_t k, PyObject *name, PyObject *type, int kind,
+                        const struct tinfo *ti)
 {
     const struct slot *s = &c->slots[k];
     int r = PyObject_RichCompareBool(s->name, name, Py_EQ);
@@ -227,7 +411,7 @@ static int slot_matches(Core *c, Py_ssize_t k, PyObject *name, PyObject *type, i
         return r < 0 ? PYERR : 0;
     if (s->kind != kind)
         return 0;
-    return shape_is(c, t, s->shape);
+    return tinfo_shape_is(ti, s->shape);
 }
 
 int fast_try_defer(Core *c, PyObject *name, PyObject *type, int kind, PyObject *t)
@@ -235,19 +419,17 @@ int fast_try_defer(Core *c, PyObject *name, PyObject *type, int kind, PyObject *
     Py_ssize_t k = c->nrec;
     if (!c->deferring || k >= c->nslots || !c->slots[k].deferrable)
         return 0;
-    int r = tensor_fits(c, t);
-    if (r != 1)
+    struct tinfo ti;
+    long long stream;
+    int r = fast_tinfo(c, t, &ti);
+    if (r < 0 || !ti.fits)
         return r;
-    int cuda = q_is(c, t, Q_IS_CUDA, Py_True);
-    if (cuda < 0)
-        return PYERR;
-    if (!cuda && (r = q_is(c, t, Q_IS_CPU, Py_True)) != 1)
+    if ((r = slot_matches(c, k, name, type, kind, &ti)) == 1)
+        r = tinfo_stream(c, &ti, &stream) < 0 ? PYERR : 2;
+    fast_tinfo_done(&ti);
+    if (r != 2)
         return r;
-    if ((r = is_contiguous(c, t)) != 1)
-        return r;
-    if ((r = slot_matches(c, k, name, type, kind, t)) != 1)
-        return r;
-    int rc = fast_buffer(c, k, t);
+    int rc = buffer_at(c, k, t, stream, ti.data);
     return rc < 0 ? rc : 1;
 }
 
@@ -268,6 +450,7 @@ int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch)
     if (!ts)
         return PYERR;
     int ret = PYERR, r;
+    long long stream = HOST_RUN;
     os = PySequence_Tuple(owners);
     if (!os)
         goto out;
@@ -275,35 +458,38 @@ int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch)
         PyErr_Format(PyExc_IndexError, "group %d: %zd owners for %zd tensors", gid, PyTuple_Size(os), n);
         goto out;
     }
-    PyObject *t0 = PyTuple_GetItem(ts, 0);
-    int cuda = q_is(c, t0, Q_IS_CUDA, Py_True);
-    if (cuda < 0)
-        goto out;
-    if (!cuda && (r = q_is(c, t0, Q_IS_CPU, Py_True)) != 1) {
-        ret = r;
-        goto out;
-    }
+    /* every tensor fits, on the first one's kind of device, in its place's
+     * shape; the group's stream is the first one's */
+    int cuda = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = PyTuple_GetItem(ts, i);
-        void *p;
+        struct tinfo ti;
         if (PyTuple_GetItem(os, i) != PyTuple_GetItem(g->owners, i)) {
             ret = 0;
             goto out;
         }
-        if ((r = tensor_fits(c, t)) != 1 || (r = q_is(c, t, Q_IS_CUDA, cuda ? Py_True : Py_False)) != 1 ||
-            (r = shape_is(c, t, PyTuple_GetItem(g->shapes, i))) != 1 || (r = is_contiguous(c, t)) != 1) {
+        if ((r = fast_tinfo(c, t, &ti)) < 0)
+            goto out;
+        if (!ti.fits || (i > 0 && ti.cuda != cuda)) {
+            fast_tinfo_done(&ti);
+            ret = 0;
+            goto out;
+        }
+        r = tinfo_shape_is(&ti, PyTuple_GetItem(g->shapes, i));
+        if (r == 1 && i == 0) {
+            cuda = ti.cuda;
+            if (tinfo_stream(c, &ti, &stream) < 0)
+                r = PYERR;
+        }
+        fast_tinfo_done(&ti);
+        if (r != 1) {
             ret = r;
             goto out;
         }
-        if (data_ptr(c, t, &p) < 0)
-            goto out;
-        c->ptrs[k0 + i] = p;
+        c->ptrs[k0 + i] = ti.data;
     }
     int rc = 0;
     if (c->deferring && g->deferrable) {
-        long long stream;
-        if (stream_of(c, t0, &stream) < 0)
-            goto out;
         if (k0 != c->pend0 && stream != c->pend_stream)
             rc = fast_push(c);
         c->pend_stream = stream;
@@ -330,14 +516,10 @@ int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch)
                 goto out;
     c->nrec = k0 + n;
     c->pend0 = c->nrec;
-    if (cuda) {
-        long long stream;
-        if (stream_of(c, t0, &stream) < 0)
-            goto out;
+    if (cuda)
         rc = call_many(c, k0, n, DIVTRACE_DEVICE, (void *)(intptr_t)stream);
-    } else {
+    else
         rc = call_many(c, k0, n, DIVTRACE_HOST, NULL);
-    }
     ret = rc < 0 ? rc : 1;
 out:
     Py_DECREF(ts);

@@ -129,9 +129,11 @@ def phases(cfg, device, margs, n):
     model, opt, data = tm.build(cfg, device, margs.seed, capturable=False)
     rec = divtrace.record(model, os.path.join(tempfile.mkdtemp(prefix="divtrace-prof-"), "p.dtr"),
                           config={"model": cfg["name"]}, optimizer=opt)
-    rec._root_pre_hook = timed("step start and input (root, before forward)", rec._root_pre_hook)
-    rec._opt_pre_hook = timed("optimizer pre-hook (gradients, flush)", rec._opt_pre_hook)
-    rec._opt_post_hook = timed("optimizer post-hook (updates, flush)", rec._opt_post_hook)
+    # what the hooks call (the C core's step paths, or the Recorder's methods)
+    pre, opt_pre, opt_post = rec._fns
+    rec._fns = (timed("step start and input (root, before forward)", pre),
+                timed("optimizer pre-hook (gradients, flush)", opt_pre),
+                timed("optimizer post-hook (updates, flush)", opt_post))
     make = rec._make_forward_hook
     rec._make_forward_hook = lambda *a: timed("module outputs (after each forward)", make(*a))
     rec.open()

@@ -10,6 +10,7 @@
 # module, and a change the first step did not show stops the run.
 # Run by tests/cli_torch.sh (make check).
 import copy
+import ctypes
 import inspect
 import math
 import os
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torch_testlib import (MLP, TOP, Checks, DT, InplaceNet, batches, check_captures, check_cores, check_deferred,
-                           diff_json, divtrace, run_dt, show_json, tmpdir, train)
+                           check_shim, diff_json, divtrace, run_dt, show_json, tmpdir, train, varied_loop)
 
 C = Checks()
 T = tmpdir()
@@ -362,7 +363,9 @@ def test_cores():
     """Both cores, one trace: the fast paths (MLP), the general ones (Net:
     a tuple of views, a float64 output, a module called twice) and an
     output changed in place (InplaceNet)."""
-    check_cores(C, "cpu", p, [("mlp", MLP), ("net", Net), ("inplace", InplaceNet), ("swap", SwapNet)])
+    check_cores(C, "cpu", p, [("mlp", MLP), ("net", Net), ("inplace", InplaceNet), ("swap", SwapNet),
+                              ("varied", MLP, varied_loop), ("varied-net", Net, varied_loop)])
+    check_shim(C, "cpu", p, [("mlp", MLP), ("net", Net), ("inplace", InplaceNet), ("swap", SwapNet)])
     # the swapped parameter's records are of the constant tensor its
     # data_ptr() names, in every step, while the weight itself is trained
     for core in ("python", "c"):
@@ -376,6 +379,61 @@ def test_cores():
     rec = divtrace.record(MLP(), p("core.dtr"))
     C.ok(want not in ("c", "python") or rec.core == want, "the recorder runs the core asked for",
          "%s, asked for %s" % (rec.core, want))
+
+
+def test_shim():
+    """The C core takes PyTorch's C shim only when its answers for the
+    sample tensors are the Python queries': the real functions are taken, a
+    shim that misreports a data pointer, a size or contiguity is not."""
+    from divtrace import _lib, _shim
+    fast = _lib.load_fast()
+    got = _shim.functions()
+    if fast is None or got is None:
+        print("skip - the shim's check: %s" % (_lib._fast_why if fast is None else _shim.why))
+        return
+    fns, consts = got
+
+    def core():
+        return fast.Core(torch.float32, torch.strided, torch.Tensor, lambda d: 0, torch.is_grad_enabled)
+    c = core()
+    C.ok(c.use_shim(fns, consts, None, _shim._samples(None)) is True and c.shim,
+         "the shim's answers for the sample tensors are the Python queries'")
+    C.ok(c.use_shim(None, None, None, ()) is False and not c.shim, "use_shim(None, ...) turns it off")
+    ptr_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+    sizes_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)))
+    bool_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool))
+    dim_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))
+    real_ptr, real_sizes, real_contig, real_dim = ptr_t(fns[7]), sizes_t(fns[6]), bool_t(fns[4]), dim_t(fns[5])
+    keep = []
+
+    def off_by_four(h, out):
+        r = real_ptr(h, out)
+        out[0] = (out[0] or 0) + 4
+        return r
+
+    def one_more_row(h, out):
+        r = real_sizes(h, out)
+        n = ctypes.c_int64()
+        real_dim(h, ctypes.byref(n))
+        buf = (ctypes.c_int64 * max(1, n.value))(*[out[0][i] for i in range(n.value)])
+        buf[0] += 1
+        keep.append(buf)
+        out[0] = ctypes.cast(buf, ctypes.POINTER(ctypes.c_int64))
+        return r
+
+    def always_contiguous(h, out):
+        real_contig(h, out)
+        out[0] = True
+        return 0
+    for what, i, fn in (("a data pointer 4 bytes off", 7, ptr_t(off_by_four)),
+                        ("a first size one too many", 6, sizes_t(one_more_row)),
+                        ("every tensor contiguous", 4, bool_t(always_contiguous))):
+        keep.append(fn)
+        bad = list(fns)
+        bad[i] = ctypes.cast(fn, ctypes.c_void_p).value
+        c = core()
+        C.ok(c.use_shim(tuple(bad), consts, None, _shim._samples(None)) is False and not c.shim,
+             "a shim that reports %s is refused" % what)
 
 
 class PropForward(nn.Module):
@@ -500,7 +558,7 @@ def main():
         DT, divtrace.library_path(), torch.__version__, divtrace.record(MLP(), p("x.dtr")).core))
     torch.set_num_threads(1)
     for t in (test_identical, test_divergent_module, test_against_torch, test_exception, test_levels,
-              test_errors, test_deferred, test_cores, test_capture):
+              test_errors, test_deferred, test_cores, test_shim, test_capture):
         try:
             t()
         except Exception as e:  # a test that crashes is a failed check, and the rest still run

@@ -240,29 +240,58 @@ def check_deferred(C, device, p):
          "deferred records: the change shows between step 2's update and step 3's parameter, not before")
 
 
+def varied_loop(path, make_model, steps=5, device="cpu", **record_kw):
+    """A training loop that takes the C core's step paths off their usual
+    case in some steps: the model called twice a step (the second time
+    with a keyword argument), a forward pass under no_grad and one paused
+    between steps, the loss passed as a tensor or as a number, checkpoints
+    every second step."""
+    torch.manual_seed(0)
+    model = make_model().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = batches(steps, device=device)
+    with divtrace.record(model, path, config={"seed": 0}, optimizer=opt, checkpoint_every=2,
+                         **record_kw) as rec:
+        for s in range(steps):
+            x, y = data[s]
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y) + 0.5 * F.mse_loss(model(x=x * 0.5), y)
+            with torch.no_grad():
+                model(x)
+            loss.backward()
+            opt.step()
+            rec.step(loss if s % 2 else loss.item())
+            with rec.paused():
+                model(x)
+
+
 def check_cores(C, device, p, makers):
     """The C core (divtrace._fast) and the Python core record the same
-    trace: each model of makers (name, make) trained twice, once with each
-    core (DIVTRACE_ADAPTER_CORE), and `divtrace show --json` of the two
-    traces equal but for the header's adapter_core. Skipped (one line) when
-    no C core loads."""
+    trace: each model of makers (name, make[, loop]) trained twice with
+    loop (default train), once with each core (DIVTRACE_ADAPTER_CORE), and
+    `divtrace show --json` of the two traces equal but for the header's
+    adapter_core and adapter_tensor_queries. Skipped (one line) when no C
+    core loads."""
     from divtrace import _lib
     if _lib.load_fast() is None:
         print("skip - C core against Python core: no C core loads (%s)" % _lib._fast_why)
         return
     was = os.environ.get("DIVTRACE_ADAPTER_CORE")
     try:
-        for name, make in makers:
+        for m in makers:
+            name, make = m[0], m[1]
+            loop = m[2] if len(m) > 2 else (lambda path, make: train(path, make, device=device, steps=4))
             js, cores = {}, {}
             for core in ("python", "c"):
                 os.environ["DIVTRACE_ADAPTER_CORE"] = core
                 path = p("core-%s-%s.dtr" % (name, core))
-                train(path, make, device=device, steps=4)
+                loop(path, make)
                 js[core] = show_json(path)
                 cores[core] = js[core]["config"].pop("adapter_core", None)
+                js[core]["config"].pop("adapter_tensor_queries", None)
             C.ok(cores == {"python": "python", "c": "c"}, "%s: the header names each core" % name, str(cores))
             diff = [k for k in set(js["c"]) | set(js["python"]) if js["c"].get(k) != js["python"].get(k)]
-            C.ok(not diff and len(js["c"]["steps"]) == 4,
+            C.ok(not diff and len(js["c"]["steps"]) >= 4,
                  "%s on %s: the C core's trace is the Python core's, record for record" % (name, device),
                  "differ: %s" % diff)
     finally:
@@ -270,6 +299,44 @@ def check_cores(C, device, p, makers):
             os.environ.pop("DIVTRACE_ADAPTER_CORE", None)
         else:
             os.environ["DIVTRACE_ADAPTER_CORE"] = was
+
+
+def check_shim(C, device, p, makers):
+    """The C core's tensor queries through PyTorch's C shim (divtrace/_shim.py)
+    and through Python record the same trace: each (name, make) of makers
+    trained with DIVTRACE_ADAPTER_SHIM unset and =0, the headers naming
+    which, and `divtrace show --json` equal but for adapter_tensor_queries.
+    Skipped when no C core loads; a shim that is not taken is a failure
+    where torch has it (CHECK_SHIM=optional makes it a skip)."""
+    from divtrace import _lib, _shim
+    if _lib.load_fast() is None:
+        print("skip - shim against Python queries: no C core loads (%s)" % _lib._fast_why)
+        return
+    was = {k: os.environ.get(k) for k in ("DIVTRACE_ADAPTER_CORE", "DIVTRACE_ADAPTER_SHIM")}
+    try:
+        os.environ["DIVTRACE_ADAPTER_CORE"] = "c"
+        for name, make in makers:
+            js, how = {}, {}
+            for shim in ("1", "0"):
+                os.environ["DIVTRACE_ADAPTER_SHIM"] = shim
+                path = p("shim-%s-%s-%s.dtr" % (name, device, shim))
+                train(path, make, device=device, steps=4)
+                js[shim] = show_json(path)
+                how[shim] = js[shim]["config"].pop("adapter_tensor_queries", None)
+            if how["1"] != "torch-c-shim" and os.environ.get("CHECK_SHIM") == "optional":
+                print("skip - shim against Python queries: the shim is not taken (%s)" % _shim.why)
+                return
+            C.ok(how == {"1": "torch-c-shim", "0": "python"}, "%s on %s: the header says how tensors were "
+                 "queried" % (name, device), "%s (%s)" % (how, _shim.why))
+            diff = [k for k in set(js["1"]) | set(js["0"]) if js["1"].get(k) != js["0"].get(k)]
+            C.ok(not diff, "%s on %s: queries through the shim record what Python queries record" % (name, device),
+                 "differ: %s" % diff)
+    finally:
+        for k, v in was.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def check_captures(C, device, p, cases, steps=3):

@@ -50,6 +50,8 @@ class PyCore:
         self._ts_addr = self._ptrs_addr = 0
         self._ts_size = 0
         self._ptrs = None
+        self.steps = 0          # steps ended (the Recorder's steps)
+        self.last_nrec = self.last_ndef = 0  # the last step's records, deferred ones
         self.reset()
 
     def reset(self):

@@ -39,7 +39,7 @@ import os
 import torch
 from torch import nn
 
-from . import _core, _lib
+from . import _core, _lib, _shim
 from ._lib import DivtraceError, FORWARD, GRAD, INPUT, OPTIMIZER, PARAM
 
 __all__ = ["record", "Recorder"]
@@ -193,9 +193,6 @@ class Recorder:
         self._h = None
         self._closed = False
         self._hooks = []
-        self.steps = 0              # steps ended so far (the next step's index)
-        self.records_per_step = 0   # tensors recorded in the last step ended
-        self.deferred_per_step = 0  # of which deferred (hashed in a batch at a flush point)
         self._last_ckpt = -1
         # Record k of every step is the first step's record k (the library
         # checks it): _slots[k] = (name, type, kind, torch shape, encoded
@@ -214,6 +211,13 @@ class Recorder:
         self._ptrs = None
         # the per-step state and the fast paths (_core.py)
         self._st, self._wrap_type = _make_core()
+        self._armed = False         # the C core's step paths on (after the first step)
+        # what the hooks call: the C core's step paths (fast_step.c), which
+        # take the usual case and call these methods for any other, or these
+        self._fns = (self._root_pre_hook, self._opt_pre_hook, self._opt_post_hook)
+        if self._st.kind == "c":
+            _shim.enable(self._st, model)   # tensor queries through PyTorch's C shim
+            self._fns = (self._st.root_pre, self._st.opt_pre, self._st.opt_post)
         self._st.record_no_grad = bool(record_no_grad)
         self._root_fresh = {}       # root call -> which of its tensor arguments are data
 
@@ -260,6 +264,25 @@ class Recorder:
         self._st.record_no_grad = bool(on)
 
     @property
+    def steps(self):
+        """Steps ended so far (the next step's index)."""
+        return self._st.steps
+
+    @steps.setter
+    def steps(self, n):
+        self._st.steps = n
+
+    @property
+    def records_per_step(self):
+        """Tensors recorded in the last step ended."""
+        return self._st.last_nrec
+
+    @property
+    def deferred_per_step(self):
+        """Of those, the ones deferred (hashed in a batch at a flush point)."""
+        return self._st.last_ndef
+
+    @property
     def core(self):
         """Which core records the steps after the first: "c" (the extension
         divtrace._fast) or "python"."""
@@ -300,6 +323,7 @@ class Recorder:
         cfg["checkpoint_every"] = str(self.checkpoint_every)
         cfg["adapter"] = "divtrace-python"
         cfg["adapter_core"] = self._st.kind
+        cfg["adapter_tensor_queries"] = "torch-c-shim" if getattr(self._st, "shim", False) else "python"
         for k, v in self._user_config.items():
             cfg[str(k)] = _config_value(v)
         return cfg
@@ -372,12 +396,16 @@ class Recorder:
         attribute that is not a plain method, a scripted module) takes the
         hooks."""
         m, opt = self.model, self.optimizer
+        root_pre, opt_pre, opt_post = self._fns
+        if self._st.kind == "c":
+            self._st.paths(lambda rc: _lib.check(rc, self._h), self._flush_failed, self._root_pre_hook,
+                           self._begin_params, self._record_input, self._opt_pre_hook, self._opt_post_hook)
         if self.level == "op":
             for mname, mod in m.named_modules():
                 own = tuple(self._pname[id(p)] for _, p in mod.named_parameters(recurse=False)
                             if id(p) in self._pname)
                 hook = self._make_forward_hook(mname or ROOT_NAME, type(mod).__name__.lower(), own)
-                pre = self._root_pre_hook if mod is m else None
+                pre = root_pre if mod is m else None
                 if self.capture == "wrap":
                     try:
                         w = _Wrapped(mod, self._wrap_type(mod, mod.forward, hook, pre))
@@ -392,8 +420,8 @@ class Recorder:
                     self._hooks.append(m.register_forward_pre_hook(pre, with_kwargs=True))
                 self._hooks.append(mod.register_forward_hook(hook, with_kwargs=True))
         if opt is not None and self.level != "step":
-            self._hooks.append(opt.register_step_pre_hook(self._opt_pre_hook))
-            self._hooks.append(opt.register_step_post_hook(self._opt_post_hook))
+            self._hooks.append(opt.register_step_pre_hook(opt_pre))
+            self._hooks.append(opt.register_step_post_hook(opt_post))
 
     def _remove_hooks(self):
         for h in self._hooks:
@@ -490,8 +518,8 @@ class Recorder:
 
     def _reset_step_state(self):
         self._st.reset()        # names used, calls, tensors kept and watched, slot counters
-        if self._fixed and not self._grads:
-            return              # the rest is only written in the first step (and _grads)
+        if self._fixed:
+            return              # the rest is only written in the first step
         self._by_id = {}        # id(tensor) -> (tensor, name): recorded outputs, kept alive
         self._by_node = {}      # autograd node -> names of the recorded tensors it made
         self._memo = {}         # autograd node -> names of its nearest recorded ancestors
@@ -514,6 +542,12 @@ class Recorder:
         if self.level == "step":
             return
         st.used.update(self._param_names)
+        self._begin_params()
+
+    def _begin_params(self):
+        """The parameters at the step's start (the step begun, their names
+        reserved)."""
+        st = self._st
         record = self._record
         if self._fixed:
             if not self._group(_PARAM, self._param_tensors, self._param_tensors):
@@ -531,6 +565,14 @@ class Recorder:
         st = self._st
         if st.paused:
             return
+        if self._armed:
+            r = st.end_step(loss)   # the usual step: the C core's path (fast_step.c)
+            if r is not None:
+                if r == 0:
+                    return
+                if isinstance(r, int):
+                    _lib.check(r, self._h)
+                self._flush_failed(r)
         if not st.in_step:
             self._begin()
         if self.optimizer is None and self.level != "step":
@@ -542,8 +584,7 @@ class Recorder:
         self._flush_point(False)  # divtrace_step_end flushes
         rc = self._lib.divtrace_step_end(self._h, loss)
         st.in_step = False
-        self.records_per_step = st.nrec
-        self.deferred_per_step = st.ndef
+        st.last_nrec, st.last_ndef = st.nrec, st.ndef
         self._reset_step_state()
         _lib.check(rc, self._h)
         if not self._fixed:
@@ -645,6 +686,10 @@ class Recorder:
             _lib.check(rc, self._h)
         return True
 
+    def _record_input(self, name, t):
+        """The C core's root_pre: an input its fast path did not take."""
+        return self._record(name, b"input", INPUT, t, None)
+
     def _flush_point(self, flush):
         """The deferred records so far must be hashed now (flush: queue them;
         else the library's next call does). In the first step: note which
@@ -709,6 +754,13 @@ class Recorder:
             if n <= 0 or k1 > len(slots) or len(owners) != n:
                 continue
             st.add_group(gid, k0, [slots[k0 + i][3] for i in range(n)], owners, all(d[k0:k1]))
+        if st.kind == "c":
+            idx = tuple(self._root_fresh.get(0, ()))
+            names = ("input",) if len(idx) == 1 else tuple("input.%d" % i for i in range(len(idx)))
+            st.arm(self._lib.divtrace_step_begin, self._lib.divtrace_step_end, self._param_tensors,
+                   tuple(self._param_names), self._update_tensors, idx, names, self.checkpoint_every,
+                   self.optimizer is not None or self.level == "step")
+            self._armed = True
 
     def _group(self, gid, tensors, owners):
         """The core's group gid (recorded: True; False: take them one by
@@ -727,13 +779,11 @@ class Recorder:
                 _lib.check(rc, self._h)
             if rc > 0:
                 return
-            grads = self._grads
             for name, p, gname in self._grad_recs:
                 g = p.grad
                 if g is None or not p.requires_grad:
                     continue
                 record(gname, b"grad", GRAD, g, None)
-                grads.add(name)
             return
         k0 = self._st.nrec
         ps = []
