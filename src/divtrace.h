@@ -136,8 +136,14 @@ int divtrace_record_many(divtrace *t, int n, const struct divtrace_tensor *ts, c
  * is changed or freed. A no-op when nothing is deferred. */
 int divtrace_flush(divtrace *t);
 /* End the step: flushes, waits for its device hashes, writes the step with its
- * loss (the gradient norm is computed from the GRAD tensors). */
+ * loss (the gradient norm is computed from the GRAD tensors). The write is
+ * made by the trace's writer thread while the caller goes on; if it fails,
+ * the next call that writes (a step's end, a checkpoint, divtrace_close)
+ * returns DIVTRACE_EIO with its message. */
 int divtrace_step_end(divtrace *t, double loss);
+/* Wait until every step ended is in the file (for a reader of the trace
+ * while it is written); DIVTRACE_EIO if its write failed. */
+int divtrace_sync(divtrace *t);
 
 /* ---- checkpoints (divtrace_checkpoint(3)) ---- */
 

@@ -48,6 +48,12 @@ struct divtrace {
     char *on_dev;            /* (rcap) the record comes from the device at the step's end */
     struct trace_oprec *tmp; /* (rcap) scratch: device records, kept records */
     uint64_t *hashes;        /* (rcap) little-endian op hashes for the root */
+    /* The kept records of the last two steps, in turn: the writer's thread
+     * writes one step's while the next is recorded (trace_writer_step_async
+     * reads them until the next call on the writer returns). */
+    struct trace_oprec *out[2];
+    uint32_t ocap[2];
+    int oturn;
     /* Checkpoints: the one being assembled, and one given before the op list
      * was written (the state before the first step), held until then. */
     int in_ckpt;
@@ -205,6 +211,8 @@ static void lib_free(divtrace *t)
     free(t->on_dev);
     free(t->tmp);
     free(t->hashes);
+    free(t->out[0]);
+    free(t->out[1]);
     trace_ckpt_free(&t->ck);
     trace_ckpt_free(&t->early);
     pthread_mutex_destroy(&t->mu);
@@ -606,6 +614,17 @@ int divtrace_record_many(divtrace *t, int n, const struct divtrace_tensor *ts, c
     return rc;
 }
 
+int divtrace_sync(divtrace *t)
+{
+    int rc = lib_enter(t, "divtrace_sync");
+    if (rc != DIVTRACE_OK)
+        return rc;
+    if (trace_writer_sync(t->w) < 0)
+        rc = lib_fail(t, DIVTRACE_EIO, "divtrace_sync: %s", dt_error());
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
 int divtrace_flush(divtrace *t)
 {
     int rc = lib_enter(t, "divtrace_flush");
@@ -706,7 +725,16 @@ int divtrace_step_end(divtrace *t, double loss)
      * the GRAD tensors, the records the level keeps */
     double g2 = 0;
     int gfinite = 1;
-    uint32_t nkeep = 0;
+    uint32_t nkeep = 0, turn = (uint32_t)t->oturn;
+    if (t->ocap[turn] < t->nrec) {
+        struct trace_oprec *o = realloc(t->out[turn], (size_t)t->nrec * sizeof *o);
+        if (!o) {
+            rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory for %u records", fn, t->nrec);
+            goto out;
+        }
+        t->out[turn] = o;
+        t->ocap[turn] = t->nrec;
+    }
     for (uint32_t i = 0; i < t->nrec; i++) {
         const struct trace_oprec *o = &t->rec[i];
         uint8_t *le = (uint8_t *)&t->hashes[i];
@@ -718,7 +746,7 @@ int divtrace_step_end(divtrace *t, double loss)
             gfinite &= o->nan == 0 && o->inf == 0;
         }
         if (trace_level_keeps(t->level, k))
-            t->tmp[nkeep++] = *o;
+            t->out[turn][nkeep++] = *o;
     }
     struct trace_step s = {
         .step = t->step,
@@ -726,12 +754,15 @@ int divtrace_step_end(divtrace *t, double loss)
         .grad_norm = gfinite ? sqrt(g2) : NAN,
         .root = hash_bytes(t->hashes, (size_t)t->nrec * sizeof *t->hashes),
         .nrec = nkeep,
-        .rec = t->tmp,
+        .rec = t->out[turn],
     };
-    if (trace_writer_step(t->w, &s) < 0) {
+    /* written on the writer's thread; a failure there is reported by the
+     * next call that writes (a step's end, a checkpoint, the close) */
+    if (trace_writer_step_async(t->w, &s) < 0) {
         rc = lib_fail(t, DIVTRACE_EIO, "%s: %s", fn, dt_error());
         goto out;
     }
+    t->oturn = !t->oturn;
     t->in_step = 0;
     t->have_last = 1;
     t->last = t->step;

@@ -442,6 +442,11 @@ int trace_writer_step(struct trace_writer *w, const struct trace_step *s)
     return trace_writer_step_now(w, s);
 }
 
+int trace_writer_sync(struct trace_writer *w)
+{
+    return trace_writer_usable(w);
+}
+
 int trace_writer_step_async(struct trace_writer *w, const struct trace_step *s)
 {
     if (trace_writer_usable(w) < 0)

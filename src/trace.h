@@ -128,6 +128,9 @@ int trace_writer_step(struct trace_writer *w, const struct trace_step *s);
  * (every call waits for the step first; an error in it is reported by the
  * next call). 0, or -1 with dt_error set. */
 int trace_writer_step_async(struct trace_writer *w, const struct trace_step *s);
+/* Wait for the step given to trace_writer_step_async to be written: 0, or -1
+ * with dt_error set (its failure, or an earlier one that left w unusable). */
+int trace_writer_sync(struct trace_writer *w);
 int trace_writer_ckpt(struct trace_writer *w, const struct trace_ckpt *c);
 int trace_writer_event(struct trace_writer *w, const struct trace_event *e);
 /* Write the index footer (clean close) and close; `status` 0 = run completed,

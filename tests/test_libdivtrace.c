@@ -7,12 +7,15 @@
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 #include <xxhash.h>
@@ -541,6 +544,50 @@ static void test_write_failure(void **state)
     assert_non_null(strstr(divtrace_errmsg(NULL), "/dev/full"));
 }
 
+/* A step's write that fails on the writer's thread (here the file may
+ * grow no further: RLIMIT_FSIZE) is reported by the next call that writes
+ * (divtrace_sync, a step's end, the close), not by the step's own end; the
+ * file stays readable up to the step before. */
+static void test_late_write_failure(void **state)
+{
+    (void)state;
+    const char *path = tu_path("fsize.dtr");
+    struct rlimit old, lim;
+    struct stat st;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    divtrace *t;
+    assert_int_equal(divtrace_open(&t, path, tt_config, NULL), DIVTRACE_OK);
+    tt_write_steps(t, 0, 2);
+    assert_int_equal(divtrace_sync(t), DIVTRACE_OK);
+    assert_int_equal(stat(path, &st), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st.st_size;
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) {
+        signal(SIGXFSZ, was);
+        divtrace_close(t, 0, NULL);
+        skip();
+    }
+    int end = tt_steps(t, 2, 1); /* its write is queued: the end itself succeeds */
+    int sync = divtrace_sync(t);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", divtrace_errmsg(t));
+    int again = tt_steps(t, 3, 1);
+    int closed = divtrace_close(t, 0, NULL);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, was);
+    assert_int_equal(end, 0);
+    assert_int_equal(sync, DIVTRACE_EIO);
+    assert_non_null(strstr(msg, "write failed"));
+    assert_true(again > 0);
+    assert_int_equal(closed, DIVTRACE_EIO);
+    struct trace_file *tf;
+    assert_int_equal(trace_open(&tf, path), 0);
+    assert_false(tf->complete);
+    assert_int_equal(tf->nsteps, 2);
+    trace_close(tf);
+}
+
 /* Closed with a nonzero status: a STOPPED event, the end status kept;
  * never closed: a prefix readable up to the last step. */
 static void test_early_end(void **state)
@@ -550,7 +597,9 @@ static void test_early_end(void **state)
     divtrace *t;
     assert_int_equal(divtrace_open(&t, path, tt_config, NULL), DIVTRACE_OK);
     tt_write_steps(t, 0, 3);
-    /* while the trace is open, a reader sees the steps so far */
+    /* while the trace is open, a reader sees the steps so far once
+     * divtrace_sync returns (the last one's write is the writer thread's) */
+    assert_int_equal(divtrace_sync(t), DIVTRACE_OK);
     struct trace_file *tf;
     assert_int_equal(trace_open(&tf, path), 0);
     assert_false(tf->complete);
@@ -720,6 +769,7 @@ int main(void)
         cmocka_unit_test(test_unknown_input),
         cmocka_unit_test(test_write_failure),
         cmocka_unit_test(test_early_end),
+        cmocka_unit_test(test_late_write_failure),
         cmocka_unit_test(test_two_threads_two_traces),
         cmocka_unit_test(test_two_threads_one_trace),
     };

@@ -156,7 +156,9 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
  * tiles them; the warp that finishes a buffer's last tile (a ticket from
  * ctr[out], which it sets back to 0) finishes its record as the root
  * kernel's gt_root_small does. Same tiles, same sums: the same records,
- * bit for bit. */
+ * bit for bit. The argument is sized to the batch (room for 8, 32 or
+ * GT_SB_MAX descriptors): a launch's cost on the host grows with it, and a
+ * model's flushes are mostly of a few tensors. */
 #define GT_SB_MAX 128
 #define GT_SB_WARPS 2
 struct gt_sb_buf {
@@ -164,15 +166,16 @@ struct gt_sb_buf {
     uint32_t count, out;
     uint16_t leaf0, tile0, warp0; /* its first digest, partial (tile) and warp in the grid */
 };
-struct gt_sb {
+template <int MAX> struct gt_sb {
     uint32_t n, nwarps;
-    struct gt_sb_buf b[GT_SB_MAX];
+    struct gt_sb_buf b[MAX];
 };
-static_assert(sizeof(struct gt_sb) + 4 * sizeof(void *) <= 4096, "a launch's arguments fit in 4 KiB");
+static_assert(sizeof(struct gt_sb<GT_SB_MAX>) + 4 * sizeof(void *) <= 4096, "a launch's arguments fit in 4 KiB");
 static_assert(GT_SB_MAX * (GT_SMALL_LEAVES + 1) < 65536, "leaf0, tile0 and warp0 fit in 16 bits");
 
+template <int MAX>
 static __global__ void __launch_bounds__(32 * GT_SB_WARPS)
-gt_sb_kernel(const __grid_constant__ struct gt_sb sb, struct trace_oprec *rec, uint64_t *dig,
+gt_sb_kernel(const __grid_constant__ struct gt_sb<MAX> sb, struct trace_oprec *rec, uint64_t *dig,
              struct gt_part *part, unsigned *ctr)
 {
     __shared__ uint64_t stage[GT_SB_WARPS][GT_REC_WORDS];
@@ -217,6 +220,35 @@ gt_sb_kernel(const __grid_constant__ struct gt_sb sb, struct trace_oprec *rec, u
         ctr[b.out] = 0;
 }
 
+/* n (at most MAX) small buffers in one gt_sb_kernel launch */
+template <int MAX>
+static cudaError_t gt_sb_launch(const float *const *bufs, const size_t *counts, const uint32_t *out, int n,
+                                struct trace_oprec *drec, uint64_t *dig, struct gt_part *part, unsigned *ctr,
+                                cudaStream_t s)
+{
+    /* digests and partials where gt_plan puts them (leaf0 and tile0 as
+     * gt_fill sets them); a buffer's tiles are its warps */
+    struct gt_sb<MAX> sb;
+    uint32_t slot = 0, tiles = 0, warps = 0;
+    sb.n = (uint32_t)n;
+    for (int k = 0; k < n; k++) {
+        uint32_t leaves = (uint32_t)((counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS);
+        sb.b[k].ptr = bufs[k];
+        sb.b[k].count = (uint32_t)counts[k];
+        sb.b[k].leaf0 = (uint16_t)slot;
+        sb.b[k].tile0 = (uint16_t)tiles;
+        sb.b[k].warp0 = (uint16_t)warps;
+        sb.b[k].out = out ? out[k] : (uint32_t)k;
+        slot += leaves + (leaves & 1);
+        tiles += leaves;
+        warps += leaves ? leaves : 1;
+    }
+    sb.nwarps = warps;
+    unsigned blocks = (warps + GT_SB_WARPS - 1) / GT_SB_WARPS;
+    gt_sb_kernel<MAX><<<blocks, 32 * GT_SB_WARPS, 0, s>>>(sb, drec, dig, part, ctr);
+    return cudaGetLastError();
+}
+
 /* Whether n buffers take gt_sb_kernel: few enough, each small. */
 static int gt_sb_fits(const size_t *counts, int n)
 {
@@ -257,29 +289,13 @@ cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *buf
         if (((uintptr_t)bufs[k] & 3) != 0)
             return cudaErrorInvalidValue;
     if (ctr && gt_sb_fits(counts, n)) {
-        /* digests and partials where gt_plan puts them (leaf0 and tile0
-         * as gt_fill sets them); a buffer's tiles are its warps */
-        struct gt_sb sb;
-        uint32_t slot = 0, tiles = 0, warps = 0;
-        sb.n = (uint32_t)n;
-        for (int k = 0; k < n; k++) {
-            uint32_t leaves = (uint32_t)((counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS);
-            sb.b[k].ptr = bufs[k];
-            sb.b[k].count = (uint32_t)counts[k];
-            sb.b[k].leaf0 = (uint16_t)slot;
-            sb.b[k].tile0 = (uint16_t)tiles;
-            sb.b[k].warp0 = (uint16_t)warps;
-            sb.b[k].out = out ? out[k] : (uint32_t)k;
-            slot += leaves + (leaves & 1);
-            tiles += leaves;
-            warps += leaves ? leaves : 1;
-        }
-        sb.nwarps = warps;
-        unsigned blocks = (warps + GT_SB_WARPS - 1) / GT_SB_WARPS;
-        gt_sb_kernel<<<blocks, 32 * GT_SB_WARPS, 0, s>>>(sb, drec, (uint64_t *)((unsigned char *)scratch + l.o_dig),
-                                                          (struct gt_part *)((unsigned char *)scratch + l.o_part),
-                                                          ctr);
-        return cudaGetLastError();
+        uint64_t *dig = (uint64_t *)((unsigned char *)scratch + l.o_dig);
+        struct gt_part *part = (struct gt_part *)((unsigned char *)scratch + l.o_part);
+        if (n <= 8)
+            return gt_sb_launch<8>(bufs, counts, out, n, drec, dig, part, ctr, s);
+        if (n <= 32)
+            return gt_sb_launch<32>(bufs, counts, out, n, drec, dig, part, ctr, s);
+        return gt_sb_launch<GT_SB_MAX>(bufs, counts, out, n, drec, dig, part, ctr, s);
     }
     unsigned nitems = gt_fill((unsigned char *)staging, &l, bufs, counts, out, n);
     cudaError_t e = cudaMemcpyAsync(scratch, staging, l.in_bytes, cudaMemcpyHostToDevice, s);

@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #define LG_CHUNK_MIN ((size_t)4 << 20)
+#define LG_KNOWN 4 /* pointers remembered a record slot */
 
 struct lg_chunk {
     unsigned char *p;
@@ -52,7 +53,7 @@ struct lib_gpu {
     struct trace_oprec *drec;   /* the same memory as the device addresses it */
     unsigned *dctr;             /* (rcap) on the device: each slot's block counter, 0 at rest */
     uint32_t rcap;
-    const float *(*known)[2];   /* (nknown) by slot: the last two pointers found on this device there */
+    const float *(*known)[LG_KNOWN]; /* (nknown) by slot: the last pointers found on this device there */
     uint32_t nknown;
     cudaStream_t *streams;      /* the callers' streams used since the last collect */
     int nstreams, cstreams;
@@ -311,13 +312,16 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
 /* What every device record is checked for: on this trace's GPU, aligned
  * to a float, not too large to hash. The pointer query (one to a few
  * microseconds) is made when a slot sees a pointer that is not one of the
- * last two it saw: a training loop's tensors come back at the same
- * addresses step after step, or alternate between two (a caching
- * allocator that hands out the block the step before last freed). */
+ * last LG_KNOWN it saw: a training loop's tensors come back at the same
+ * addresses step after step, or cycle among a few (a caching allocator
+ * that hands out the blocks earlier steps freed). */
 static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint32_t slot, char *msg,
                            size_t n)
 {
-    if (slot >= g->nknown || (g->known[slot][0] != x && g->known[slot][1] != x)) {
+    int seen = 0;
+    for (int i = 0; slot < g->nknown && i < LG_KNOWN && !seen; i++)
+        seen = g->known[slot][i] == x;
+    if (!seen) {
         int dev, rc = lg_device_of(x, &dev, msg, n);
         if (rc != DIVTRACE_OK)
             return rc;
@@ -330,7 +334,7 @@ static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint
             uint32_t cap = g->nknown ? g->nknown : 256;
             while (cap <= slot)
                 cap *= 2;
-            const float *(*k)[2] = (const float *(*)[2])realloc(g->known, (size_t)cap * sizeof *k);
+            const float *(*k)[LG_KNOWN] = (const float *(*)[LG_KNOWN])realloc(g->known, (size_t)cap * sizeof *k);
             if (k) { /* without room, the next record of the slot asks again */
                 memset(k + g->nknown, 0, (size_t)(cap - g->nknown) * sizeof *k);
                 g->known = k;
@@ -338,7 +342,7 @@ static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint
             }
         }
         if (slot < g->nknown) {
-            g->known[slot][1] = g->known[slot][0];
+            memmove(&g->known[slot][1], &g->known[slot][0], (LG_KNOWN - 1) * sizeof g->known[slot][0]);
             g->known[slot][0] = x;
         }
     }

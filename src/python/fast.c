@@ -691,7 +691,7 @@ static PyObject *core_get(PyObject *self, void *which)
     case A_CALLS: return Py_NewRef(c->calls);
     case A_KEEP: return Py_NewRef(c->keep);
     case A_WATCH: return Py_NewRef(c->watch);
-    case A_SHIM: return PyBool_FromLong(c->use_shim);
+    case A_SHIM: return PyLong_FromLong(c->use_shim ? 1 + c->shim.cuda_ok : 0);
     default: return PyUnicode_FromString("c");
     }
 }
@@ -750,7 +750,8 @@ static PyGetSetDef core_getset[] = {
     ATTR("pend_stream", A_PEND_STREAM), ATTR("steps", A_STEPS), ATTR("last_nrec", A_LAST_NREC),
     ATTR("last_ndef", A_LAST_NDEF), ATTR("used", A_USED), ATTR("calls", A_CALLS), ATTR("keep", A_KEEP),
     ATTR("watch", A_WATCH), {"kind", core_get, NULL, "'c'", (void *)(intptr_t)A_KIND},
-    {"shim", core_get, NULL, "whether the tensor queries go through PyTorch's C shim", (void *)(intptr_t)A_SHIM},
+    {"shim", core_get, NULL, "the tensor queries through PyTorch's C shim: 0 none, 1 host tensors, 2 device tensors too",
+     (void *)(intptr_t)A_SHIM},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

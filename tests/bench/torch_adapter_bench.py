@@ -32,8 +32,12 @@
 # forward hooks (capture="hooks") and by forward wrappers (capture="wrap",
 # the adapter's default and this benchmark's).
 #
+# --shim both traces each C-core run twice: tensor queries through PyTorch's
+# C shim (the default; core "c") and through Python (DIVTRACE_ADAPTER_SHIM=0;
+# core "c-noshim").
+#
 # Usage: python3 tests/bench/torch_adapter_bench.py [--small] [--level op|param|step] [--defer on|off|both]
-#        [--core c|python|both] [--capture wrap|hooks|both] [--loss tensor|number]
+#        [--core c|python|both] [--capture wrap|hooks|both] [--shim on|off|both] [--loss tensor|number]
 #        [--rounds N] [--device cpu|cuda] [torch_models.py options: --config NAME ..., --warmup N,
 #        --steps N, --stack, --size, --nt, --batch, --layers, --ae-batch, ...]
 # --small: sizes a CPU finishes in seconds (autoencoder 784,64,16,64,784 batch 32,
@@ -80,17 +84,24 @@ class Run:
         if variant is not None:
             defer, core, capture = variant
             path = os.path.join(tmp, "%s-%s.dtr" % (cfg["name"], tag))
-            was = os.environ.get("DIVTRACE_ADAPTER_CORE")
-            os.environ["DIVTRACE_ADAPTER_CORE"] = core
+            env = {"DIVTRACE_ADAPTER_CORE": "c" if core == "c-noshim" else core,
+                   "DIVTRACE_ADAPTER_SHIM": "0" if core == "c-noshim" else None}
+            was = {k: os.environ.get(k) for k in env}
             try:
+                for k, v in env.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
                 self.rec = divtrace.record(self.model, path, config={"model": cfg["name"], "seed": margs.seed},
                                            optimizer=self.opt, level=level, defer=defer,
                                            capture=capture).open()
             finally:
-                if was is None:
-                    del os.environ["DIVTRACE_ADAPTER_CORE"]
-                else:
-                    os.environ["DIVTRACE_ADAPTER_CORE"] = was
+                for k, v in was.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
 
     def step(self, timed):
         t0 = time.perf_counter()
@@ -158,6 +169,9 @@ def main(argv):
     ap.add_argument("--capture", default="wrap", choices=["wrap", "hooks", "both"],
                     help="how module outputs are caught: forward wrappers (the adapter's default), "
                     "forward hooks, or both side by side")
+    ap.add_argument("--shim", default="on", choices=["on", "off", "both"],
+                    help="the C core's tensor queries through PyTorch's C shim (on, the adapter's "
+                    "default), through Python (off, DIVTRACE_ADAPTER_SHIM=0), or both side by side")
     ap.add_argument("--loss", default="tensor", choices=["tensor", "number"],
                     help="what the traced step passes to rec.step: the loss tensor (default) or the "
                     "number its loss.item() read")
@@ -207,6 +221,9 @@ def main(argv):
     try:
         defers = {"on": [True], "off": [False], "both": [False, True]}[args.defer]
         cores = {"c": ["c"], "python": ["python"], "both": ["python", "c"]}[core]
+        # the C core without the shim: "c-noshim"
+        shims = {"on": ["c"], "off": ["c-noshim"], "both": ["c-noshim", "c"]}[args.shim]
+        cores = [x for c in cores for x in (shims if c == "c" else [c])]
         # the last variant is what the adapter does by default, with the core asked for
         caps = {"wrap": ["wrap"], "hooks": ["hooks"], "both": ["hooks", "wrap"]}[args.capture]
         variants = [(d, c, k) for d in defers for c in cores for k in caps]

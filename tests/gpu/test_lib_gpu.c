@@ -317,14 +317,16 @@ static void test_many(void **state)
     lg_set_free(&s);
 }
 
-/* Batches of small tensors around the size where a flush stops being one
- * launch with its descriptors as the argument (at most 128 tensors of at
- * most 30 leaves each): 1, 127, 128, 129 and 300 tensors, the sizes drawn
- * from 0 to 30 leaves and just over, some views unaligned. */
+/* Batches of small tensors around the sizes where a flush's one launch
+ * with its descriptors as the argument takes a larger argument (8, 32 and
+ * 128 tensors) and where it stops being one launch (more than 128 tensors,
+ * or one over 30 leaves): 1, 8, 9, 32, 33, 127, 128, 129 and 300 tensors,
+ * the sizes drawn from 0 to 30 leaves and just over, some views
+ * unaligned. */
 static void test_batches(void **state)
 {
     (void)state;
-    static const int counts[] = {1, 127, 128, 129, 300};
+    static const int counts[] = {1, 8, 9, 32, 33, 127, 128, 129, 300};
     static const size_t edge[] = {0, 1, 4096, 4096 * 30, 4096 * 30 + 1};
     uint64_t r = 5150;
     for (int c = 0; c < (int)(sizeof counts / sizeof counts[0]); c++) {
@@ -333,7 +335,7 @@ static void test_batches(void **state)
         for (int i = 0; i < s.n; i++) {
             /* one tensor over 30 leaves in the 127 (the general path), the
              * edges at the start of the others */
-            size_t n = c == 1 && i == 5 ? edge[4]
+            size_t n = counts[c] == 127 && i == 5 ? edge[4]
                        : i < 4           ? edge[i]
                                          : (size_t)(tu_rand_u64(&r) % (4096 * 30 + 1));
             lg_set_add(&s, i, n, i % 5 == 2 ? LG_SPECIALS : LG_UNIFORM, 60000 + 1000 * (uint64_t)c + (uint64_t)i,

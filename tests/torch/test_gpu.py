@@ -22,7 +22,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from torch_testlib import (MLP, Checks, DT, InplaceNet, batches, check_captures, check_cores,  # noqa: E402
-                           check_deferred, diff_json, divtrace, show_json, tmpdir, train)
+                           check_deferred, check_shim, diff_json, divtrace, show_json, tmpdir, train,
+                           varied_loop)
 
 C = Checks()
 T = tmpdir()
@@ -153,9 +154,13 @@ def test_deferred():
 
 
 def test_cores():
-    """The C core's GPU traces are the Python core's."""
+    """The C core's GPU traces are the Python core's (also in a loop that
+    takes its step paths off their usual case), and with PyTorch's C shim
+    the same as without."""
     arithmetic(True)
-    check_cores(C, DEV, p, [("mlp", MLP), ("inplace", InplaceNet)])
+    check_cores(C, DEV, p, [("mlp", MLP), ("inplace", InplaceNet),
+                            ("varied", MLP, lambda path, make: varied_loop(path, make, device=DEV))])
+    check_shim(C, DEV, p, [("mlp", MLP), ("inplace", InplaceNet)])
 
 
 def test_capture():

@@ -323,7 +323,7 @@ class Recorder:
         cfg["checkpoint_every"] = str(self.checkpoint_every)
         cfg["adapter"] = "divtrace-python"
         cfg["adapter_core"] = self._st.kind
-        cfg["adapter_tensor_queries"] = "torch-c-shim" if getattr(self._st, "shim", False) else "python"
+        cfg["adapter_tensor_queries"] = ("python", "torch-c-shim", "torch-c-shim+cuda")[getattr(self._st, "shim", 0)]
         for k, v in self._user_config.items():
             cfg[str(k)] = _config_value(v)
         return cfg
