@@ -141,6 +141,10 @@ int divtrace_flush(divtrace *t);
  * the next call that writes (a step's end, a checkpoint, divtrace_close)
  * returns DIVTRACE_EIO with its message. */
 int divtrace_step_end(divtrace *t, double loss);
+/* The same, with the loss a float32 in device memory (on the trace's GPU),
+ * read on stream with the step's device records: one wait at the step's
+ * end where reading it first would take two. */
+int divtrace_step_end_device(divtrace *t, const float *loss, void *stream);
 /* Wait until every step ended is in the file (for a reader of the trace
  * while it is written); DIVTRACE_EIO if its write failed. */
 int divtrace_sync(divtrace *t);

@@ -32,6 +32,11 @@ int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream,
 /* Queue the deferred records as one batch on their stream (g may be NULL;
  * nothing deferred: nothing to do). */
 int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n);
+/* Queue a copy of the float at x (device memory on the bound device) on
+ * stream; the next collect waits for it, and lib_gpu_fetched reads it. */
+int lib_gpu_fetch(struct lib_gpu *g, const float *x, void *stream, char *msg, size_t n);
+/* The float the last collected fetch copied (NaN before any). */
+float lib_gpu_fetched(const struct lib_gpu *g);
 /* Whether anything was queued or deferred since the last collect or discard. */
 int lib_gpu_pending(const struct lib_gpu *g);
 /* Flush, wait for every queued record and copy slots 0 .. nslots-1 to out;
@@ -45,6 +50,7 @@ void lib_gpu_discard(struct lib_gpu *g);
 int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count, char *msg,
                      size_t n);
 #else
+#include <math.h>
 #include <stdio.h>
 
 static inline int lib_gpu_nocuda(char *msg, size_t n)
@@ -76,6 +82,16 @@ static inline int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n)
 {
     (void)g, (void)msg, (void)n;
     return DIVTRACE_OK;
+}
+static inline int lib_gpu_fetch(struct lib_gpu *g, const float *x, void *stream, char *msg, size_t n)
+{
+    (void)g, (void)x, (void)stream;
+    return lib_gpu_nocuda(msg, n);
+}
+static inline float lib_gpu_fetched(const struct lib_gpu *g)
+{
+    (void)g;
+    return NAN;
 }
 static inline int lib_gpu_pending(const struct lib_gpu *g) { (void)g; return 0; }
 static inline int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,

@@ -676,12 +676,11 @@ static int lib_resolve(divtrace *t)
     return DIVTRACE_OK;
 }
 
-int divtrace_step_end(divtrace *t, double loss)
+/* divtrace_step_end's work, t->mu held; dloss: the loss in device memory
+ * (read with the device records), else loss */
+static int lib_step_end(divtrace *t, const char *fn, double loss, const float *dloss, void *stream)
 {
-    const char *fn = "divtrace_step_end";
-    int rc = lib_enter(t, fn);
-    if (rc != DIVTRACE_OK)
-        return rc;
+    int rc = DIVTRACE_OK;
     if (!t->in_step) {
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: no step begun", fn);
         goto out;
@@ -691,6 +690,17 @@ int divtrace_step_end(divtrace *t, double loss)
                       "step recorded %u (next: '%s')", fn, t->step, t->nrec, t->nops,
                       t->ops[t->nrec].name);
         goto out;
+    }
+    if (dloss) {
+        char msg[LIB_MSG];
+        if (!t->gpu)
+            rc = lib_gpu_new(&t->gpu, dloss, msg, sizeof msg);
+        if (rc == DIVTRACE_OK)
+            rc = lib_gpu_fetch(t->gpu, dloss, stream, msg, sizeof msg);
+        if (rc != DIVTRACE_OK) {
+            lib_fail(t, rc, "%s: step %" PRIu64 ": the loss: %s", fn, t->step, msg);
+            goto out;
+        }
     }
     if (t->gpu && lib_gpu_pending(t->gpu)) {
         char msg[LIB_MSG];
@@ -705,6 +715,8 @@ int divtrace_step_end(divtrace *t, double loss)
                 t->rec[i].op = i;
             }
     }
+    if (dloss)
+        loss = lib_gpu_fetched(t->gpu);
     if (!t->fixed) {
         if ((rc = lib_resolve(t)) != DIVTRACE_OK)
             goto out;
@@ -767,6 +779,26 @@ int divtrace_step_end(divtrace *t, double loss)
     t->have_last = 1;
     t->last = t->step;
 out:
+    return rc;
+}
+
+int divtrace_step_end(divtrace *t, double loss)
+{
+    int rc = lib_enter(t, "divtrace_step_end");
+    if (rc != DIVTRACE_OK)
+        return rc;
+    rc = lib_step_end(t, "divtrace_step_end", loss, NULL, NULL);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int divtrace_step_end_device(divtrace *t, const float *loss, void *stream)
+{
+    const char *fn = "divtrace_step_end_device";
+    int rc = lib_enter(t, fn);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    rc = loss ? lib_step_end(t, fn, 0, loss, stream) : lib_fail(t, DIVTRACE_EINVAL, "%s: NULL loss", fn);
     pthread_mutex_unlock(&t->mu);
     return rc;
 }

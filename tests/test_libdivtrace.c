@@ -544,6 +544,31 @@ static void test_write_failure(void **state)
     assert_non_null(strstr(divtrace_errmsg(NULL), "/dev/full"));
 }
 
+/* divtrace_step_end_device without a GPU (or with host memory on one): a
+ * clear status, the step then ended with the loss as a number. */
+static void test_loss_on_device_refused(void **state)
+{
+    (void)state;
+    const char *path = tu_path("dloss.dtr");
+    divtrace *t;
+    float loss = 0.25f;
+    assert_int_equal(divtrace_open(&t, path, tt_config, NULL), DIVTRACE_OK);
+    tt_write_steps(t, 0, 1);
+    assert_int_equal(divtrace_step_begin(t, 1), DIVTRACE_OK);
+    for (int i = 0; i < NT; i++) {
+        float *x = tt_data(i, 1);
+        assert_int_equal(tt_record(t, i, x), DIVTRACE_OK);
+        free(x);
+    }
+    assert_int_equal(divtrace_step_end_device(t, NULL, NULL), DIVTRACE_EINVAL);
+    int rc = divtrace_step_end_device(t, &loss, NULL);
+    assert_true(rc == DIVTRACE_ENOCUDA || rc == DIVTRACE_EINVAL);
+    assert_non_null(strstr(divtrace_errmsg(t), "the loss"));
+    assert_int_equal(tt_steps(t, 1, 2), 0);
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+    tt_check_trace(path, 3, TRACE_LEVEL_OP);
+}
+
 /* A step's write that fails on the writer's thread (here the file may
  * grow no further: RLIMIT_FSIZE) is reported by the next call that writes
  * (divtrace_sync, a step's end, the close), not by the step's own end; the
@@ -770,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_write_failure),
         cmocka_unit_test(test_early_end),
         cmocka_unit_test(test_late_write_failure),
+        cmocka_unit_test(test_loss_on_device_refused),
         cmocka_unit_test(test_two_threads_two_traces),
         cmocka_unit_test(test_two_threads_one_trace),
     };

@@ -13,6 +13,7 @@
  * one line, never an abort. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,8 @@ struct lib_gpu {
     int nstreams, cstreams;
     uint32_t nslots;            /* highest queued slot + 1 */
     int pending;
+    float *hval;                /* pinned: the float lib_gpu_fetch copies */
+    const float *known_val[LG_KNOWN]; /* the last pointers lib_gpu_fetch found on this device */
 };
 
 static int lg_fail(char *msg, size_t n, int status, const char *what, cudaError_t e)
@@ -156,6 +159,8 @@ void lib_gpu_free(struct lib_gpu *g)
     lg_pool_free(&g->staging);
     if (g->hrec)
         cudaFreeHost(g->hrec);
+    if (g->hval)
+        cudaFreeHost(g->hval);
     if (g->dctr)
         cudaFree(g->dctr);
     cudaGetLastError();
@@ -357,6 +362,26 @@ static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint
     return DIVTRACE_OK;
 }
 
+/* Whether x is among row's pointers; else asks CUDA that it is on this
+ * trace's GPU and puts it first in row */
+static int lg_known(struct lib_gpu *g, const float **row, const float *x, char *msg, size_t n)
+{
+    for (int i = 0; i < LG_KNOWN; i++)
+        if (row[i] == x)
+            return DIVTRACE_OK;
+    int dev, rc = lg_device_of(x, &dev, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    if (dev != g->device) {
+        snprintf(msg, n, "on GPU %d, but this trace's device tensors are on GPU %d (one GPU a trace)", dev,
+                 g->device);
+        return DIVTRACE_EINVAL;
+    }
+    memmove(row + 1, row, (LG_KNOWN - 1) * sizeof *row);
+    row[0] = x;
+    return DIVTRACE_OK;
+}
+
 /* Room to note stream s among the streams used (*known: it is there
  * already), before anything is queued on it. */
 static int lg_stream_room(struct lib_gpu *g, cudaStream_t s, int *known, char *msg, size_t n)
@@ -440,6 +465,33 @@ int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream,
     g->dstream = s;
     g->pending = 1;
     return DIVTRACE_OK;
+}
+
+int lib_gpu_fetch(struct lib_gpu *g, const float *x, void *stream, char *msg, size_t n)
+{
+    int rc = lg_known(g, g->known_val, x, msg, n), known;
+    if (rc != DIVTRACE_OK)
+        return rc;
+    if (((uintptr_t)x & 3) != 0) {
+        snprintf(msg, n, "%p is not aligned to a float", (const void *)x);
+        return DIVTRACE_EINVAL;
+    }
+    lg_on on(g->device);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    if (!g->hval)
+        LG_CHECK(cudaMallocHost((void **)&g->hval, sizeof *g->hval));
+    cudaStream_t s = (cudaStream_t)stream;
+    if ((rc = lg_stream_room(g, s, &known, msg, n)) != DIVTRACE_OK)
+        return rc;
+    LG_CHECK(cudaMemcpyAsync(g->hval, x, sizeof *g->hval, cudaMemcpyDeviceToHost, s));
+    lg_queued(g, s, known, 0);
+    return DIVTRACE_OK;
+}
+
+float lib_gpu_fetched(const struct lib_gpu *g)
+{
+    return g && g->hval ? *g->hval : NAN;
 }
 
 int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n)

@@ -551,34 +551,35 @@ static PyObject *core_paths(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* arm(step_begin, step_end, params, param_names, updates, input_idx,
- * input_names, checkpoint_every, end): after the first step, the fast
- * paths on (step_begin, step_end: the library's ctypes functions; end:
- * whether end_step may end a step) */
+/* arm(step_begin, step_end, step_end_device, params, param_names,
+ * updates, input_idx, input_names, checkpoint_every, end): after the first
+ * step, the fast paths on (step_begin, step_end, step_end_device: the
+ * library's ctypes functions; end: whether end_step may end a step) */
 static PyObject *core_arm(PyObject *self, PyObject *args)
 {
     Core *c = (Core *)self;
     struct arm *a = &c->arm;
-    PyObject *sb, *se, *ps, *pn, *up, *ii, *in;
+    PyObject *sb, *se, *sd, *ps, *pn, *up, *ii, *in;
     long every;
     int end;
-    if (!PyArg_ParseTuple(args, "OOOOOOOlp:arm", &sb, &se, &ps, &pn, &up, &ii, &in, &every, &end))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOlp:arm", &sb, &se, &sd, &ps, &pn, &up, &ii, &in, &every, &end))
         return NULL;
     if (!a->fail || !c->many) {
         PyErr_SetString(PyExc_RuntimeError, "Core.arm before Core.paths and Core.fix");
         return NULL;
     }
-    void *fb, *fe;
+    void *fb, *fe, *fd;
     PyObject *t[5] = {PySequence_Tuple(ps), PySequence_Tuple(pn), PySequence_Tuple(up), PySequence_Tuple(ii),
                       PySequence_Tuple(in)};
     PyObject *refs = NULL;
-    if (!t[0] || !t[1] || !t[2] || !t[3] || !t[4] || function_of(sb, &fb) < 0 || function_of(se, &fe) < 0)
+    if (!t[0] || !t[1] || !t[2] || !t[3] || !t[4] || function_of(sb, &fb) < 0 || function_of(se, &fe) < 0 ||
+        function_of(sd, &fd) < 0)
         goto fail;
     if (PyTuple_Size(t[3]) != PyTuple_Size(t[4])) {
         PyErr_SetString(PyExc_ValueError, "Core.arm: as many input names as input places");
         goto fail;
     }
-    if (!(refs = PyTuple_Pack(3, c->lib_refs, sb, se)))
+    if (!(refs = PyTuple_Pack(4, c->lib_refs, sb, se, sd)))
         goto fail;
     SETREF(c->lib_refs, refs);
     SETREF(a->params, t[0]);
@@ -592,6 +593,7 @@ static PyObject *core_arm(PyObject *self, PyObject *args)
         return NULL;
     a->step_begin = (int (*)(void *, uint64_t))fb;
     a->step_end = (int (*)(void *, double))fe;
+    a->step_end_device = (int (*)(void *, const float *, void *))fd;
     a->ckpt_every = every;
     a->end = end;
     a->on = 1;
@@ -656,7 +658,8 @@ static PyMethodDef core_methods[] = {
     {"paths", core_paths, METH_VARARGS,
      "paths(fail, flush_failed, root_slow, begin_params, record_input, opt_pre_slow, opt_post_slow)"},
     {"arm", core_arm, METH_VARARGS,
-     "arm(step_begin, step_end, params, param_names, updates, input_idx, input_names, checkpoint_every, end)"},
+     "arm(step_begin, step_end, step_end_device, params, param_names, updates, input_idx, input_names, "
+     "checkpoint_every, end)"},
     {"root_pre", (PyCFunction)(void (*)(void))core_root_pre, METH_FASTCALL,
      "root_pre(module, args, kwargs): the root's step start and inputs"},
     {"opt_pre", (PyCFunction)(void (*)(void))core_opt_pre, METH_FASTCALL,

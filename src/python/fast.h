@@ -94,6 +94,7 @@ struct arm {
     long ckpt_every;
     int (*step_begin)(void *, uint64_t);
     int (*step_end)(void *, double);
+    int (*step_end_device)(void *, const float *, void *);
     /* the Recorder's: fail(status), flush_failed(r), _root_pre_hook,
      * _begin_params(), record_input(name, t), _opt_pre_hook, _opt_post_hook */
     PyObject *fail, *flush_failed, *root_slow, *begin_params, *record_input, *opt_pre_slow, *opt_post_slow;
@@ -155,6 +156,9 @@ int fast_grads(Core *c, int gid, PyObject *params, int watch);
  * that does not fit). 0 or PYERR; tinfo_done releases ti. */
 int fast_tinfo(Core *c, PyObject *t, struct tinfo *ti);
 void fast_tinfo_done(struct tinfo *ti);
+/* a fitting tensor's current stream (HOST_RUN on the host), its elements: 0 or PYERR */
+int fast_tinfo_stream(Core *c, const struct tinfo *ti, long long *out);
+int fast_tinfo_numel(const struct tinfo *ti, long long *out);
 /* 1 when the shim's answers for t are the Python queries', 0 when not, PYERR */
 int fast_shim_agrees(Core *c, PyObject *t);
 

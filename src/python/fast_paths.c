@@ -217,8 +217,29 @@ static int tinfo_shape_is(const struct tinfo *ti, PyObject *shape)
     return 1;
 }
 
+int fast_tinfo_numel(const struct tinfo *ti, long long *out)
+{
+    long long n = 1;
+    if (ti->shape) {
+        Py_ssize_t nd = PyTuple_Size(ti->shape);
+        if (nd < 0)
+            return PYERR;
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            long long d = PyLong_AsLongLong(PyTuple_GetItem(ti->shape, i));
+            if (d == -1 && PyErr_Occurred())
+                return PYERR;
+            n *= d;
+        }
+    } else {
+        for (int64_t i = 0; i < ti->ndim; i++)
+            n *= ti->sizes[i];
+    }
+    *out = n;
+    return 0;
+}
+
 /* the current stream of a tensor of this info (HOST_RUN on the host) */
-static int tinfo_stream(Core *c, const struct tinfo *ti, long long *out)
+int fast_tinfo_stream(Core *c, const struct tinfo *ti, long long *out)
 {
     if (!ti->cuda) {
         *out = HOST_RUN;
@@ -318,10 +339,10 @@ int fast_shim_agrees(Core *c, PyObject *t)
         if (same && r != PYERR && a.cuda) {
             int use = c->use_shim;
             c->use_shim = 0; /* the Python stream */
-            r = tinfo_stream(c, &b, &sb);
+            r = fast_tinfo_stream(c, &b, &sb);
             c->use_shim = use;
             if (r == 0)
-                r = tinfo_stream(c, &a, &sa);
+                r = fast_tinfo_stream(c, &a, &sa);
             same = r == 0 && sa == sb;
         }
     }
@@ -425,7 +446,7 @@ int fast_try_defer(Core *c, PyObject *name, PyObject *type, int kind, PyObject *
     if (r < 0 || !ti.fits)
         return r;
     if ((r = slot_matches(c, k, name, type, kind, &ti)) == 1)
-        r = tinfo_stream(c, &ti, &stream) < 0 ? PYERR : 2;
+        r = fast_tinfo_stream(c, &ti, &stream) < 0 ? PYERR : 2;
     fast_tinfo_done(&ti);
     if (r != 2)
         return r;
@@ -478,7 +499,7 @@ int fast_group(Core *c, int gid, PyObject *tensors, PyObject *owners, int watch)
         r = tinfo_shape_is(&ti, PyTuple_GetItem(g->shapes, i));
         if (r == 1 && i == 0) {
             cuda = ti.cuda;
-            if (tinfo_stream(c, &ti, &stream) < 0)
+            if (fast_tinfo_stream(c, &ti, &stream) < 0)
                 r = PYERR;
         }
         fast_tinfo_done(&ti);

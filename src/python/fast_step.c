@@ -203,19 +203,49 @@ static int loss_value(Core *c, PyObject *loss, double *out)
     return 0;
 }
 
+/* a float32 CUDA tensor of one element, which the library reads with the
+ * step's records (divtrace_step_end_device: no wait of its own, as
+ * loss.item() would take): 1 (*p, *stream set), 0 or -1 */
+static int loss_on_device(Core *c, PyObject *loss, const float **p, void **stream)
+{
+    if ((PyObject *)Py_TYPE(loss) != c->tensor_type || !c->arm.step_end_device)
+        return 0;
+    struct tinfo ti;
+    if (fast_tinfo(c, loss, &ti) < 0)
+        return -1;
+    int r = 0;
+    long long n, s;
+    if (ti.fits && ti.cuda) {
+        if (fast_tinfo_numel(&ti, &n) < 0)
+            r = -1;
+        else if (n == 1)
+            r = fast_tinfo_stream(c, &ti, &s) < 0 ? -1 : 1;
+    }
+    fast_tinfo_done(&ti);
+    if (r == 1) {
+        *p = (const float *)ti.data;
+        *stream = (void *)(intptr_t)s;
+    }
+    return r;
+}
+
 PyObject *fast_end_step(Core *c, PyObject *loss)
 {
     if (!c->arm.on || !c->arm.end || c->paused || !c->in_step)
         Py_RETURN_NONE;
-    double v;
-    int r = loss_value(c, loss, &v);
-    if (r <= 0)
+    double v = 0;
+    const float *dl = NULL;
+    void *ds = NULL;
+    int r = loss_on_device(c, loss, &dl, &ds);
+    if (r < 0)
+        return NULL;
+    if (!r && (r = loss_value(c, loss, &v)) <= 0)
         return r < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *f = fast_flush_point(c, 0);
     if (f != Py_None)
         return f; /* NULL, or what the Recorder's flush_failed raises */
     Py_DECREF(f);
-    int rc = c->arm.step_end(c->h, v);
+    int rc = dl ? c->arm.step_end_device(c->h, dl, ds) : c->arm.step_end(c->h, v);
     c->in_step = 0;
     c->last_nrec = c->nrec;
     c->last_ndef = c->ndef;

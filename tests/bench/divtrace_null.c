@@ -50,6 +50,12 @@ int divtrace_record_many(divtrace *t, int n, const struct divtrace_tensor *ts, c
 
 int divtrace_flush(divtrace *t) { (void)t; return DIVTRACE_OK; }
 int divtrace_step_end(divtrace *t, double loss) { (void)t, (void)loss; return DIVTRACE_OK; }
+int divtrace_step_end_device(divtrace *t, const float *loss, void *stream)
+{
+    (void)t, (void)loss, (void)stream;
+    return DIVTRACE_OK;
+}
+int divtrace_sync(divtrace *t) { (void)t; return DIVTRACE_OK; }
 int divtrace_checkpoint_begin(divtrace *t, uint64_t step) { (void)t, (void)step; return DIVTRACE_OK; }
 
 int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data, enum divtrace_where where,

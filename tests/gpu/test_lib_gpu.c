@@ -12,8 +12,9 @@
  * give the same records as immediate ones, alone and mixed with them over
  * two streams, in batches of every size around the one-launch limit, and
  * are hashed at the flush: bytes changed before it are
- * what is recorded, bytes changed after it are not. Skips (exit 77) where
- * no GPU is usable. */
+ * what is recorded, bytes changed after it are not. A loss in device
+ * memory is read in stream order with the step's records. Skips (exit 77)
+ * where no GPU is usable. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -463,6 +464,68 @@ static void test_deferred_flush(void **state)
     free(host);
 }
 
+/* divtrace_step_end_device: the loss read from device memory on the
+ * caller's stream with the step's records, after what the stream queued
+ * before it; host memory and NULL refused, the step then begun again. */
+static void test_loss_on_device(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    float *a, *loss, *host = dt_malloc(N * sizeof *host);
+    assert_int_equal(cudaMalloc((void **)&a, N * sizeof *a), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&loss, sizeof *loss), cudaSuccess);
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    lg_fill(host, N, LG_UNIFORM, 91);
+    assert_int_equal(cudaMemcpy(a, host, N * sizeof *a, cudaMemcpyHostToDevice), cudaSuccess);
+    const char *path = tu_path("dloss.dtr");
+    divtrace *t;
+    int64_t shape[1] = {N};
+    static const float first = 0.375f, second = -7.5e-3f;
+    float on_host = 2.5f;
+    assert_int_equal(divtrace_open(&t, path, NULL, "op"), DIVTRACE_OK);
+    assert_int_equal(divtrace_step_begin(t, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, stream, 1,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(cudaMemcpy(loss, &first, sizeof first, cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(divtrace_step_end_device(t, loss, stream), DIVTRACE_OK);
+    /* step 1: host memory refused, NULL refused; begun again, the loss
+     * written on the stream just before the step's end */
+    assert_int_equal(divtrace_step_begin(t, 1), DIVTRACE_OK);
+    assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, stream, 1,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_step_end_device(t, &on_host, stream), DIVTRACE_EINVAL);
+    assert_non_null(strstr(divtrace_errmsg(t), "host memory"));
+    assert_int_equal(divtrace_step_end_device(t, NULL, stream), DIVTRACE_EINVAL);
+    assert_int_equal(divtrace_step_begin(t, 1), DIVTRACE_OK);
+    assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, stream, 1,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(cudaMemcpyAsync(loss, &second, sizeof second, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    assert_int_equal(divtrace_step_end_device(t, loss, stream), DIVTRACE_OK);
+    /* step 2: a loss given as a number, after device ones */
+    assert_int_equal(divtrace_step_begin(t, 2), DIVTRACE_OK);
+    assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, stream, 1,
+                                     shape, NULL, 0), DIVTRACE_OK);
+    assert_int_equal(divtrace_step_end(t, on_host), DIVTRACE_OK);
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+
+    struct trace_file *tf;
+    assert_int_equal(trace_open(&tf, path), 0);
+    assert_int_equal(tf->nsteps, 3);
+    assert_true(tf->steps[0].loss == (double)first);
+    assert_true(tf->steps[1].loss == (double)second);
+    assert_true(tf->steps[2].loss == (double)on_host);
+    struct trace_oprec want;
+    stats_compute(host, N, &want);
+    for (int i = 0; i < 3; i++)
+        assert_true(tf->steps[i].rec[0].hash == want.hash);
+    trace_close(tf);
+    cudaStreamDestroy(stream);
+    cudaFree(a);
+    cudaFree(loss);
+    free(host);
+}
+
 int main(void)
 {
     struct backend_options opt;
@@ -480,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_batches),
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_deferred_flush),
+        cmocka_unit_test(test_loss_on_device),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     lg_be->free(lg_ctx);

@@ -146,6 +146,12 @@ def test_gpu_stats():
             bad.append("%s: %r %r %r vs torch %r %r %r" % (r["name"], r["l2"], r["min"], r["max"], l2, mn, mx))
     C.ok(not bad, "gpu records: L2 norm, min and max as torch computes them", "; ".join(bad))
     C.ok(js["checkpoints"] == [0, 1], "gpu run: checkpoints of device tensors", str(js["checkpoints"]))
+    # the loss tensor on the device (the C core passes it to the library,
+    # which reads it with the step's records): each step's loss is
+    # loss.item()'s, bit for bit
+    losses = train(p("g5.dtr"), MLP, steps=5, device=DEV)
+    got = [st["loss"] for st in show_json(p("g5.dtr"))["steps"]]
+    C.ok(got == losses, "gpu run: each step's loss is loss.item()", "%s vs %s" % (got, losses))
 
 
 def test_deferred():

@@ -757,7 +757,8 @@ class Recorder:
         if st.kind == "c":
             idx = tuple(self._root_fresh.get(0, ()))
             names = ("input",) if len(idx) == 1 else tuple("input.%d" % i for i in range(len(idx)))
-            st.arm(self._lib.divtrace_step_begin, self._lib.divtrace_step_end, self._param_tensors,
+            st.arm(self._lib.divtrace_step_begin, self._lib.divtrace_step_end,
+                   self._lib.divtrace_step_end_device, self._param_tensors,
                    tuple(self._param_names), self._update_tensors, idx, names, self.checkpoint_every,
                    self.optimizer is not None or self.level == "step")
             self._armed = True
