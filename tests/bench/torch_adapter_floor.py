@@ -13,7 +13,11 @@
 # call that fell back or failed stops the run), so both traced copies make
 # the same records.
 #
-# The third column is the most that moving that glue into C could save.
+# The C core now takes those steps itself (src/python/fast_step.c: the
+# adapter's column with the C core); the third column makes the same core
+# and library calls from Python, so with the C core the difference is what
+# its step paths save, and with the Python core what moving the glue into C
+# could save.
 # With DIVTRACE_LIB=.../libdivtrace_null.so (a library that records
 # nothing) the last row is what PyTorch's hooks, the tensor queries and the
 # core's bookkeeping cost on their own.
@@ -95,6 +99,7 @@ def bare(rec):
         rec.steps += 1
 
     rec._root_pre_hook, rec._opt_pre_hook, rec._opt_post_hook, rec.step = root, pre, post, step
+    rec._fns = (root, pre, post)  # what the hooks call (else the C core's step paths)
 
 
 def main(argv):
