@@ -30,16 +30,16 @@
 # reports a step that differs from the first.
 #
 # The per-step state and the paths every step after the first takes live in
-# a core (_core.py): the C extension divtrace._fast (src/python/fast.c) when
+# a core (_core.py): the C extension divtrace._fast (src/python/fast*.c) when
 # it loads, else its Python twin, with the same calls in the same order; the
 # Recorder keeps the first step, the general path and the names.
 import ctypes
-import os
 
 import torch
 from torch import nn
 
-from . import _core, _lib, _shim
+from . import _capture, _lib, _shim
+from ._capture import Wrapped, flatten, make_core, plain, tensors
 from ._lib import DivtraceError, FORWARD, GRAD, INPUT, OPTIMIZER, PARAM
 
 __all__ = ["record", "Recorder"]
@@ -49,98 +49,12 @@ CAPTURES = ("wrap", "hooks")  # how module outputs are caught: forward wrappers 
 ROOT_NAME = "model"
 
 _F32 = torch.float32
-_TENSOR = torch.Tensor
 _grad_on = torch.is_grad_enabled
 _VOIDP = ctypes.c_void_p
 _HOST, _DEVICE = _lib.HOST, _lib.DEVICE
 _TENSOR_SIZE = ctypes.sizeof(_lib.Tensor)
-# the raw cudaStream_t of a device's current stream, without building a
-# torch.cuda.Stream: torch.cuda.current_stream(dev).cuda_stream, cheaper
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-if _raw_stream is None:
-    def _raw_stream(index):
-        return torch.cuda.current_stream(index).cuda_stream
+_raw_stream = _capture.raw_stream
 _PARAM, _GRAD, _UPDATE = 0, 1, 2  # the core's groups
-
-
-_wrap_types = {}
-
-
-def _make_core():
-    """The core and its forward wrapper type: divtrace._fast's when it loads
-    (DIVTRACE_ADAPTER_CORE=python takes the Python ones; =c insists on C),
-    else _core.PyCore and _core.PyWrap."""
-    args = (_F32, torch.strided, torch.Tensor, _raw_stream, torch.is_grad_enabled)
-    want = os.environ.get("DIVTRACE_ADAPTER_CORE", "")
-    if want not in ("", "c", "python"):
-        raise ValueError("DIVTRACE_ADAPTER_CORE=%s: expected c or python" % want)
-    fast = _lib.load_fast(required=want == "c") if want != "python" else None
-    if fast is None:
-        return _core.PyCore(*args), _core.PyWrap
-    if fast not in _wrap_types:
-        _wrap_types[fast] = _core.wrap_type(fast if hasattr(fast, "Wrap") else None)
-    return fast.Core(*args), _wrap_types[fast]
-
-
-class _Wrapped:
-    """A module whose forward the Recorder replaced by a wrapper (an entry
-    "forward" in its __dict__); remove() puts back what was there, unless
-    something else replaced the wrapper since."""
-
-    def __init__(self, mod, w):
-        d = mod.__dict__
-        self.mod, self.w = mod, w
-        self.had = "forward" in d
-        self.prev = d.get("forward")
-        d["forward"] = w
-
-    def active(self):
-        return self.mod.forward is self.w
-
-    def remove(self):
-        d = self.mod.__dict__
-        if d.get("forward") is self.w:
-            if self.had:
-                d["forward"] = self.prev
-            else:
-                del d["forward"]
-
-
-def _plain(args):
-    """Whether args is a tuple of plain tensors (no subclass, no nesting)."""
-    for a in args:
-        if type(a) is not _TENSOR:
-            return False
-    return True
-
-
-def _flatten(obj, prefix, out):
-    """(suffix, tensor) pairs of a module's output: a tensor has the suffix
-    "", the elements of a tuple or list ".0", ".1", ..., those of a dict
-    ".KEY" (insertion order), nested as deep as they go."""
-    if isinstance(obj, torch.Tensor):
-        out.append((prefix, obj))
-    elif isinstance(obj, (tuple, list)):
-        for i, v in enumerate(obj):
-            _flatten(v, "%s.%d" % (prefix, i), out)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _flatten(v, "%s.%s" % (prefix, k), out)
-    return out
-
-
-def _tensors(obj, out):
-    """The tensors in a module's arguments, in order (nested sequences and
-    dicts included)."""
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, (tuple, list)):
-        for v in obj:
-            _tensors(v, out)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _tensors(v, out)
-    return out
 
 
 def _shape(t):
@@ -210,7 +124,7 @@ class Recorder:
         self._ts_all = None
         self._ptrs = None
         # the per-step state and the fast paths (_core.py)
-        self._st, self._wrap_type = _make_core()
+        self._st, self._wrap_type = make_core()
         self._armed = False         # the C core's step paths on (after the first step)
         # what the hooks call: the C core's step paths (fast_step.c), which
         # take the usual case and call these methods for any other, or these
@@ -408,7 +322,7 @@ class Recorder:
                 pre = root_pre if mod is m else None
                 if self.capture == "wrap":
                     try:
-                        w = _Wrapped(mod, self._wrap_type(mod, mod.forward, hook, pre))
+                        w = Wrapped(mod, self._wrap_type(mod, mod.forward, hook, pre))
                     except (AttributeError, TypeError, RuntimeError):
                         w = None
                     if w is not None and w.active():
@@ -434,10 +348,10 @@ class Recorder:
             return None
         if not st.in_step:
             self._begin()
-        if not kwargs and _plain(args):
-            ts = args       # the usual call, model(x): what _tensors would list
+        if not kwargs and plain(args):
+            ts = args       # the usual call, model(x): what tensors() would list
         else:
-            ts = _tensors(kwargs, _tensors(args, []))
+            ts = tensors(kwargs, tensors(args, []))
         calls = st.calls
         k = calls.get("", 0)
         calls[""] = k + 1
@@ -804,7 +718,7 @@ class Recorder:
         self._group_spans[_GRAD] = (k0, self._st.nrec, ps)
 
     def _forward(self, mname, mtype_b, own_params, args, kwargs, output):
-        outs = (("", output),) if isinstance(output, torch.Tensor) else _flatten(output, "", [])
+        outs = (("", output),) if isinstance(output, torch.Tensor) else flatten(output, "", [])
         if not outs:
             return
         if not self._st.in_step:
@@ -820,7 +734,7 @@ class Recorder:
         ins = {}                # insertion-ordered set
         by_id = self._by_id
         # the recorded tensors passed in (data without autograd history too)
-        for t in _tensors(kwargs, _tensors(args, [])):
+        for t in tensors(kwargs, tensors(args, [])):
             e = by_id.get(id(t))
             if e is not None and e[0] is t:
                 ins[e[1]] = None
