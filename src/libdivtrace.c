@@ -20,48 +20,11 @@
 
 #include "hash.h"
 #include "lib_gpu.h"
+#include "libdivtrace_impl.h"
 #include "stats.h"
 #include "trace.h"
 #include "util.h"
 
-#define LIB_MSG 512
-
-struct divtrace {
-    pthread_mutex_t mu;
-    char err[LIB_MSG];
-    struct trace_writer *w;
-    enum trace_level level;
-    /* The op list: built by the first step, written at its end, then fixed. */
-    int fixed;
-    uint32_t nops, cap;
-    struct trace_opdef *ops;
-    char ***unres;           /* first step: per op and input, the name not yet resolved, or NULL */
-    uint32_t *slot;          /* name table (open addressing): op index + 1, 0 empty */
-    uint32_t nslot;          /* a power of two, more than twice nops */
-    /* The step being recorded. */
-    int in_step;
-    int failed;              /* an error in this step: it may be begun again */
-    int have_last;           /* a step has been written */
-    uint64_t step, last;
-    uint32_t nrec, rcap;     /* tensors recorded in this step */
-    struct trace_oprec *rec; /* (rcap) in op order */
-    char *on_dev;            /* (rcap) the record comes from the device at the step's end */
-    struct trace_oprec *tmp; /* (rcap) scratch: device records, kept records */
-    uint64_t *hashes;        /* (rcap) little-endian op hashes for the root */
-    /* The kept records of the last two steps, in turn: the writer's thread
-     * writes one step's while the next is recorded (trace_writer_step_async
-     * reads them until the next call on the writer returns). */
-    struct trace_oprec *out[2];
-    uint32_t ocap[2];
-    int oturn;
-    /* Checkpoints: the one being assembled, and one given before the op list
-     * was written (the state before the first step), held until then. */
-    int in_ckpt;
-    struct trace_ckpt ck, early;
-    int have_early;
-    uint32_t ck_cap;
-    struct lib_gpu *gpu;
-};
 
 /* divtrace_open's failures (and divtrace_close's, whose handle is gone). */
 static _Thread_local char lib_err[LIB_MSG];
@@ -75,8 +38,7 @@ static void lib_vset(char *buf, const char *fmt, va_list ap)
             *p = ' ';
 }
 
-__attribute__((format(printf, 3, 4)))
-static int lib_fail(divtrace *t, int status, const char *fmt, ...)
+int lib_fail(divtrace *t, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -263,8 +225,6 @@ int divtrace_open(divtrace **tp, const char *path, const char *const *config, co
     return DIVTRACE_OK;
 }
 
-static int lib_ckpt_write(divtrace *t, const struct trace_ckpt *c);
-
 /* The op list of a trace that never ended its first step: whatever it has
  * (nothing), so that the file stays readable. */
 static int lib_ops_fallback(divtrace *t)
@@ -328,7 +288,7 @@ int divtrace_close(divtrace *t, int status, const char *why)
 /* The start of every call on a handle: DIVTRACE_OK holding t->mu, or a
  * status that ends the call, holding nothing (a NULL handle; a trace file
  * that failed earlier, after which the trace may not be usable any more). */
-static int lib_enter(divtrace *t, const char *fn)
+int lib_enter(divtrace *t, const char *fn)
 {
     if (!t)
         return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
@@ -405,9 +365,8 @@ static int lib_grow_rec(divtrace *t)
 
 /* Check a tensor's place and shape (ndim 1..4, dimensions 0..UINT32_MAX,
  * bytes that fit), then its data: NULL only when it has no elements. */
-static int lib_tensor(divtrace *t, const char *fn, const char *name, const float *data,
-                      enum divtrace_where where, int ndim, const int64_t *shape,
-                      uint32_t out[TRACE_MAX_DIM], size_t *count)
+int lib_tensor(divtrace *t, const char *fn, const char *name, const float *data, enum divtrace_where where,
+               int ndim, const int64_t *shape, uint32_t out[TRACE_MAX_DIM], size_t *count)
 {
     if (where != DIVTRACE_HOST && where != DIVTRACE_DEVICE && where != DIVTRACE_DEVICE_DEFERRED)
         return lib_fail(t, DIVTRACE_EINVAL, "%s: '%s': unknown where %d", fn, name, (int)where);
@@ -799,136 +758,6 @@ int divtrace_step_end_device(divtrace *t, const float *loss, void *stream)
     if (rc != DIVTRACE_OK)
         return rc;
     rc = loss ? lib_step_end(t, fn, 0, loss, stream) : lib_fail(t, DIVTRACE_EINVAL, "%s: NULL loss", fn);
-    pthread_mutex_unlock(&t->mu);
-    return rc;
-}
-
-/* ---- checkpoints --------------------------------------------------------- */
-
-static int lib_ckpt_write(divtrace *t, const struct trace_ckpt *c)
-{
-    if (trace_writer_ckpt(t->w, c) < 0)
-        return lib_fail(t, DIVTRACE_EIO, "divtrace_checkpoint_end: %s", dt_error());
-    return DIVTRACE_OK;
-}
-
-int divtrace_checkpoint_begin(divtrace *t, uint64_t step)
-{
-    const char *fn = "divtrace_checkpoint_begin";
-    int rc = lib_enter(t, fn);
-    if (rc != DIVTRACE_OK)
-        return rc;
-    if (t->in_step)
-        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: inside step %" PRIu64 " (a checkpoint goes between "
-                      "steps)", fn, t->step);
-    else if (t->in_ckpt)
-        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: the checkpoint of step %" PRIu64 " has not ended",
-                      fn, t->ck.step);
-    else if (t->have_last && step <= t->last)
-        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: the state before step %" PRIu64 ", but step %"
-                      PRIu64 " has ended", fn, step, t->last);
-    else if (!t->fixed && t->have_early)
-        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: a second checkpoint before the first step", fn);
-    if (rc != DIVTRACE_OK)
-        goto out;
-    trace_ckpt_free(&t->ck);
-    t->ck_cap = 0;
-    t->ck.step = step;
-    t->in_ckpt = 1;
-out:
-    pthread_mutex_unlock(&t->mu);
-    return rc;
-}
-
-int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data,
-                            enum divtrace_where where, int ndim, const int64_t *shape)
-{
-    const char *fn = "divtrace_checkpoint_add";
-    int rc = lib_enter(t, fn);
-    if (rc != DIVTRACE_OK)
-        return rc;
-    uint32_t sh[TRACE_MAX_DIM];
-    size_t count = 0;
-    float *copy = NULL;
-    if (!name || !*name) {
-        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: %s name", fn, name ? "empty" : "NULL");
-        goto out;
-    }
-    if ((rc = lib_tensor(t, fn, name, data, where, ndim, shape, sh, &count)) != DIVTRACE_OK)
-        goto out;
-    if (!t->in_ckpt) {
-        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: '%s' outside a checkpoint (call "
-                      "divtrace_checkpoint_begin first)", fn, name);
-        goto out;
-    }
-    if (trace_ckpt_find(&t->ck, name)) {
-        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: '%s' is in the checkpoint twice", fn, name);
-        goto out;
-    }
-    if (t->ck.ntensors == t->ck_cap) {
-        uint32_t cap = t->ck_cap ? 2 * t->ck_cap : 16;
-        struct trace_tensor *tt = realloc(t->ck.t, cap * sizeof *tt);
-        if (!tt) {
-            rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory", fn);
-            goto out;
-        }
-        t->ck.t = tt;
-        t->ck_cap = cap;
-    }
-    copy = malloc(count ? count * sizeof *copy : 1);
-    char *nm = strdup(name);
-    if (!copy || !nm) {
-        free(nm);
-        rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: '%s': out of memory for %zu floats", fn, name, count);
-        goto out;
-    }
-    if (where != DIVTRACE_HOST && count > 0) {
-        char msg[LIB_MSG];
-        rc = lib_gpu_download(t->gpu, copy, data, count, msg, sizeof msg);
-        if (rc != DIVTRACE_OK) {
-            free(nm);
-            lib_fail(t, rc, "%s: '%s': %s", fn, name, msg);
-            goto out;
-        }
-    } else if (count > 0) {
-        memcpy(copy, data, count * sizeof *copy);
-    }
-    struct trace_tensor *tt = &t->ck.t[t->ck.ntensors++];
-    memset(tt, 0, sizeof *tt);
-    tt->name = nm;
-    tt->ndim = (uint8_t)ndim;
-    memcpy(tt->shape, sh, sizeof sh);
-    tt->count = count;
-    tt->data = copy;
-    copy = NULL;
-out:
-    free(copy);
-    pthread_mutex_unlock(&t->mu);
-    return rc;
-}
-
-int divtrace_checkpoint_end(divtrace *t)
-{
-    const char *fn = "divtrace_checkpoint_end";
-    int rc = lib_enter(t, fn);
-    if (rc != DIVTRACE_OK)
-        return rc;
-    if (!t->in_ckpt) {
-        rc = lib_fail(t, DIVTRACE_ESTATE, "%s: no checkpoint begun", fn);
-        goto out;
-    }
-    t->in_ckpt = 0;
-    if (!t->fixed) {
-        /* before the op list exists: written when the first step ends */
-        t->early = t->ck;
-        t->have_early = 1;
-        memset(&t->ck, 0, sizeof t->ck);
-    } else {
-        rc = lib_ckpt_write(t, &t->ck);
-        trace_ckpt_free(&t->ck);
-    }
-    t->ck_cap = 0;
-out:
     pthread_mutex_unlock(&t->mu);
     return rc;
 }

@@ -1,0 +1,65 @@
+/* libdivtrace_impl.h: what the files of libdivtrace share (libdivtrace.c:
+ * opening, steps and tensors, closing; libdivtrace_ckpt.c: checkpoints):
+ * the handle and the helpers every API function uses. Not installed. */
+#ifndef DT_LIBDIVTRACE_IMPL_H
+#define DT_LIBDIVTRACE_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "divtrace.h"
+#include "trace.h"
+
+#define LIB_MSG 512
+
+struct divtrace {
+    pthread_mutex_t mu;
+    char err[LIB_MSG];
+    struct trace_writer *w;
+    enum trace_level level;
+    /* The op list: built by the first step, written at its end, then fixed. */
+    int fixed;
+    uint32_t nops, cap;
+    struct trace_opdef *ops;
+    char ***unres;           /* first step: per op and input, the name not yet resolved, or NULL */
+    uint32_t *slot;          /* name table (open addressing): op index + 1, 0 empty */
+    uint32_t nslot;          /* a power of two, more than twice nops */
+    /* The step being recorded. */
+    int in_step;
+    int failed;              /* an error in this step: it may be begun again */
+    int have_last;           /* a step has been written */
+    uint64_t step, last;
+    uint32_t nrec, rcap;     /* tensors recorded in this step */
+    struct trace_oprec *rec; /* (rcap) in op order */
+    char *on_dev;            /* (rcap) the record comes from the device at the step's end */
+    struct trace_oprec *tmp; /* (rcap) scratch: device records, kept records */
+    uint64_t *hashes;        /* (rcap) little-endian op hashes for the root */
+    /* The kept records of the last two steps, in turn: the writer's thread
+     * writes one step's while the next is recorded (trace_writer_step_async
+     * reads them until the next call on the writer returns). */
+    struct trace_oprec *out[2];
+    uint32_t ocap[2];
+    int oturn;
+    /* Checkpoints: the one being assembled, and one given before the op list
+     * was written (the state before the first step), held until then. */
+    int in_ckpt;
+    struct trace_ckpt ck, early;
+    int have_early;
+    uint32_t ck_cap;
+    struct lib_gpu *gpu;
+};
+
+/* Set the handle's message (or the thread's, t NULL) and return status;
+ * an error inside a step fails the step. */
+__attribute__((format(printf, 3, 4))) int lib_fail(divtrace *t, int status, const char *fmt, ...);
+/* Lock t for a call of fn: DIVTRACE_OK with t->mu held, else the status
+ * (nothing held). */
+int lib_enter(divtrace *t, const char *fn);
+/* Check a tensor's place and shape (ndim 1..4, dimensions 0..UINT32_MAX,
+ * bytes that fit), then its data: NULL only when it has no elements. */
+int lib_tensor(divtrace *t, const char *fn, const char *name, const float *data, enum divtrace_where where,
+               int ndim, const int64_t *shape, uint32_t out[TRACE_MAX_DIM], size_t *count);
+/* Write checkpoint c (t->mu held). */
+int lib_ckpt_write(divtrace *t, const struct trace_ckpt *c);
+
+#endif
