@@ -399,6 +399,19 @@ def test_shim():
     C.ok(c.use_shim(fns, consts, None, _shim._samples(None)) is True and c.shim == 1,
          "the shim's answers for the sample tensors are the Python queries'")
     C.ok(c.use_shim(None, None, None, ()) is False and not c.shim, "use_shim(None, ...) turns it off")
+    was = os.environ.get("DIVTRACE_ADAPTER_SHIM")
+    os.environ["DIVTRACE_ADAPTER_SHIM"] = "maybe"
+    try:
+        _shim.enable(core(), MLP())
+        err = None
+    except ValueError as e:
+        err = str(e)
+    finally:
+        if was is None:
+            del os.environ["DIVTRACE_ADAPTER_SHIM"]
+        else:
+            os.environ["DIVTRACE_ADAPTER_SHIM"] = was
+    C.ok(err is not None and "DIVTRACE_ADAPTER_SHIM" in err, "DIVTRACE_ADAPTER_SHIM=maybe: ValueError", str(err))
     ptr_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
     sizes_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)))
     bool_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool))
