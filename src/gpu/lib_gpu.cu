@@ -314,18 +314,14 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
     return DIVTRACE_OK;
 }
 
-/* What every device record is checked for: on this trace's GPU, aligned
- * to a float, not too large to hash. The pointer query (one to a few
- * microseconds) is made when a slot sees a pointer that is not one of the
- * last LG_KNOWN it saw: a training loop's tensors come back at the same
- * addresses step after step, or cycle among a few (a caching allocator
- * that hands out the blocks earlier steps freed). */
-static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint32_t slot, char *msg,
-                           size_t n)
+/* A device pointer the library is given (row: the last LG_KNOWN found on
+ * this device for its place): aligned to a float and, unless row holds it,
+ * on this trace's GPU (asked of CUDA; then it goes first in row). */
+static int lg_check_ptr(struct lib_gpu *g, const float **row, const float *x, char *msg, size_t n)
 {
     int seen = 0;
-    for (int i = 0; slot < g->nknown && i < LG_KNOWN && !seen; i++)
-        seen = g->known[slot][i] == x;
+    for (int i = 0; row && i < LG_KNOWN && !seen; i++)
+        seen = row[i] == x;
     if (!seen) {
         int dev, rc = lg_device_of(x, &dev, msg, n);
         if (rc != DIVTRACE_OK)
@@ -335,50 +331,45 @@ static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint
                      dev, g->device);
             return DIVTRACE_EINVAL;
         }
-        if (slot >= g->nknown) {
-            uint32_t cap = g->nknown ? g->nknown : 256;
-            while (cap <= slot)
-                cap *= 2;
-            const float *(*k)[LG_KNOWN] = (const float *(*)[LG_KNOWN])realloc(g->known, (size_t)cap * sizeof *k);
-            if (k) { /* without room, the next record of the slot asks again */
-                memset(k + g->nknown, 0, (size_t)(cap - g->nknown) * sizeof *k);
-                g->known = k;
-                g->nknown = cap;
-            }
-        }
-        if (slot < g->nknown) {
-            memmove(&g->known[slot][1], &g->known[slot][0], (LG_KNOWN - 1) * sizeof g->known[slot][0]);
-            g->known[slot][0] = x;
+        if (row) {
+            memmove(row + 1, row, (LG_KNOWN - 1) * sizeof *row);
+            row[0] = x;
         }
     }
     if (((uintptr_t)x & 3) != 0) {
         snprintf(msg, n, "%p is not aligned to a float", (const void *)x);
         return DIVTRACE_EINVAL;
     }
+    return DIVTRACE_OK;
+}
+
+/* What every device record is checked for: on this trace's GPU, aligned
+ * to a float, not too large to hash. The pointer query (one to a few
+ * microseconds) is made when a slot sees a pointer that is not one of the
+ * last LG_KNOWN it saw: a training loop's tensors come back at the same
+ * addresses step after step, or cycle among a few (a caching allocator
+ * that hands out the blocks earlier steps freed). */
+static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint32_t slot, char *msg,
+                           size_t n)
+{
+    if (slot >= g->nknown) {
+        uint32_t cap = g->nknown ? g->nknown : 256;
+        while (cap <= slot)
+            cap *= 2;
+        const float *(*k)[LG_KNOWN] = (const float *(*)[LG_KNOWN])realloc(g->known, (size_t)cap * sizeof *k);
+        if (k) { /* without room, the slot's pointer is asked of CUDA every time */
+            memset(k + g->nknown, 0, (size_t)(cap - g->nknown) * sizeof *k);
+            g->known = k;
+            g->nknown = cap;
+        }
+    }
+    int rc = lg_check_ptr(g, slot < g->nknown ? g->known[slot] : NULL, x, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
     if (gpu_trace_one_bytes(count) == 0) {
         snprintf(msg, n, "%zu elements are too many to hash on the device", count);
         return DIVTRACE_EINVAL;
     }
-    return DIVTRACE_OK;
-}
-
-/* Whether x is among row's pointers; else asks CUDA that it is on this
- * trace's GPU and puts it first in row */
-static int lg_known(struct lib_gpu *g, const float **row, const float *x, char *msg, size_t n)
-{
-    for (int i = 0; i < LG_KNOWN; i++)
-        if (row[i] == x)
-            return DIVTRACE_OK;
-    int dev, rc = lg_device_of(x, &dev, msg, n);
-    if (rc != DIVTRACE_OK)
-        return rc;
-    if (dev != g->device) {
-        snprintf(msg, n, "on GPU %d, but this trace's device tensors are on GPU %d (one GPU a trace)", dev,
-                 g->device);
-        return DIVTRACE_EINVAL;
-    }
-    memmove(row + 1, row, (LG_KNOWN - 1) * sizeof *row);
-    row[0] = x;
     return DIVTRACE_OK;
 }
 
@@ -469,13 +460,9 @@ int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream,
 
 int lib_gpu_fetch(struct lib_gpu *g, const float *x, void *stream, char *msg, size_t n)
 {
-    int rc = lg_known(g, g->known_val, x, msg, n), known;
+    int rc = lg_check_ptr(g, g->known_val, x, msg, n), known;
     if (rc != DIVTRACE_OK)
         return rc;
-    if (((uintptr_t)x & 3) != 0) {
-        snprintf(msg, n, "%p is not aligned to a float", (const void *)x);
-        return DIVTRACE_EINVAL;
-    }
     lg_on on(g->device);
     if (!on.ok)
         return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());

@@ -134,16 +134,11 @@ static PyObject *group_done(Core *c, PyObject *r, int *slow)
         return NULL;
     if (PyLong_Check(r)) {
         long v = PyLong_AsLong(r);
-        Py_DECREF(r);
-        if (v == 1)
-            Py_RETURN_NONE;
-        if (v == 0) {
-            *slow = 1;
-            return NULL;
+        if (v == 1 || v == 0) {
+            Py_DECREF(r);
+            *slow = v == 0;
+            return v ? Py_NewRef(Py_None) : NULL;
         }
-        r = PyLong_FromLong(v);
-        if (!r)
-            return NULL;
     }
     PyObject *x = PyObject_CallFunctionObjArgs(c->arm.flush_failed, r, NULL);
     Py_DECREF(r);

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from torch_testlib import (MLP, TOP, Checks, DT, InplaceNet, batches, check_captures, check_cores, check_deferred,
-                           check_shim, diff_json, divtrace, run_dt, show_json, tmpdir, train, varied_loop)
+                           check_shim, diff_json, divtrace, environ, run_dt, show_json, tmpdir, train,
+                           varied_loop)
 
 C = Checks()
 T = tmpdir()
@@ -399,18 +400,12 @@ def test_shim():
     C.ok(c.use_shim(fns, consts, None, _shim._samples(None)) is True and c.shim == 1,
          "the shim's answers for the sample tensors are the Python queries'")
     C.ok(c.use_shim(None, None, None, ()) is False and not c.shim, "use_shim(None, ...) turns it off")
-    was = os.environ.get("DIVTRACE_ADAPTER_SHIM")
-    os.environ["DIVTRACE_ADAPTER_SHIM"] = "maybe"
-    try:
-        _shim.enable(core(), MLP())
-        err = None
-    except ValueError as e:
-        err = str(e)
-    finally:
-        if was is None:
-            del os.environ["DIVTRACE_ADAPTER_SHIM"]
-        else:
-            os.environ["DIVTRACE_ADAPTER_SHIM"] = was
+    err = None
+    with environ(DIVTRACE_ADAPTER_SHIM="maybe"):
+        try:
+            _shim.enable(core(), MLP())
+        except ValueError as e:
+            err = str(e)
     C.ok(err is not None and "DIVTRACE_ADAPTER_SHIM" in err, "DIVTRACE_ADAPTER_SHIM=maybe: ValueError", str(err))
     ptr_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
     sizes_t = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)))

@@ -1,6 +1,7 @@
 # torch_testlib.py: what the PyTorch adapter's tests share: the divtrace
 # program and package (from the environment cli_torch.sh and gpu_checks.sh
 # set), small models, a training loop, and checks that count and report.
+import contextlib
 import json
 import os
 import subprocess
@@ -240,6 +241,26 @@ def check_deferred(C, device, p):
          "deferred records: the change shows between step 2's update and step 3's parameter, not before")
 
 
+@contextlib.contextmanager
+def environ(**values):
+    """Environment variables set (None: unset) for the with-block, then as
+    they were."""
+    was = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in was.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def varied_loop(path, make_model, steps=5, device="cpu", **record_kw):
     """A training loop that takes the C core's step paths off their usual
     case in some steps: the model called twice a step (the second time
@@ -276,29 +297,22 @@ def check_cores(C, device, p, makers):
     if _lib.load_fast() is None:
         print("skip - C core against Python core: no C core loads (%s)" % _lib._fast_why)
         return
-    was = os.environ.get("DIVTRACE_ADAPTER_CORE")
-    try:
-        for m in makers:
-            name, make = m[0], m[1]
-            loop = m[2] if len(m) > 2 else (lambda path, make: train(path, make, device=device, steps=4))
-            js, cores = {}, {}
-            for core in ("python", "c"):
-                os.environ["DIVTRACE_ADAPTER_CORE"] = core
-                path = p("core-%s-%s.dtr" % (name, core))
+    for m in makers:
+        name, make = m[0], m[1]
+        loop = m[2] if len(m) > 2 else (lambda path, make: train(path, make, device=device, steps=4))
+        js, cores = {}, {}
+        for core in ("python", "c"):
+            path = p("core-%s-%s.dtr" % (name, core))
+            with environ(DIVTRACE_ADAPTER_CORE=core):
                 loop(path, make)
-                js[core] = show_json(path)
-                cores[core] = js[core]["config"].pop("adapter_core", None)
-                js[core]["config"].pop("adapter_tensor_queries", None)
-            C.ok(cores == {"python": "python", "c": "c"}, "%s: the header names each core" % name, str(cores))
-            diff = [k for k in set(js["c"]) | set(js["python"]) if js["c"].get(k) != js["python"].get(k)]
-            C.ok(not diff and len(js["c"]["steps"]) >= 4,
-                 "%s on %s: the C core's trace is the Python core's, record for record" % (name, device),
-                 "differ: %s" % diff)
-    finally:
-        if was is None:
-            os.environ.pop("DIVTRACE_ADAPTER_CORE", None)
-        else:
-            os.environ["DIVTRACE_ADAPTER_CORE"] = was
+            js[core] = show_json(path)
+            cores[core] = js[core]["config"].pop("adapter_core", None)
+            js[core]["config"].pop("adapter_tensor_queries", None)
+        C.ok(cores == {"python": "python", "c": "c"}, "%s: the header names each core" % name, str(cores))
+        diff = [k for k in set(js["c"]) | set(js["python"]) if js["c"].get(k) != js["python"].get(k)]
+        C.ok(not diff and len(js["c"]["steps"]) >= 4,
+             "%s on %s: the C core's trace is the Python core's, record for record" % (name, device),
+             "differ: %s" % diff)
 
 
 def check_shim(C, device, p, makers):
@@ -312,32 +326,23 @@ def check_shim(C, device, p, makers):
     if _lib.load_fast() is None:
         print("skip - shim against Python queries: no C core loads (%s)" % _lib._fast_why)
         return
-    was = {k: os.environ.get(k) for k in ("DIVTRACE_ADAPTER_CORE", "DIVTRACE_ADAPTER_SHIM")}
-    try:
-        os.environ["DIVTRACE_ADAPTER_CORE"] = "c"
-        for name, make in makers:
-            js, how = {}, {}
-            for shim in ("1", "0"):
-                os.environ["DIVTRACE_ADAPTER_SHIM"] = shim
-                path = p("shim-%s-%s-%s.dtr" % (name, device, shim))
+    for name, make in makers:
+        js, how = {}, {}
+        for shim in ("1", "0"):
+            path = p("shim-%s-%s-%s.dtr" % (name, device, shim))
+            with environ(DIVTRACE_ADAPTER_CORE="c", DIVTRACE_ADAPTER_SHIM=shim):
                 train(path, make, device=device, steps=4)
-                js[shim] = show_json(path)
-                how[shim] = js[shim]["config"].pop("adapter_tensor_queries", None)
-            if how["1"] == "python" and os.environ.get("CHECK_SHIM") == "optional":
-                print("skip - shim against Python queries: the shim is not taken (%s)" % _shim.why)
-                return
-            want = "torch-c-shim+cuda" if device == "cuda" else "torch-c-shim"
-            C.ok(how == {"1": want, "0": "python"}, "%s on %s: the header says how tensors were "
-                 "queried" % (name, device), "%s (%s)" % (how, _shim.why))
-            diff = [k for k in set(js["1"]) | set(js["0"]) if js["1"].get(k) != js["0"].get(k)]
-            C.ok(not diff, "%s on %s: queries through the shim record what Python queries record" % (name, device),
-                 "differ: %s" % diff)
-    finally:
-        for k, v in was.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+            js[shim] = show_json(path)
+            how[shim] = js[shim]["config"].pop("adapter_tensor_queries", None)
+        if how["1"] == "python" and os.environ.get("CHECK_SHIM") == "optional":
+            print("skip - shim against Python queries: the shim is not taken (%s)" % _shim.why)
+            return
+        want = "torch-c-shim+cuda" if device == "cuda" else "torch-c-shim"
+        C.ok(how == {"1": want, "0": "python"}, "%s on %s: the header says how tensors were "
+             "queried" % (name, device), "%s (%s)" % (how, _shim.why))
+        diff = [k for k in set(js["1"]) | set(js["0"]) if js["1"].get(k) != js["0"].get(k)]
+        C.ok(not diff, "%s on %s: queries through the shim record what Python queries record" % (name, device),
+             "differ: %s" % diff)
 
 
 def check_captures(C, device, p, cases, steps=3):
