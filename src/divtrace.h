@@ -145,6 +145,18 @@ int divtrace_step_end(divtrace *t, double loss);
  * read on stream with the step's device records: one wait at the step's
  * end where reading it first would take two. */
 int divtrace_step_end_device(divtrace *t, const float *loss, void *stream);
+/* The same without a wait: the step's device records are read when the
+ * next step begins (no wait if they are all written by then), its loss
+ * (device memory, on stream) is copied by the next step's first flush on
+ * that stream, and the step is written when the next step ends (or by
+ * divtrace_sync, a checkpoint or divtrace_close, which wait). Until then
+ * the loss's memory must keep its value (a loop that writes every step's
+ * loss into one buffer alternates two), and the tensors recorded since
+ * the step's last flush must be changed or freed only in order on the
+ * stream they were recorded on. An error in reading the step is returned
+ * by the call that writes it. The first step, and a step after an error
+ * in it, end as divtrace_step_end_device's. */
+int divtrace_step_end_async(divtrace *t, const float *loss, void *stream);
 /* Wait until every step ended is in the file (for a reader of the trace
  * while it is written); DIVTRACE_EIO if its write failed. */
 int divtrace_sync(divtrace *t);

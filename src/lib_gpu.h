@@ -43,6 +43,20 @@ int lib_gpu_pending(const struct lib_gpu *g);
  * the slots not queued hold nothing useful. */
 int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, char *msg,
                     size_t n);
+/* lib_gpu_collect for the step before, called before the next step queues
+ * anything: the records of slots 0 .. nslots-1 (on_dev[i]: slot i was
+ * queued) to out, with no wait when every one of them is already written
+ * (a one-launch batch writes a record's first word last; the flush set it
+ * to a mark before), else after a wait for the streams used. */
+int lib_gpu_harvest(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, const char *on_dev, char *msg,
+                    size_t n);
+/* Note the float at x (device memory) on stream, to be copied by the next
+ * batch flushed on that stream, or by lib_gpu_loss_value: x must keep its
+ * value until then. */
+int lib_gpu_loss_later(struct lib_gpu *g, const float *x, void *stream, char *msg, size_t n);
+/* The float lib_gpu_loss_later noted (copied now if no batch took it;
+ * waited for if not there yet). */
+int lib_gpu_loss_value(struct lib_gpu *g, float *v, char *msg, size_t n);
 /* Drop what is queued (a step given up): waits for it to finish. */
 void lib_gpu_discard(struct lib_gpu *g);
 /* Copy count floats from device memory to dst (synchronous, after the
@@ -101,6 +115,22 @@ static inline int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, ui
     return lib_gpu_nocuda(msg, n);
 }
 static inline void lib_gpu_discard(struct lib_gpu *g) { (void)g; }
+static inline int lib_gpu_harvest(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, const char *on_dev,
+                                  char *msg, size_t n)
+{
+    (void)g, (void)out, (void)nslots, (void)on_dev;
+    return lib_gpu_nocuda(msg, n);
+}
+static inline int lib_gpu_loss_later(struct lib_gpu *g, const float *x, void *stream, char *msg, size_t n)
+{
+    (void)g, (void)x, (void)stream;
+    return lib_gpu_nocuda(msg, n);
+}
+static inline int lib_gpu_loss_value(struct lib_gpu *g, float *v, char *msg, size_t n)
+{
+    (void)g, (void)v;
+    return lib_gpu_nocuda(msg, n);
+}
 static inline int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count,
                                    char *msg, size_t n)
 {

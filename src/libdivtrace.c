@@ -175,6 +175,8 @@ static void lib_free(divtrace *t)
     free(t->hashes);
     free(t->out[0]);
     free(t->out[1]);
+    free(t->pend_rec);
+    free(t->pend_on_dev);
     trace_ckpt_free(&t->ck);
     trace_ckpt_free(&t->early);
     pthread_mutex_destroy(&t->mu);
@@ -250,13 +252,14 @@ int divtrace_close(divtrace *t, int status, const char *why)
     if (!t)
         return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_close: NULL handle");
     pthread_mutex_lock(&t->mu);
+    int rc = t->w ? lib_pend_finish(t, "divtrace_close") : DIVTRACE_OK;
     if (t->gpu && lib_gpu_pending(t->gpu))
         lib_gpu_discard(t->gpu); /* a step not ended: its records are not written */
-    int rc = DIVTRACE_OK;
     if (t->w) {
         if (!t->fixed && t->nops > 0)
             lib_ops_clear(t); /* the first step never ended */
-        rc = lib_ops_fallback(t);
+        if (rc == DIVTRACE_OK)
+            rc = lib_ops_fallback(t);
         if (rc == DIVTRACE_OK && status != 0) {
             char text[LIB_MSG];
             if (why && *why)
@@ -321,6 +324,20 @@ int divtrace_step_begin(divtrace *t, uint64_t step)
                       "(only a step that failed may be begun again)", t->step);
         t->failed = 0;
         goto out;
+    }
+    if (t->pend == 1) {
+        char msg[LIB_MSG];
+        rc = lib_gpu_harvest(t->gpu, t->tmp, t->pend_nrec, t->pend_on_dev, msg, sizeof msg);
+        if (rc != DIVTRACE_OK) {
+            lib_fail(t, rc, "divtrace_step_begin: step %" PRIu64 " (the step before): %s", t->pend_step, msg);
+            goto out;
+        }
+        for (uint32_t i = 0; i < t->pend_nrec; i++)
+            if (t->pend_on_dev[i]) {
+                t->pend_rec[i] = t->tmp[i];
+                t->pend_rec[i].op = i;
+            }
+        t->pend = 2;
     }
     /* A step begun again (after an error in it) starts from scratch. */
     if (t->gpu && lib_gpu_pending(t->gpu))
@@ -578,7 +595,9 @@ int divtrace_sync(divtrace *t)
     int rc = lib_enter(t, "divtrace_sync");
     if (rc != DIVTRACE_OK)
         return rc;
-    if (trace_writer_sync(t->w) < 0)
+    if ((rc = lib_pend_finish(t, "divtrace_sync")) != DIVTRACE_OK)
+        ;
+    else if (trace_writer_sync(t->w) < 0)
         rc = lib_fail(t, DIVTRACE_EIO, "divtrace_sync: %s", dt_error());
     pthread_mutex_unlock(&t->mu);
     return rc;
@@ -635,11 +654,90 @@ static int lib_resolve(divtrace *t)
     return DIVTRACE_OK;
 }
 
+/* The step's record (as run_summarize: the root over every op's hash, the
+ * gradient norm over the GRAD tensors, the records the level keeps),
+ * handed to the writer's thread. */
+static int lib_write_step(divtrace *t, const char *fn, uint64_t step, double loss, const struct trace_oprec *rec,
+                          uint32_t nrec)
+{
+    int rc = DIVTRACE_OK;
+    double g2 = 0;
+    int gfinite = 1;
+    uint32_t nkeep = 0, turn = (uint32_t)t->oturn;
+    if (t->ocap[turn] < nrec) {
+        struct trace_oprec *o = realloc(t->out[turn], (size_t)nrec * sizeof *o);
+        if (!o) {
+            rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory for %u records", fn, nrec);
+            goto out;
+        }
+        t->out[turn] = o;
+        t->ocap[turn] = nrec;
+    }
+    for (uint32_t i = 0; i < nrec; i++) {
+        const struct trace_oprec *o = &rec[i];
+        uint8_t *le = (uint8_t *)&t->hashes[i];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(o->hash >> (8 * b));
+        enum trace_kind k = (enum trace_kind)t->ops[i].kind;
+        if (k == TRACE_KIND_GRAD) {
+            g2 += o->l2 * o->l2;
+            gfinite &= o->nan == 0 && o->inf == 0;
+        }
+        if (trace_level_keeps(t->level, k))
+            t->out[turn][nkeep++] = *o;
+    }
+    struct trace_step s = {
+        .step = step,
+        .loss = loss,
+        .grad_norm = gfinite ? sqrt(g2) : NAN,
+        .root = hash_bytes(t->hashes, (size_t)nrec * sizeof *t->hashes),
+        .nrec = nkeep,
+        .rec = t->out[turn],
+    };
+    /* written on the writer's thread; a failure there is reported by the
+     * next call that writes (a step's end, a checkpoint, the close) */
+    if (trace_writer_step_async(t->w, &s) < 0) {
+        rc = lib_fail(t, DIVTRACE_EIO, "%s: %s", fn, dt_error());
+        goto out;
+    }
+    t->oturn = !t->oturn;
+out:
+    return rc;
+}
+
+/* The step divtrace_step_end_async left (if any), written: its device
+ * records read (if the next step has not begun, which reads them), its
+ * loss read, the step handed to the writer. t->mu held. */
+int lib_pend_finish(divtrace *t, const char *fn)
+{
+    if (!t->pend)
+        return DIVTRACE_OK;
+    char msg[LIB_MSG];
+    int rc = DIVTRACE_OK;
+    if (t->pend == 1) {
+        rc = lib_gpu_harvest(t->gpu, t->tmp, t->pend_nrec, t->pend_on_dev, msg, sizeof msg);
+        for (uint32_t i = 0; rc == DIVTRACE_OK && i < t->pend_nrec; i++)
+            if (t->pend_on_dev[i]) {
+                t->pend_rec[i] = t->tmp[i];
+                t->pend_rec[i].op = i;
+            }
+    }
+    float loss = NAN;
+    if (rc == DIVTRACE_OK)
+        rc = lib_gpu_loss_value(t->gpu, &loss, msg, sizeof msg);
+    t->pend = 0;
+    if (rc != DIVTRACE_OK)
+        return lib_fail(t, rc, "%s: step %" PRIu64 " (ended before, not yet written): %s", fn, t->pend_step, msg);
+    return lib_write_step(t, fn, t->pend_step, loss, t->pend_rec, t->pend_nrec);
+}
+
 /* divtrace_step_end's work, t->mu held; dloss: the loss in device memory
  * (read with the device records), else loss */
 static int lib_step_end(divtrace *t, const char *fn, double loss, const float *dloss, void *stream)
 {
-    int rc = DIVTRACE_OK;
+    int rc = lib_pend_finish(t, fn);
+    if (rc != DIVTRACE_OK)
+        goto out;
     if (!t->in_step) {
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: no step begun", fn);
         goto out;
@@ -692,48 +790,8 @@ static int lib_step_end(divtrace *t, const char *fn, double loss, const float *d
                 goto out;
         }
     }
-    /* as run_summarize: the root over every op's hash, the gradient norm over
-     * the GRAD tensors, the records the level keeps */
-    double g2 = 0;
-    int gfinite = 1;
-    uint32_t nkeep = 0, turn = (uint32_t)t->oturn;
-    if (t->ocap[turn] < t->nrec) {
-        struct trace_oprec *o = realloc(t->out[turn], (size_t)t->nrec * sizeof *o);
-        if (!o) {
-            rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory for %u records", fn, t->nrec);
-            goto out;
-        }
-        t->out[turn] = o;
-        t->ocap[turn] = t->nrec;
-    }
-    for (uint32_t i = 0; i < t->nrec; i++) {
-        const struct trace_oprec *o = &t->rec[i];
-        uint8_t *le = (uint8_t *)&t->hashes[i];
-        for (int b = 0; b < 8; b++)
-            le[b] = (uint8_t)(o->hash >> (8 * b));
-        enum trace_kind k = (enum trace_kind)t->ops[i].kind;
-        if (k == TRACE_KIND_GRAD) {
-            g2 += o->l2 * o->l2;
-            gfinite &= o->nan == 0 && o->inf == 0;
-        }
-        if (trace_level_keeps(t->level, k))
-            t->out[turn][nkeep++] = *o;
-    }
-    struct trace_step s = {
-        .step = t->step,
-        .loss = loss,
-        .grad_norm = gfinite ? sqrt(g2) : NAN,
-        .root = hash_bytes(t->hashes, (size_t)t->nrec * sizeof *t->hashes),
-        .nrec = nkeep,
-        .rec = t->out[turn],
-    };
-    /* written on the writer's thread; a failure there is reported by the
-     * next call that writes (a step's end, a checkpoint, the close) */
-    if (trace_writer_step_async(t->w, &s) < 0) {
-        rc = lib_fail(t, DIVTRACE_EIO, "%s: %s", fn, dt_error());
+    if ((rc = lib_write_step(t, fn, t->step, loss, t->rec, t->nrec)) != DIVTRACE_OK)
         goto out;
-    }
-    t->oturn = !t->oturn;
     t->in_step = 0;
     t->have_last = 1;
     t->last = t->step;
@@ -758,6 +816,62 @@ int divtrace_step_end_device(divtrace *t, const float *loss, void *stream)
     if (rc != DIVTRACE_OK)
         return rc;
     rc = loss ? lib_step_end(t, fn, 0, loss, stream) : lib_fail(t, DIVTRACE_EINVAL, "%s: NULL loss", fn);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int divtrace_step_end_async(divtrace *t, const float *loss, void *stream)
+{
+    const char *fn = "divtrace_step_end_async";
+    int rc = lib_enter(t, fn);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    char msg[LIB_MSG];
+    if (!loss) {
+        rc = lib_fail(t, DIVTRACE_EINVAL, "%s: NULL loss", fn);
+        goto out;
+    }
+    /* the first step (its op list written at its end) and a step after
+     * another's error: as divtrace_step_end_device */
+    if (!t->fixed || !t->in_step || t->failed || t->nrec != t->nops) {
+        rc = lib_step_end(t, fn, 0, loss, stream);
+        goto out;
+    }
+    if ((rc = lib_pend_finish(t, fn)) != DIVTRACE_OK)
+        goto out;
+    if (!t->gpu && (rc = lib_gpu_new(&t->gpu, loss, msg, sizeof msg)) != DIVTRACE_OK) {
+        lib_fail(t, rc, "%s: step %" PRIu64 ": the loss: %s", fn, t->step, msg);
+        goto out;
+    }
+    if (t->pend_cap < t->nrec) {
+        struct trace_oprec *r = realloc(t->pend_rec, (size_t)t->nrec * sizeof *r);
+        if (r)
+            t->pend_rec = r;
+        char *d = realloc(t->pend_on_dev, t->nrec);
+        if (d)
+            t->pend_on_dev = d;
+        if (!r || !d) {
+            rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory for %u records", fn, t->nrec);
+            goto out;
+        }
+        t->pend_cap = t->nrec;
+    }
+    /* the deferred records queued; the loss taken by the next batch on its
+     * stream; nothing waited for */
+    if ((rc = lib_gpu_flush(t->gpu, msg, sizeof msg)) != DIVTRACE_OK ||
+        (rc = lib_gpu_loss_later(t->gpu, loss, stream, msg, sizeof msg)) != DIVTRACE_OK) {
+        lib_fail(t, rc, "%s: step %" PRIu64 ": %s", fn, t->step, msg);
+        goto out;
+    }
+    memcpy(t->pend_rec, t->rec, (size_t)t->nrec * sizeof *t->rec);
+    memcpy(t->pend_on_dev, t->on_dev, t->nrec);
+    t->pend_nrec = t->nrec;
+    t->pend_step = t->step;
+    t->pend = 1;
+    t->in_step = 0;
+    t->have_last = 1;
+    t->last = t->step;
+out:
     pthread_mutex_unlock(&t->mu);
     return rc;
 }

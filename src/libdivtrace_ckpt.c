@@ -36,6 +36,8 @@ int divtrace_checkpoint_begin(divtrace *t, uint64_t step)
                       PRIu64 " has ended", fn, step, t->last);
     else if (!t->fixed && t->have_early)
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: a second checkpoint before the first step", fn);
+    else
+        rc = lib_pend_finish(t, fn); /* the step before goes first in the file */
     if (rc != DIVTRACE_OK)
         goto out;
     trace_ckpt_free(&t->ck);

@@ -47,6 +47,15 @@ struct divtrace {
     int have_early;
     uint32_t ck_cap;
     struct lib_gpu *gpu;
+    /* A step ended by divtrace_step_end_async, not written yet: its device
+     * records are read by the next step's begin (pend 1: queued; 2: read),
+     * its loss with them or later, and it is written by the next call that
+     * ends a step, syncs, checkpoints or closes. */
+    int pend;
+    uint64_t pend_step;
+    uint32_t pend_nrec, pend_cap;
+    struct trace_oprec *pend_rec; /* (pend_cap) the step's records */
+    char *pend_on_dev;            /* (pend_cap) */
 };
 
 /* Set the handle's message (or the thread's, t NULL) and return status;
@@ -61,5 +70,6 @@ int lib_tensor(divtrace *t, const char *fn, const char *name, const float *data,
                int ndim, const int64_t *shape, uint32_t out[TRACE_MAX_DIM], size_t *count);
 /* Write checkpoint c (t->mu held). */
 int lib_ckpt_write(divtrace *t, const struct trace_ckpt *c);
+int lib_pend_finish(divtrace *t, const char *fn);
 
 #endif

@@ -544,7 +544,7 @@ static void test_write_failure(void **state)
     assert_non_null(strstr(divtrace_errmsg(NULL), "/dev/full"));
 }
 
-/* divtrace_step_end_device without a GPU (or with host memory on one): a
+/* divtrace_step_end_device and _async without a GPU (or with host memory on one): a
  * clear status, the step then ended with the loss as a number. */
 static void test_loss_on_device_refused(void **state)
 {
@@ -562,6 +562,11 @@ static void test_loss_on_device_refused(void **state)
     }
     assert_int_equal(divtrace_step_end_device(t, NULL, NULL), DIVTRACE_EINVAL);
     int rc = divtrace_step_end_device(t, &loss, NULL);
+    assert_true(rc == DIVTRACE_ENOCUDA || rc == DIVTRACE_EINVAL);
+    assert_non_null(strstr(divtrace_errmsg(t), "the loss"));
+    /* the same without a wait: refused alike, nothing left pending */
+    assert_int_equal(divtrace_step_end_async(t, NULL, NULL), DIVTRACE_EINVAL);
+    rc = divtrace_step_end_async(t, &loss, NULL);
     assert_true(rc == DIVTRACE_ENOCUDA || rc == DIVTRACE_EINVAL);
     assert_non_null(strstr(divtrace_errmsg(t), "the loss"));
     assert_int_equal(tt_steps(t, 1, 2), 0);

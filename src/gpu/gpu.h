@@ -217,11 +217,15 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
  * s has run the batch; gpu_trace_many_bytes gives the sizes (-1: too many
  * tiles). ctr: device counters by record index, as gpu_trace_one's (0, and
  * 0 again once s has run the batch); given, a batch of at most 128 buffers
- * of at most 480 KiB each is one launch with no copy. Returns the first
- * CUDA error of the copy or the launches. */
+ * of at most 480 KiB each is one launch with no copy, which writes each
+ * record's first word last (after a system-wide fence: *ordered is set to
+ * 1), so that a host reading mapped records sees a record whole once its
+ * first word changed. loss_src (or NULL): a float copied to loss_dst
+ * (pinned or mapped) in the batch's stream order. Returns the first CUDA
+ * error of the copies or the launches. */
 int gpu_trace_many_bytes(const size_t *counts, int n, size_t *dev_bytes, size_t *host_bytes);
 cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *bufs, const size_t *counts,
                            const uint32_t *out, int n, struct trace_oprec *drec, unsigned *ctr,
-                           cudaStream_t s);
+                           const float *loss_src, float *loss_dst, int *ordered, cudaStream_t s);
 
 #endif

@@ -506,9 +506,27 @@ gt_group_kernel(struct gt_part *part, const struct gt_desc *desc, const uint32_t
 
 /* A small buffer by one warp; stage: the warp's GT_REC_WORDS words of
  * shared memory. */
+/* The same copy for a reader on the host that polls the record (pinned
+ * memory mapped into the device): every word but the first, a system-wide
+ * fence, then the first (op, which the kernels write as 0), so that a
+ * first word seen changed means the whole record is there. */
+static __device__ __forceinline__ void gt_record_copy_ordered(struct trace_oprec *out, const uint64_t *stage,
+                                                              int lane)
+{
+    __syncwarp();
+    if ((unsigned)lane < GT_REC_WORDS && lane > 0)
+        ((volatile uint64_t *)out)[lane] = stage[lane];
+    __threadfence_system();
+    __syncwarp();
+    if (lane == 0) {
+        __threadfence_system();
+        ((volatile uint64_t *)out)[0] = stage[0];
+    }
+}
+
 static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_desc *desc,
                                      const uint64_t *dig, const struct gt_part *part, uint32_t k, int lane,
-                                     uint64_t *stage)
+                                     uint64_t *stage, bool ordered = false)
 {
     const struct gt_desc d = desc[k];
     struct gt_acc a;
@@ -521,7 +539,10 @@ static __device__ void gt_root_small(struct trace_oprec *rec, const struct gt_de
     gt_acc_warp(&a, width);
     if (lane == 0)
         gt_record(stage, &a, gh_xxh3_64(dig + d.leaf0, 8 * (size_t)d.nleaves));
-    gt_record_copy(&rec[d.out], stage, lane);
+    if (ordered)
+        gt_record_copy_ordered(&rec[d.out], stage, lane);
+    else
+        gt_record_copy(&rec[d.out], stage, lane);
 }
 
 /* Work item it by the whole block. */

@@ -168,6 +168,8 @@ struct gt_sb_buf {
 };
 template <int MAX> struct gt_sb {
     uint32_t n, nwarps;
+    const float *loss_src; /* a float copied to loss_dst by the launch, or NULL */
+    float *loss_dst;
     struct gt_sb_buf b[MAX];
 };
 static_assert(sizeof(struct gt_sb<GT_SB_MAX>) + 4 * sizeof(void *) <= 4096, "a launch's arguments fit in 4 KiB");
@@ -181,6 +183,8 @@ gt_sb_kernel(const __grid_constant__ struct gt_sb<MAX> sb, struct trace_oprec *r
     __shared__ uint64_t stage[GT_SB_WARPS][GT_REC_WORDS];
     int lane = (int)(threadIdx.x & 31), wib = (int)(threadIdx.x >> 5);
     uint32_t w = blockIdx.x * GT_SB_WARPS + (uint32_t)wib;
+    if (w == 0 && lane == 0 && sb.loss_src)
+        *(volatile float *)sb.loss_dst = *sb.loss_src;
     if (w >= sb.nwarps)
         return;
     uint32_t lo = 0, hi = sb.n - 1; /* the buffer whose warps include w */
@@ -215,7 +219,7 @@ gt_sb_kernel(const __grid_constant__ struct gt_sb<MAX> sb, struct trace_oprec *r
     if (!last)
         return;
     __threadfence(); /* the other warps' writes, after the ticket */
-    gt_root_small(rec, &d, dig, part, 0, lane, stage[wib]);
+    gt_root_small(rec, &d, dig, part, 0, lane, stage[wib], true);
     if (lane == 0)
         ctr[b.out] = 0;
 }
@@ -224,13 +228,15 @@ gt_sb_kernel(const __grid_constant__ struct gt_sb<MAX> sb, struct trace_oprec *r
 template <int MAX>
 static cudaError_t gt_sb_launch(const float *const *bufs, const size_t *counts, const uint32_t *out, int n,
                                 struct trace_oprec *drec, uint64_t *dig, struct gt_part *part, unsigned *ctr,
-                                cudaStream_t s)
+                                const float *loss_src, float *loss_dst, cudaStream_t s)
 {
     /* digests and partials where gt_plan puts them (leaf0 and tile0 as
      * gt_fill sets them); a buffer's tiles are its warps */
     struct gt_sb<MAX> sb;
     uint32_t slot = 0, tiles = 0, warps = 0;
     sb.n = (uint32_t)n;
+    sb.loss_src = loss_src;
+    sb.loss_dst = loss_dst;
     for (int k = 0; k < n; k++) {
         uint32_t leaves = (uint32_t)((counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS);
         sb.b[k].ptr = bufs[k];
@@ -279,8 +285,9 @@ int gpu_trace_many_bytes(const size_t *counts, int n, size_t *dev_bytes, size_t 
 
 cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *bufs, const size_t *counts,
                            const uint32_t *out, int n, struct trace_oprec *drec, unsigned *ctr,
-                           cudaStream_t s)
+                           const float *loss_src, float *loss_dst, int *ordered, cudaStream_t s)
 {
+    *ordered = 0;
     struct gt_layout l;
     if (n <= 0 || gt_plan(counts, n, &l) < 0 || ((uintptr_t)scratch & 255) != 0 ||
         ((uintptr_t)staging & 15) != 0)
@@ -291,11 +298,17 @@ cudaError_t gpu_trace_many(void *scratch, void *staging, const float *const *buf
     if (ctr && gt_sb_fits(counts, n)) {
         uint64_t *dig = (uint64_t *)((unsigned char *)scratch + l.o_dig);
         struct gt_part *part = (struct gt_part *)((unsigned char *)scratch + l.o_part);
+        *ordered = 1;
         if (n <= 8)
-            return gt_sb_launch<8>(bufs, counts, out, n, drec, dig, part, ctr, s);
+            return gt_sb_launch<8>(bufs, counts, out, n, drec, dig, part, ctr, loss_src, loss_dst, s);
         if (n <= 32)
-            return gt_sb_launch<32>(bufs, counts, out, n, drec, dig, part, ctr, s);
-        return gt_sb_launch<GT_SB_MAX>(bufs, counts, out, n, drec, dig, part, ctr, s);
+            return gt_sb_launch<32>(bufs, counts, out, n, drec, dig, part, ctr, loss_src, loss_dst, s);
+        return gt_sb_launch<GT_SB_MAX>(bufs, counts, out, n, drec, dig, part, ctr, loss_src, loss_dst, s);
+    }
+    if (loss_src) {
+        cudaError_t e = cudaMemcpyAsync(loss_dst, loss_src, sizeof *loss_dst, cudaMemcpyDefault, s);
+        if (e != cudaSuccess)
+            return e;
     }
     unsigned nitems = gt_fill((unsigned char *)staging, &l, bufs, counts, out, n);
     cudaError_t e = cudaMemcpyAsync(scratch, staging, l.in_bytes, cudaMemcpyHostToDevice, s);

@@ -62,7 +62,21 @@ struct lib_gpu {
     int pending;
     float *hval;                /* pinned: the float lib_gpu_fetch copies */
     const float *known_val[LG_KNOWN]; /* the last pointers lib_gpu_fetch found on this device */
+    /* queued since the last collect: a batch whose records are not written
+     * first word last (the harvest cannot poll them) */
+    int unordered;
+    /* lib_gpu_loss_later's float: to be copied by the next batch on its
+     * stream (1), copied or queued (2), nothing (0) */
+    int loss_state;
+    const float *loss_src;
+    cudaStream_t loss_stream;
 };
+
+/* The first word of a record slot not written yet, and the bits of a loss
+ * not copied yet (a NaN no float operation makes; a loss with these bits
+ * only costs a wait). */
+#define LG_UNSET UINT64_MAX
+#define LG_LOSS_UNSET 0x7fa5d1f7u
 
 static int lg_fail(char *msg, size_t n, int status, const char *what, cudaError_t e)
 {
@@ -153,7 +167,7 @@ void lib_gpu_free(struct lib_gpu *g)
     if (!g)
         return;
     lg_on on(g->device);
-    if (g->pending)
+    if (g->pending || g->loss_state)
         cudaDeviceSynchronize();
     lg_pool_free(&g->scratch);
     lg_pool_free(&g->staging);
@@ -419,6 +433,7 @@ int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *strea
         (rc = lg_reserve_rec(g, slot + 1, msg, n)) != DIVTRACE_OK)
         return rc;
     LG_CHECK(gpu_trace_one(scratch, x, count, g->drec + slot, g->dctr + slot, s));
+    g->unordered = 1;
     lg_queued(g, s, known, slot + 1);
     return DIVTRACE_OK;
 }
@@ -504,8 +519,19 @@ int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n)
         (rc = lg_take(&g->staging, host_bytes, &staging, msg, n)) != DIVTRACE_OK ||
         (rc = lg_reserve_rec(g, top, msg, n)) != DIVTRACE_OK)
         return rc;
-    LG_CHECK(gpu_trace_many(scratch, staging, g->dptr, g->dcount, g->dslot, g->ndef, g->drec, g->dctr,
-                            g->dstream));
+    /* the slots' first words as not written: the kernel writes them last */
+    for (int i = 0; i < g->ndef; i++)
+        *(volatile uint64_t *)&g->hrec[g->dslot[i]] = LG_UNSET;
+    const float *lsrc = NULL;
+    if (g->loss_state == 1 && g->loss_stream == g->dstream) {
+        lsrc = g->loss_src; /* the loss of the step before, in this batch's launch */
+        g->loss_state = 2;
+    }
+    int ordered;
+    LG_CHECK(gpu_trace_many(scratch, staging, g->dptr, g->dcount, g->dslot, g->ndef, g->drec, g->dctr, lsrc,
+                            lsrc ? g->hval : NULL, &ordered, g->dstream));
+    if (!ordered)
+        g->unordered = 1;
     lg_queued(g, g->dstream, known, top);
     g->ndef = 0;
     return DIVTRACE_OK;
@@ -521,6 +547,7 @@ static void lg_reset(struct lib_gpu *g)
     g->nstreams = 0;
     g->nslots = 0;
     g->pending = 0;
+    g->unordered = 0;
 }
 
 int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, char *msg, size_t n)
@@ -537,6 +564,77 @@ int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots,
         return rc;
     memcpy(out, g->hrec, (size_t)k * sizeof *out);
     lg_reset(g);
+    return DIVTRACE_OK;
+}
+
+int lib_gpu_harvest(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, const char *on_dev, char *msg,
+                    size_t n)
+{
+    int rc = lib_gpu_flush(g, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    uint32_t k = nslots < g->nslots ? nslots : g->nslots;
+    /* every record written (its first word, written last, changed): no
+     * wait; else wait for the streams, as lib_gpu_collect does */
+    int done = !g->unordered;
+    for (uint32_t i = 0; i < k && done; i++)
+        done = !on_dev[i] || *(volatile uint64_t *)&g->hrec[i] != LG_UNSET;
+    if (!done) {
+        lg_on on(g->device);
+        if (!on.ok)
+            return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+        if ((rc = lg_wait_queued(g, msg, n)) != DIVTRACE_OK)
+            return rc;
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    memcpy(out, g->hrec, (size_t)k * sizeof *out);
+    lg_reset(g);
+    return DIVTRACE_OK;
+}
+
+int lib_gpu_loss_later(struct lib_gpu *g, const float *x, void *stream, char *msg, size_t n)
+{
+    int rc = lg_check_ptr(g, g->known_val, x, msg, n);
+    if (rc != DIVTRACE_OK)
+        return rc;
+    if (g->loss_state != 0) {
+        snprintf(msg, n, "the loss of the step before was not read");
+        return DIVTRACE_ESTATE;
+    }
+    if (!g->hval) {
+        lg_on on(g->device);
+        if (!on.ok)
+            return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+        LG_CHECK(cudaMallocHost((void **)&g->hval, sizeof *g->hval));
+    }
+    uint32_t unset = LG_LOSS_UNSET;
+    memcpy((void *)g->hval, &unset, sizeof unset);
+    g->loss_src = x;
+    g->loss_stream = (cudaStream_t)stream;
+    g->loss_state = 1;
+    return DIVTRACE_OK;
+}
+
+int lib_gpu_loss_value(struct lib_gpu *g, float *v, char *msg, size_t n)
+{
+    if (!g || g->loss_state == 0) {
+        snprintf(msg, n, "no loss to read");
+        return DIVTRACE_ESTATE;
+    }
+    lg_on on(g->device);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    if (g->loss_state == 1) { /* no batch on its stream since: copy it now */
+        LG_CHECK(cudaMemcpyAsync(g->hval, g->loss_src, sizeof *g->hval, cudaMemcpyDeviceToHost, g->loss_stream));
+        g->loss_state = 2;
+    }
+    uint32_t bits;
+    memcpy(&bits, (const void *)g->hval, sizeof bits);
+    if (bits == LG_LOSS_UNSET) /* not there yet, or a loss with these bits */
+        LG_CHECK(cudaStreamSynchronize(g->loss_stream));
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    memcpy(v, (const void *)g->hval, sizeof *v);
+    g->loss_state = 0;
     return DIVTRACE_OK;
 }
 

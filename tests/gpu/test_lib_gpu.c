@@ -526,6 +526,103 @@ static void test_loss_on_device(void **state)
     free(host);
 }
 
+
+/* Steps ended without a wait (divtrace_step_end_async): each step's
+ * records and loss, read a step later, are those of its bytes at its
+ * flushes, whatever the stream does after them: a batch of one launch
+ * (polled, no wait) and a large record (waited for); the loss copied by
+ * the next step's batch on its stream, or (step 2's batch on another
+ * stream) at the step's write; a checkpoint, a step ended with a wait,
+ * divtrace_sync and divtrace_close after such steps write them first. */
+static void test_step_end_async(void **state)
+{
+    (void)state;
+    enum { NA = 3000, NB = 4096 * 40 + 3, STEPS = 7 };
+    float *a, *b, *loss[2];
+    float *ha = dt_malloc(NA * sizeof *ha), *hb = dt_malloc(NB * sizeof *hb), *junk = dt_malloc(NB * sizeof *junk);
+    assert_int_equal(cudaMalloc((void **)&a, NA * sizeof *a), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&b, NB * sizeof *b), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&loss[0], sizeof *loss[0]), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&loss[1], sizeof *loss[1]), cudaSuccess);
+    cudaStream_t st, other;
+    assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    assert_int_equal(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    lg_fill(junk, NB, LG_SPECIALS, 5);
+    const char *path = tu_path("async.dtr");
+    divtrace *t;
+    int64_t sa[1] = {NA}, sb[1] = {NB};
+    uint64_t want_a[STEPS], want_b[STEPS];
+    float want_loss[STEPS];
+    assert_int_equal(divtrace_open(&t, path, NULL, "op"), DIVTRACE_OK);
+    for (int s = 0; s < STEPS; s++) {
+        cudaStream_t rs = s == 2 ? other : st;
+        lg_fill(ha, NA, s % 2 ? LG_NONFINITE : LG_UNIFORM, 100 + (uint64_t)s);
+        lg_fill(hb, NB, LG_UNIFORM, 200 + (uint64_t)s);
+        struct trace_oprec r;
+        stats_compute(ha, NA, &r);
+        want_a[s] = r.hash;
+        stats_compute(hb, NB, &r);
+        want_b[s] = r.hash;
+        want_loss[s] = 0.25f * (float)s - 1.0f / 3.0f;
+        if (s == 2)
+            assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
+        assert_int_equal(cudaMemcpyAsync(a, ha, NA * sizeof *a, cudaMemcpyHostToDevice, rs), cudaSuccess);
+        assert_int_equal(cudaStreamSynchronize(rs), cudaSuccess); /* ha is refilled next step */
+        assert_int_equal(divtrace_step_begin(t, (uint64_t)s), DIVTRACE_OK);
+        assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, rs, 1, sa,
+                                         NULL, 0), DIVTRACE_OK);
+        assert_int_equal(divtrace_flush(t), DIVTRACE_OK);
+        /* after the flush, in stream order: a overwritten; the loss, in the
+         * buffer the step before last used (two in turn: the step before's
+         * is read by this step's first batch on st, or when it is written) */
+        assert_int_equal(cudaMemcpyAsync(a, junk, NA * sizeof *a, cudaMemcpyHostToDevice, rs), cudaSuccess);
+        assert_int_equal(cudaMemcpyAsync(loss[s % 2], &want_loss[s], sizeof *loss[0], cudaMemcpyHostToDevice, st),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpyAsync(b, hb, NB * sizeof *b, cudaMemcpyHostToDevice, st), cudaSuccess);
+        assert_int_equal(divtrace_record(t, "b", "x", DIVTRACE_GRAD, b, DIVTRACE_DEVICE_DEFERRED, st, 1, sb,
+                                         NULL, 0), DIVTRACE_OK);
+        if (s == 4) {
+            assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
+            float h = want_loss[s];
+            assert_int_equal(divtrace_step_end(t, h), DIVTRACE_OK); /* with a wait, after an async one */
+        } else {
+            assert_int_equal(divtrace_step_end_async(t, loss[s % 2], st), DIVTRACE_OK);
+        }
+        /* b overwritten in order on its stream, after the step's end */
+        assert_int_equal(cudaMemcpyAsync(b, junk, NB * sizeof *b, cudaMemcpyHostToDevice, st), cudaSuccess);
+        if (s == 3) { /* the state before step 4: after step 3 in the file */
+            assert_int_equal(divtrace_checkpoint_begin(t, 4), DIVTRACE_OK);
+            assert_int_equal(divtrace_checkpoint_add(t, "a", ha, DIVTRACE_HOST, 1, sa), DIVTRACE_OK);
+            assert_int_equal(divtrace_checkpoint_end(t), DIVTRACE_OK);
+        }
+        if (s == 5)
+            assert_int_equal(divtrace_sync(t), DIVTRACE_OK);
+    }
+    assert_int_equal(divtrace_step_end_async(t, NULL, st), DIVTRACE_EINVAL);
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+
+    struct trace_file *tf;
+    assert_int_equal(trace_open(&tf, path), 0);
+    assert_int_equal(tf->nsteps, STEPS);
+    for (int s = 0; s < STEPS; s++) {
+        assert_int_equal(tf->steps[s].step, s);
+        assert_true(tf->steps[s].loss == (double)want_loss[s]);
+        assert_true(tf->steps[s].rec[0].hash == want_a[s]);
+        assert_true(tf->steps[s].rec[1].hash == want_b[s]);
+    }
+    assert_int_equal(tf->nckpt, 1);
+    trace_close(tf);
+    cudaStreamDestroy(st);
+    cudaStreamDestroy(other);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(loss[0]);
+    cudaFree(loss[1]);
+    free(ha);
+    free(hb);
+    free(junk);
+}
+
 int main(void)
 {
     struct backend_options opt;
@@ -544,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_deferred_flush),
         cmocka_unit_test(test_loss_on_device),
+        cmocka_unit_test(test_step_end_async),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     lg_be->free(lg_ctx);
