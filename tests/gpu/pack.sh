@@ -12,12 +12,12 @@ rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib" "$D/data"
 make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_profile \
     tests/gpu/test_gpu_trace tests/gpu/test_gpu_trace_paths tests/gpu/test_gpu_ops tests/gpu/test_gpu_dnn \
-    tests/gpu/test_lib_gpu >/dev/null
+    tests/gpu/test_lib_gpu tests/bench/bench_lib_step >/dev/null
 cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" "$B/tests/bench/bench_gpu_profile" \
     "$B/tests/gpu/test_gpu_trace" "$B/tests/gpu/test_gpu_trace_paths" "$B/tests/gpu/test_gpu_ops" \
     "$B/tests/gpu/test_gpu_dnn" "$D/bin/"
-# libdivtrace's GPU test (linked -no-install: a plain binary) and the library
-cp "$B/tests/gpu/test_lib_gpu" "$D/bin/"
+# libdivtrace's GPU test and benchmark (linked -no-install: plain binaries) and the library
+cp "$B/tests/gpu/test_lib_gpu" "$B/tests/bench/bench_lib_step" "$D/bin/"
 cp -L "$B/src/.libs/libdivtrace.so.0" "$D/lib/"
 # the PyTorch adapter's C core, where the package looks beside the library
 if make -C "$B" src/python/_fast.la >/dev/null 2>&1 && [ -e "$B/src/python/.libs/_fast.so" ]; then
