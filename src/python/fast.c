@@ -18,8 +18,8 @@ static PyObject *ctypes_addressof; /* ctypes.addressof */
 #define ARM_OBJECTS(a)                                                                              \
     { &(a)->fail, &(a)->flush_failed, &(a)->root_slow, &(a)->begin_params, &(a)->record_input,     \
       &(a)->opt_pre_slow, &(a)->opt_post_slow, &(a)->params, &(a)->param_names, &(a)->updates,     \
-      &(a)->input_idx, &(a)->input_names, &(a)->input_type, &(a)->root_key, &(a)->s_item }
-#define NARM 15
+      &(a)->input_idx, &(a)->input_names, &(a)->input_type, &(a)->root_key, &(a)->s_item, &(a)->param_set }
+#define NARM 16
 
 static PyTypeObject *CoreType;
 
@@ -55,6 +55,30 @@ int fast_reset_state(Core *c)
     SETREF(c->watch, watch);
     c->nrec = c->ndef = c->pend0 = 0;
     c->pend_stream = 0;
+    c->params_reserved = 0;
+    return 0;
+}
+
+int fast_used(Core *c, PyObject *name)
+{
+    if (c->params_reserved) {
+        int r = PySet_Contains(c->arm.param_set, name);
+        if (r)
+            return r;
+    }
+    return PySet_Contains(c->used, name);
+}
+
+/* used with the reserved parameter names in it (for the Recorder's own
+ * naming): 0 or -1 */
+static int used_whole(Core *c)
+{
+    if (!c->params_reserved)
+        return 0;
+    for (Py_ssize_t i = 0, n = PyTuple_Size(c->arm.param_names); i < n; i++)
+        if (PySet_Add(c->used, PyTuple_GetItem(c->arm.param_names, i)) < 0)
+            return -1;
+    c->params_reserved = 0;
     return 0;
 }
 
@@ -113,6 +137,8 @@ static int core_traverse(PyObject *self, visitproc visit, void *arg)
     Py_VISIT(c->used);
     Py_VISIT(c->calls);
     Py_VISIT(c->keep);
+    Py_VISIT(c->keep_prev);
+    Py_VISIT(c->prev_loss);
     Py_VISIT(c->watch);
     Py_VISIT(c->lib_refs);
     for (int g = 0; g < NGROUPS; g++)
@@ -140,6 +166,8 @@ static int core_clear(PyObject *self)
     Py_CLEAR(c->used);
     Py_CLEAR(c->calls);
     Py_CLEAR(c->keep);
+    Py_CLEAR(c->keep_prev);
+    Py_CLEAR(c->prev_loss);
     Py_CLEAR(c->watch);
     Py_CLEAR(c->lib_refs);
     core_clear_slots(c);
@@ -330,6 +358,15 @@ static PyObject *core_reset(PyObject *self, PyObject *unused)
     (void)unused;
     if (fast_reset_state((Core *)self) < 0)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+/* a step begun (divtrace_step_begin returned): the step before's device
+ * records are read, its kept tensors may go */
+static PyObject *core_begun(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_CLEAR(((Core *)self)->keep_prev);
     Py_RETURN_NONE;
 }
 
@@ -551,9 +588,9 @@ static PyObject *core_paths(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* arm(step_begin, step_end, step_end_device, params, param_names,
+/* arm(step_begin, step_end, step_end_async, params, param_names,
  * updates, input_idx, input_names, checkpoint_every, end): after the first
- * step, the fast paths on (step_begin, step_end, step_end_device: the
+ * step, the fast paths on (step_begin, step_end, step_end_async: the
  * library's ctypes functions; end: whether end_step may end a step) */
 static PyObject *core_arm(PyObject *self, PyObject *args)
 {
@@ -583,6 +620,10 @@ static PyObject *core_arm(PyObject *self, PyObject *args)
         goto fail;
     SETREF(c->lib_refs, refs);
     SETREF(a->params, t[0]);
+    PyObject *fs = PyFrozenSet_New(t[1]);
+    if (!fs)
+        goto fail;
+    SETREF(a->param_set, fs);
     SETREF(a->param_names, t[1]);
     SETREF(a->updates, t[2]);
     SETREF(a->input_idx, t[3]);
@@ -593,7 +634,7 @@ static PyObject *core_arm(PyObject *self, PyObject *args)
         return NULL;
     a->step_begin = (int (*)(void *, uint64_t))fb;
     a->step_end = (int (*)(void *, double))fe;
-    a->step_end_device = (int (*)(void *, const float *, void *))fd;
+    a->step_end_async = (int (*)(void *, const float *, void *))fd;
     a->ckpt_every = every;
     a->end = end;
     a->on = 1;
@@ -641,6 +682,7 @@ static PyObject *core_hook(PyObject *self, PyObject *args)
 
 static PyMethodDef core_methods[] = {
     {"reset", core_reset, METH_NOARGS, "Begin a step's state: nothing used, called, kept or watched."},
+    {"begun", core_begun, METH_NOARGS, "A step was begun: the tensors the step before kept may go."},
     {"fix", core_fix, METH_VARARGS, "fix(handle, record_many, flush, slots, deferrable, ts, ts_size, ptrs)"},
     {"add_group", core_add_group, METH_VARARGS, "add_group(gid, k0, shapes, owners, deferrable)"},
     {"buffer", core_buffer, METH_VARARGS, "buffer(k, t) -> status"},
@@ -658,7 +700,7 @@ static PyMethodDef core_methods[] = {
     {"paths", core_paths, METH_VARARGS,
      "paths(fail, flush_failed, root_slow, begin_params, record_input, opt_pre_slow, opt_post_slow)"},
     {"arm", core_arm, METH_VARARGS,
-     "arm(step_begin, step_end, step_end_device, params, param_names, updates, input_idx, input_names, "
+     "arm(step_begin, step_end, step_end_async, params, param_names, updates, input_idx, input_names, "
      "checkpoint_every, end)"},
     {"root_pre", (PyCFunction)(void (*)(void))core_root_pre, METH_FASTCALL,
      "root_pre(module, args, kwargs): the root's step start and inputs"},
@@ -690,7 +732,7 @@ static PyObject *core_get(PyObject *self, void *which)
     case A_STEPS: return PyLong_FromUnsignedLongLong(c->arm.steps);
     case A_LAST_NREC: return PyLong_FromSsize_t(c->last_nrec);
     case A_LAST_NDEF: return PyLong_FromSsize_t(c->last_ndef);
-    case A_USED: return Py_NewRef(c->used);
+    case A_USED: return used_whole(c) < 0 ? NULL : Py_NewRef(c->used);
     case A_CALLS: return Py_NewRef(c->calls);
     case A_KEEP: return Py_NewRef(c->keep);
     case A_WATCH: return Py_NewRef(c->watch);
@@ -717,6 +759,8 @@ static int core_set(PyObject *self, PyObject *v, void *which)
         PyObject **f = w == A_USED ? &c->used : w == A_CALLS ? &c->calls : w == A_KEEP ? &c->keep : &c->watch;
         Py_INCREF(v);
         SETREF(*f, v);
+        if (w == A_USED)
+            c->params_reserved = 0; /* the set given is the step's whole */
         return 0;
     }
     long long x;

@@ -94,7 +94,7 @@ struct arm {
     long ckpt_every;
     int (*step_begin)(void *, uint64_t);
     int (*step_end)(void *, double);
-    int (*step_end_device)(void *, const float *, void *);
+    int (*step_end_async)(void *, const float *, void *);
     /* the Recorder's: fail(status), flush_failed(r), _root_pre_hook,
      * _begin_params(), record_input(name, t), _opt_pre_hook, _opt_post_hook */
     PyObject *fail, *flush_failed, *root_slow, *begin_params, *record_input, *opt_pre_slow, *opt_post_slow;
@@ -102,6 +102,7 @@ struct arm {
      * parameters; the root's inputs: their places in its arguments and
      * names; b"input", "", "item" */
     PyObject *params, *param_names, *updates, *input_idx, *input_names, *input_type, *root_key, *s_item;
+    PyObject *param_set; /* param_names as a frozenset */
 };
 
 typedef struct {
@@ -114,6 +115,13 @@ typedef struct {
     Py_ssize_t nrec, ndef, pend0;
     long long pend_stream;
     PyObject *used, *calls, *keep, *watch; /* set, dict, list, list */
+    /* after a step ended without a wait (divtrace_step_end_async): its kept
+     * tensors, until the next step's begin has read its records, and its
+     * loss, until the next step's end has read it */
+    PyObject *keep_prev, *prev_loss;
+    /* the parameters' names are used this step but not yet in used (the
+     * step's start sets it; fast_used and the attribute used see them) */
+    int params_reserved;
     /* after fix() */
     void *h;
     record_many_fn many;
@@ -164,6 +172,9 @@ int fast_shim_agrees(Core *c, PyObject *t);
 
 /* fast.c: a step's state begun (PyCore.reset); PyCore.flush_point; a
  * group (params given: the gradients) and a flush point after it */
+/* whether name is used this step (the reserved parameter names too):
+ * 1, 0, or -1 with an exception set */
+int fast_used(Core *c, PyObject *name);
 int fast_reset_state(Core *c);
 PyObject *fast_flush_point(Core *c, int flush);
 PyObject *fast_group_then_flush(Core *c, int gid, PyObject *tensors, PyObject *owners, PyObject *params);

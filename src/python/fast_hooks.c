@@ -65,7 +65,7 @@ static int hook_fast(Hook *h, PyObject *output)
     PyObject *name = hook_name(h, k);
     if (!name)
         return PYERR;
-    int used = PySet_Contains(c->used, name);
+    int used = fast_used(c, name);
     if (used)
         return used < 0 ? PYERR : 0;
     Py_INCREF(name); /* the list may grow under a later call; hold it */

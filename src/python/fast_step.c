@@ -58,7 +58,7 @@ static int root_call_plain(Core *c, PyObject *args, PyObject *kwargs)
         Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GetItem(c->arm.input_idx, j));
         if (i < 0 || i >= n)
             return PyErr_Occurred() ? -1 : 0;
-        int used = PySet_Contains(c->used, PyTuple_GetItem(c->arm.input_names, j));
+        int used = fast_used(c, PyTuple_GetItem(c->arm.input_names, j));
         if (used)
             return used < 0 ? -1 : 0;
     }
@@ -82,10 +82,9 @@ PyObject *fast_root_pre(Core *c, PyObject *module, PyObject *args, PyObject *kwa
     int rc = c->arm.step_begin(c->h, s);
     if (rc < 0)
         return failed(c, rc);
+    Py_CLEAR(c->keep_prev); /* the step before's records are read */
     c->in_step = 1;
-    for (Py_ssize_t i = 0, n = PyTuple_Size(c->arm.param_names); i < n; i++)
-        if (PySet_Add(c->used, PyTuple_GetItem(c->arm.param_names, i)) < 0)
-            return NULL;
+    c->params_reserved = 1; /* the parameters' names, used (fast_used) */
     int r = fast_group(c, GROUP_PARAM, c->arm.params, c->arm.params, 1);
     if (r == PYERR)
         return NULL;
@@ -198,12 +197,12 @@ static int loss_value(Core *c, PyObject *loss, double *out)
     return 0;
 }
 
-/* a float32 CUDA tensor of one element, which the library reads with the
- * step's records (divtrace_step_end_device: no wait of its own, as
- * loss.item() would take): 1 (*p, *stream set), 0 or -1 */
+/* a float32 CUDA tensor of one element, which the library reads after
+ * the step (divtrace_step_end_async: no wait, as loss.item() would take):
+ * 1 (*p, *stream set), 0 or -1 */
 static int loss_on_device(Core *c, PyObject *loss, const float **p, void **stream)
 {
-    if ((PyObject *)Py_TYPE(loss) != c->tensor_type || !c->arm.step_end_device)
+    if ((PyObject *)Py_TYPE(loss) != c->tensor_type || !c->arm.step_end_async)
         return 0;
     struct tinfo ti;
     if (fast_tinfo(c, loss, &ti) < 0)
@@ -240,7 +239,15 @@ PyObject *fast_end_step(Core *c, PyObject *loss)
     if (f != Py_None)
         return f; /* NULL, or what the Recorder's flush_failed raises */
     Py_DECREF(f);
-    int rc = dl ? c->arm.step_end_device(c->h, dl, ds) : c->arm.step_end(c->h, v);
+    int rc = dl ? c->arm.step_end_async(c->h, dl, ds) : c->arm.step_end(c->h, v);
+    if (dl && rc >= 0) {
+        /* read later: the loss kept until the next step's end, the step's
+         * tensors until the next step's begin */
+        Py_INCREF(loss);
+        SETREF(c->prev_loss, loss);
+        Py_INCREF(c->keep);
+        SETREF(c->keep_prev, c->keep);
+    }
     c->in_step = 0;
     c->last_nrec = c->nrec;
     c->last_ndef = c->ndef;

@@ -54,6 +54,10 @@ class PyCore:
         self.last_nrec = self.last_ndef = 0  # the last step's records, deferred ones
         self.reset()
 
+    def begun(self):
+        """A step was begun (this core's steps end with a wait: nothing kept
+        past them)."""
+
     def reset(self):
         self.used = set()
         self.calls = {}

@@ -77,6 +77,7 @@ def _declare(lib):
         "divtrace_flush": (c_int, [c_void_p]),
         "divtrace_step_end": (c_int, [c_void_p, ctypes.c_double]),
         "divtrace_step_end_device": (c_int, [c_void_p, c_void_p, c_void_p]),
+        "divtrace_step_end_async": (c_int, [c_void_p, c_void_p, c_void_p]),
         "divtrace_checkpoint_begin": (c_int, [c_void_p, ctypes.c_uint64]),
         "divtrace_checkpoint_add": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int, i64p]),
         "divtrace_checkpoint_end": (c_int, [c_void_p]),

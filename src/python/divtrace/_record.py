@@ -452,6 +452,7 @@ class Recorder:
         if self.checkpoint_every and s % self.checkpoint_every == 0 and self._last_ckpt != s:
             self._checkpoint(s)
         _lib.check(self._lib.divtrace_step_begin(self._h, s), self._h)
+        st.begun()
         st.in_step = True
         if self.level == "step":
             return
@@ -672,7 +673,7 @@ class Recorder:
             idx = tuple(self._root_fresh.get(0, ()))
             names = ("input",) if len(idx) == 1 else tuple("input.%d" % i for i in range(len(idx)))
             st.arm(self._lib.divtrace_step_begin, self._lib.divtrace_step_end,
-                   self._lib.divtrace_step_end_device, self._param_tensors,
+                   self._lib.divtrace_step_end_async, self._param_tensors,
                    tuple(self._param_names), self._update_tensors, idx, names, self.checkpoint_every,
                    self.optimizer is not None or self.level == "step")
             self._armed = True
