@@ -353,11 +353,17 @@ static PyObject *ret_int(int r)
     return r == PYERR ? NULL : PyLong_FromLong(r);
 }
 
+/* reset(): the Recorder's step end with a wait (the library wrote any
+ * step ended before without one), its open and its close: nothing of a
+ * step is held past it */
 static PyObject *core_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (fast_reset_state((Core *)self) < 0)
+    Core *c = (Core *)self;
+    if (fast_reset_state(c) < 0)
         return NULL;
+    Py_CLEAR(c->keep_prev);
+    Py_CLEAR(c->prev_loss);
     Py_RETURN_NONE;
 }
 

@@ -360,11 +360,36 @@ class SwapNet(nn.Module):
         return self.fc(x)
 
 
+class Twice(nn.Module):
+    """A layer with a parameter named "1": its second call's output would be
+    named twice.1, as the parameter is."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_parameter("1", nn.Parameter(torch.full((8,), 0.5)))
+
+    def forward(self, x):
+        return x * getattr(self, "1")
+
+
+class NameNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.twice = Twice()
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.out(self.twice(self.twice(self.fc(x))))
+
+
 def test_cores():
     """Both cores, one trace: the fast paths (MLP), the general ones (Net:
-    a tuple of views, a float64 output, a module called twice) and an
-    output changed in place (InplaceNet)."""
+    a tuple of views, a float64 output, a module called twice), an output
+    changed in place (InplaceNet), and a module output whose name is a
+    parameter's (NameNet: the names a step's start reserves)."""
     check_cores(C, "cpu", p, [("mlp", MLP), ("net", Net), ("inplace", InplaceNet), ("swap", SwapNet),
+                              ("names", NameNet),
                               ("varied", MLP, varied_loop), ("varied-net", Net, varied_loop)])
     check_shim(C, "cpu", p, [("mlp", MLP), ("net", Net), ("inplace", InplaceNet), ("swap", SwapNet)])
     # the swapped parameter's records are of the constant tensor its
