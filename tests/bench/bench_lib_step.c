@@ -92,37 +92,33 @@ static int lib_steps(const struct model *m, float *const *loss, cudaStream_t s, 
         return -1;
     int warm = 5;
     for (int i = 0; i < steps + warm; i++) {
+        double tt[C_STEP + 1]; /* before each call, and after the last */
         cudaStreamSynchronize(s);
-        double t0 = now_us();
+        tt[0] = now_us();
         int rc = divtrace_step_begin(t, (uint64_t)i);
-        double t1 = now_us();
+        tt[1] = now_us();
         if (rc >= 0)
             rc = divtrace_record_many(t, 22, m->ts, m->data, DIVTRACE_DEVICE_DEFERRED, s);
-        double t2 = now_us();
+        tt[2] = now_us();
         if (rc >= 0)
             rc = divtrace_flush(t);
-        double t3 = now_us();
+        tt[3] = now_us();
         if (rc >= 0)
             rc = divtrace_record_many(t, 8, m->ts + 22, m->data + 22, DIVTRACE_DEVICE_DEFERRED, s);
-        double t4 = now_us();
+        tt[4] = now_us();
         if (rc >= 0)
             rc = divtrace_flush(t);
-        double t5 = now_us();
+        tt[5] = now_us();
         if (rc >= 0)
             rc = async ? divtrace_step_end_async(t, loss[i % 2], s) : divtrace_step_end_device(t, loss[0], s);
-        double t6 = now_us();
+        tt[6] = now_us();
         if (!lib_ok(t, rc, "a step"))
             return -1;
         if (i < warm)
             continue;
-        int k = i - warm;
-        ct[C_BEGIN * steps + k] = t1 - t0;
-        ct[C_MANY1 * steps + k] = t2 - t1;
-        ct[C_FLUSH1 * steps + k] = t3 - t2;
-        ct[C_MANY2 * steps + k] = t4 - t3;
-        ct[C_FLUSH2 * steps + k] = t5 - t4;
-        ct[C_END * steps + k] = t6 - t5;
-        ct[C_STEP * steps + k] = t6 - t0;
+        for (int c = 0; c < C_STEP; c++)
+            ct[c * steps + i - warm] = tt[c + 1] - tt[c];
+        ct[C_STEP * steps + i - warm] = tt[C_STEP] - tt[0];
     }
     int rc = divtrace_close(t, 0, NULL);
     unlink(path);
@@ -188,36 +184,23 @@ int main(int argc, char **argv)
         return 1;
     cudaStreamSynchronize(s);
     for (int i = 0; i < steps; i++) {
-        double t0 = now_us();
-        cudaMemsetAsync(pool, 0, 4, s);
-        double t1 = now_us();
-        cudaStreamSynchronize(s);
-        double t2 = now_us();
-        cudaMemcpyAsync(pinned, loss, 4, cudaMemcpyDeviceToHost, s);
-        double t3 = now_us();
-        cudaStreamSynchronize(s);
-        double t4 = now_us();
-        cudaStreamSynchronize(s);
-        double t5 = now_us();
-        cudaEventRecord(ev, s);
-        double t6 = now_us();
-        cudaStreamSynchronize(s);
-        double t7 = now_us();
-        cudaEventQuery(ev);
-        double t8 = now_us();
-        struct cudaPointerAttributes a;
-        cudaPointerGetAttributes(&a, m.data[i % m.n]);
-        double t9 = now_us();
-        int d;
-        cudaGetDevice(&d);
-        double t10 = now_us();
-        rt[R_MEMSET * steps + i] = t1 - t0;
-        rt[R_D2H * steps + i] = t3 - t2;
-        rt[R_SYNC_IDLE * steps + i] = t5 - t4;
-        rt[R_EVREC * steps + i] = t6 - t5;
-        rt[R_EVQUERY * steps + i] = t8 - t7;
-        rt[R_PTRATTR * steps + i] = t9 - t8;
-        rt[R_GETDEV * steps + i] = t10 - t9;
+        /* each call timed alone, the stream idle before it */
+        for (int r = 0; r < NR; r++) {
+            cudaStreamSynchronize(s);
+            struct cudaPointerAttributes a;
+            int d;
+            double t0 = now_us();
+            switch (r) {
+            case R_MEMSET: cudaMemsetAsync(pool, 0, 4, s); break;
+            case R_D2H: cudaMemcpyAsync(pinned, loss, 4, cudaMemcpyDeviceToHost, s); break;
+            case R_SYNC_IDLE: cudaStreamSynchronize(s); break;
+            case R_EVREC: cudaEventRecord(ev, s); break;
+            case R_EVQUERY: cudaEventQuery(ev); break;
+            case R_PTRATTR: cudaPointerGetAttributes(&a, m.data[i % m.n]); break;
+            default: cudaGetDevice(&d); break;
+            }
+            rt[r * steps + i] = now_us() - t0;
+        }
     }
     if (!cuda_ok(cudaGetLastError(), "the runtime's calls"))
         return 1;
