@@ -6,11 +6,12 @@
 # at most 5% more per step. Prints a Markdown table.
 #
 # A step is zero_grad, forward, backward, optimizer step and loss.item() (a
-# host sync, as a training loop that logs its loss has; the traced step's
-# rec.step(loss) does the same and also waits for the device hashes).
+# host sync, as a training loop that logs its loss has); the traced step
+# calls rec.step(loss) before its loss.item() (with the C core and a CUDA
+# loss it does not wait: the library reads the step after it).
 # --loss number: the traced step passes the number the loop reads,
-# v = loss.item(); rec.step(v), instead of the tensor (which costs the
-# traced step a second loss.item()).
+# v = loss.item(); rec.step(v), instead of the tensor (rec.step then waits
+# for the device hashes).
 #
 # The untraced and the traced models are built side by side from the same
 # weights and batch (torch_models.build), and their steps are interleaved:
