@@ -722,9 +722,15 @@ int lib_pend_finish(divtrace *t, const char *fn)
                 t->pend_rec[i].op = i;
             }
     }
+    /* the loss read (or given up) even when the records failed: the next
+     * step's may be noted then */
     float loss = NAN;
-    if (rc == DIVTRACE_OK)
-        rc = lib_gpu_loss_value(t->gpu, &loss, msg, sizeof msg);
+    char lmsg[LIB_MSG];
+    int lrc = lib_gpu_loss_value(t->gpu, &loss, lmsg, sizeof lmsg);
+    if (rc == DIVTRACE_OK && lrc != DIVTRACE_OK) {
+        rc = lrc;
+        memcpy(msg, lmsg, sizeof msg);
+    }
     t->pend = 0;
     if (rc != DIVTRACE_OK)
         return lib_fail(t, rc, "%s: step %" PRIu64 " (ended before, not yet written): %s", fn, t->pend_step, msg);

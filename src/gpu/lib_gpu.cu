@@ -621,20 +621,19 @@ int lib_gpu_loss_value(struct lib_gpu *g, float *v, char *msg, size_t n)
         snprintf(msg, n, "no loss to read");
         return DIVTRACE_ESTATE;
     }
+    int state = g->loss_state;
+    g->loss_state = 0; /* read now, or given up with the error */
     lg_on on(g->device);
     if (!on.ok)
         return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
-    if (g->loss_state == 1) { /* no batch on its stream since: copy it now */
+    if (state == 1) /* no batch on its stream since: copy it now */
         LG_CHECK(cudaMemcpyAsync(g->hval, g->loss_src, sizeof *g->hval, cudaMemcpyDeviceToHost, g->loss_stream));
-        g->loss_state = 2;
-    }
     uint32_t bits;
     memcpy(&bits, (const void *)g->hval, sizeof bits);
     if (bits == LG_LOSS_UNSET) /* not there yet, or a loss with these bits */
         LG_CHECK(cudaStreamSynchronize(g->loss_stream));
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     memcpy(v, (const void *)g->hval, sizeof *v);
-    g->loss_state = 0;
     return DIVTRACE_OK;
 }
 
