@@ -57,7 +57,8 @@ if command -v gnuplot >/dev/null 2>&1; then
     png "$T/plots/distance.png" "--plot: distance.png is a PNG"
     has "$T/out" "^plot: $T/plots/loss\.png$" "--plot: the paths written"
     has "$T/out" "^plot: $T/plots/first-divergence\.png skipped: not PredNet" "--plot: no heatmap for the autoencoder"
-    Q="$DT record -q --model prednet --stack 1,4 --size 64x64 --nt 3 --batch 1 --steps 1"
+    # a pair that diverges (tests/cli_prednet.sh: threads, Prescott kernel)
+    Q="$DT record -q --model prednet --stack 1,4 --size 64x64 --nt 3 --batch 1 --steps 1 --cpu-kernel Prescott"
     expect 0 "prednet --threads 1" -- $Q --threads 1 -o "$T/p1.dtr"
     expect 0 "prednet --threads 2" -- $Q --threads 2 -o "$T/p2.dtr"
     expect 0 "escape --plot of a PredNet pair" -- "$DT" escape --plot "$T/pplots" "$T/p1.dtr" "$T/p2.dtr"
