@@ -13,6 +13,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <mpfr.h>
+
+#include "build.h"
 #include "config.h"
 #include "hash.h"
 #include "model.h"
@@ -191,6 +194,10 @@ void run_describe(struct run *r, struct trace_config *c, uint64_t ckpt_every)
 {
     const struct train_config *tc = r->tc;
     trace_config_set(c, "tool_version", PACKAGE_VERSION);
+    build_describe(c);
+    /* the reference backend's and replay's oracle's arithmetic, whichever
+     * backend ran (the mpfr backend sets the same key) */
+    trace_config_set(c, "mpfr_version", mpfr_get_version());
     int prednet = strcmp(tc->model.name, "prednet") == 0;
     trace_config_set(c, "model", tc->model.name);
     if (prednet) {
