@@ -17,10 +17,11 @@ static void diff_usage(FILE *f)
 {
     fputs("Usage: divtrace diff [OPTION]... A.dtr B.dtr\n"
           "  or:  divtrace diff --reference REF.dtr A.dtr [B.dtr]\n"
-          "Compare two traces: how their configurations differ, the first step and op\n"
-          "where they stop being bitwise identical, the origin ops of that step (inputs\n"
-          "identical, output different), the growth of the parameter distance, and the\n"
-          "final losses.\n"
+          "Compare two traces: how their configurations differ, how their op lists differ\n"
+          "(ops are matched by name: ops in one trace only, or of another type, kind,\n"
+          "shape or inputs), the first step and op where the ops both hold stop being\n"
+          "bitwise identical, the origin ops of that step (inputs identical, output\n"
+          "different), the growth of the parameter distance, and the final losses.\n"
           "\n"
           "  -r, --reference REF  each run's distance from the reference trajectory REF\n"
           "                   (e.g. recorded with --backend mpfr) at every checkpoint,\n"
@@ -83,20 +84,42 @@ static void diff_json_change(void *arg, const char *key, const char *va, const c
 static void diff_print_escapes(const struct trace_file *a, const struct trace_file *b,
                                const struct diff_result *r);
 
-static void diff_op_line(const struct trace_file *a, int op, const char *indent)
+/* What differs in op i's definition, without the "NAME: " the text starts
+ * with ("" when nothing does). */
+static const char *diff_changed_text(const struct trace_file *a, const struct trace_file *b,
+                                     const struct diff_result *r, int i, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (!r->a_changed[i])
+        return buf;
+    int32_t j = r->a_to_b[i];
+    diff_opdef_describe(a, (uint32_t)i, b, j >= 0 ? (uint32_t)j : UINT32_MAX, buf, n);
+    size_t len = strlen(a->ops[i].name);
+    return strncmp(buf, a->ops[i].name, len) == 0 && buf[len] == ':' ? buf + len + 2 : buf;
+}
+
+static void diff_op_line(const struct trace_file *a, const struct trace_file *b,
+                         const struct diff_result *r, int op, const char *indent)
 {
     const struct trace_opdef *o = &a->ops[op];
-    char layer[64], shape[64];
+    char layer[64], shape[64], where[600] = "", buf[DIFF_OPDIFF_TEXT];
     diff_layer(o->name, layer, sizeof layer);
     cli_shape(shape, sizeof shape, o->ndim, o->shape);
+    /* when the lists differ: where B has the op, and how its definition differs */
+    size_t len = 0;
+    if (r->a_to_b[op] != op)
+        len += (size_t)snprintf(where, sizeof where, "; op %d in B", r->a_to_b[op]);
+    if (r->a_changed[op] && len < sizeof where)
+        snprintf(where + len, sizeof where - len, "; definition changed: %s",
+                 diff_changed_text(a, b, r, op, buf, sizeof buf));
     const char *rest;
     int t = diff_time_step(o->name, &rest);
     if (t >= 0)
-        printf("%sop %d %s (layer %s, time step %d, op %s, %s %s, shape %s)\n", indent, op, o->name,
-               layer, t, rest, trace_kind_name((enum trace_kind)o->kind), o->type, shape);
+        printf("%sop %d %s (layer %s, time step %d, op %s, %s %s, shape %s%s)\n", indent, op, o->name,
+               layer, t, rest, trace_kind_name((enum trace_kind)o->kind), o->type, shape, where);
     else
-        printf("%sop %d %s (layer %s, %s %s, shape %s)\n", indent, op, o->name, layer,
-               trace_kind_name((enum trace_kind)o->kind), o->type, shape);
+        printf("%sop %d %s (layer %s, %s %s, shape %s%s)\n", indent, op, o->name, layer,
+               trace_kind_name((enum trace_kind)o->kind), o->type, shape, where);
 }
 
 static void diff_print_cross(const char *label, int64_t step)
@@ -111,6 +134,33 @@ static void diff_print_cross(const char *label, int64_t step)
 static int diff_last(const struct trace_file *t)
 {
     return t->nsteps < 50 ? (int)t->nsteps : 50;
+}
+
+/* Whether A's op i has another shape in B (its records' sketches do not
+ * compare then). */
+static int diff_shapes_differ(const struct trace_file *a, const struct trace_file *b,
+                              const struct diff_result *r, int i)
+{
+    int32_t j = r->a_to_b[i];
+    if (j < 0 || a->ops[i].ndim != b->ops[j].ndim)
+        return j >= 0;
+    for (int d = 0; d < a->ops[i].ndim; d++)
+        if (a->ops[i].shape[d] != b->ops[j].shape[d])
+            return 1;
+    return 0;
+}
+
+/* Whether both lists name the same ops in the same order (diff then
+ * compares the steps' root hashes, which cover every op). */
+static int diff_same_names(const struct trace_file *a, const struct trace_file *b,
+                           const struct diff_result *r)
+{
+    if (a->nops != b->nops)
+        return 0;
+    for (uint32_t i = 0; i < a->nops; i++)
+        if (r->a_to_b[i] != (int32_t)i)
+            return 0;
+    return 1;
 }
 
 static void diff_text(const struct trace_file *a, const struct trace_file *b,
@@ -131,14 +181,27 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
         printf("compared over the %" PRIu64 " common steps (A has %" PRIu64 ", B has %" PRIu64 ")\n",
                r->common, a->nsteps, b->nsteps);
     if (!r->ops_match) {
-        char why[600];
-        diff_opdef_describe(a, (uint32_t)r->ops_mismatch_at, b, (uint32_t)r->ops_mismatch_at, why,
-                            sizeof why);
-        printf("op lists differ from op %d on (%s): the runs execute different graphs, so only "
-               "step summaries compare\n", r->ops_mismatch_at, why);
+        uint32_t both = 0;
+        for (uint32_t i = 0; i < a->nops; i++)
+            both += r->a_to_b[i] >= 0;
+        if (r->nopdiffs)
+            printf("op lists differ in %d op%s; first: %s\n", r->nopdiffs, r->nopdiffs == 1 ? "" : "s",
+                   r->opdiff);
+        else
+            printf("op lists differ in order only; first: %s\n", r->opdiff);
+        printf("  the %u ops both traces hold compare by name (A has %u ops, B has %u)\n", both,
+               a->nops, b->nops);
     }
     if (!r->diverged) {
         printf("identical: every op hash of all %" PRIu64 " common steps matches\n", r->common);
+    } else if (!r->values_differ) {
+        if (r->values_unknown)
+            printf("the traces keep no records of the ops both hold, so their values do not compare "
+                   "(record with --trace-level op)\n");
+        else
+            printf("no op both traces hold differs in the %" PRIu64 " common steps%s\n", r->common,
+                   !diff_same_names(a, b, r) && (a->level != TRACE_LEVEL_OP || b->level != TRACE_LEVEL_OP)
+                       ? " (of those whose records the traces keep)" : "");
     } else {
         const char *rest = NULL;
         int t = r->first_op >= 0 ? diff_time_step(a->ops[r->first_op].name, &rest) : -1;
@@ -151,11 +214,13 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
             printf("first divergence: step %" PRIu64 "\n", r->first_step);
         }
         if (r->first_op >= 0) {
-            diff_op_line(a, r->first_op, "  first op: ");
+            diff_op_line(a, b, r, r->first_op, "  first op: ");
             if (r->have_elements)
                 printf("  elements differ: %" PRIu64 " of %" PRIu64 ", max ULP distance %" PRIu64
                        ", relative L2 difference %.3g\n", r->elements_differ, r->elements,
                        r->max_ulp, r->rel_l2);
+            else if (diff_shapes_differ(a, b, r, r->first_op))
+                printf("  the shapes differ: no relative L2 difference\n");
             else
                 printf("  relative L2 difference ~%.3g (estimated from the records' sketches; "
                        "element counts are known only for %s)\n", r->rel_l2,
@@ -167,14 +232,15 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
                    r->first_step, r->norigins,
                    r->origins_partial ? " (some ops have no records at this trace level)" : "");
             for (int k = 0; k < r->norigins; k++)
-                diff_op_line(a, r->origins[k], "    ");
-        } else if (r->ops_match) {
+                diff_op_line(a, b, r, r->origins[k], "    ");
+        } else {
             printf("  the step root hashes differ, but the traces keep no op records that tell "
                    "which op (record with --trace-level op)\n");
         }
     }
     if (r->npoints) {
-        printf("divergence timeline (relative L2 distance of all parameters, at checkpoints):\n");
+        printf("divergence timeline (relative L2 distance of %s, at checkpoints):\n",
+               r->ops_match ? "all parameters" : "the parameters both traces hold in one shape");
         int stride = r->npoints > 24 ? (r->npoints + 23) / 24 : 1;
         for (int k = 0; k < r->npoints; k++)
             if (k % stride == 0 || k == r->npoints - 1)
@@ -312,13 +378,27 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
     diff_json_events(b);
     printf(",\n \"common_steps\": %" PRIu64 ", \"ops_match\": %s, \"identical\": %s",
            r->common, r->ops_match ? "true" : "false", r->diverged ? "false" : "true");
-    if (r->diverged) {
+    printf(", \"values_differ\": %s, \"values_unknown\": %s, \"op_differences\": %d",
+           r->values_differ ? "true" : "false", r->values_unknown ? "true" : "false", r->nopdiffs);
+    if (!r->ops_match) {
+        printf(",\n \"first_op_difference\": {\"name\": ");
+        json_put_str(stdout, r->opdiff_a >= 0 ? a->ops[r->opdiff_a].name
+                             : r->opdiff_b >= 0 ? b->ops[r->opdiff_b].name : "");
+        printf(", \"op_a\": ");
+        if (r->opdiff_a >= 0) printf("%d", r->opdiff_a); else fputs("null", stdout);
+        printf(", \"op_b\": ");
+        if (r->opdiff_b >= 0) printf("%d", r->opdiff_b); else fputs("null", stdout);
+        printf(", \"text\": ");
+        json_put_str(stdout, r->opdiff);
+        putchar('}');
+    }
+    if (r->values_differ) {
         printf(",\n \"first_divergence\": {\"step\": %" PRIu64, r->first_step);
         if (r->first_op >= 0) {
             const struct trace_opdef *o = &a->ops[r->first_op];
             char layer[64];
             diff_layer(o->name, layer, sizeof layer);
-            printf(", \"op\": %d, \"name\": ", r->first_op);
+            printf(", \"op\": %d, \"op_b\": %d, \"name\": ", r->first_op, r->a_to_b[r->first_op]);
             json_put_str(stdout, o->name);
             printf(", \"layer\": ");
             json_put_str(stdout, layer);
@@ -335,12 +415,14 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
                        ", \"max_ulp\": %" PRIu64, r->elements_differ, r->elements, r->max_ulp);
             printf(", \"rel_l2\": ");
             json_put_num(stdout, r->rel_l2);
-            printf(", \"rel_l2_estimated\": %s", r->rel_l2_estimated ? "true" : "false");
+            printf(", \"rel_l2_estimated\": %s, \"definition_changed\": %s",
+                   r->rel_l2_estimated ? "true" : "false", r->a_changed[r->first_op] ? "true" : "false");
         }
         printf("},\n \"origins\": [");
         for (int k = 0; k < r->norigins; k++) {
             printf("%s{\"op\": %d, \"name\": ", k ? ", " : "", r->origins[k]);
             json_put_str(stdout, a->ops[r->origins[k]].name);
+            printf(", \"definition_changed\": %s", r->a_changed[r->origins[k]] ? "true" : "false");
             putchar('}');
         }
         printf("], \"origins_partial\": %s", r->origins_partial ? "true" : "false");

@@ -13,23 +13,53 @@ extern const double diff_thresholds[DIFF_NTHRESH]; /* 1e-6, 1e-3, 1e-1 */
 
 struct diff_point {
     uint64_t step;
-    double dist;               /* |pA - pB| / |pA| over all parameters */
+    double dist;               /* |pA - pB| / |pA| over all parameters (by name, those
+                                  both hold in one shape; NaN when none) */
 };
+
+/* The op lists are aligned by name: records of ops that both traces hold
+ * compare even when the graphs differ (an op rewired, added, removed or
+ * reshaped). An op whose definition differs (type, kind, shape or the names
+ * of its inputs) still has its records compared; see diff_traces for what
+ * makes such an op an origin. */
+#define DIFF_OPDIFF_TEXT 512
 
 struct diff_result {
     uint64_t common;           /* steps present in both */
     int ops_match;             /* identical op lists: records align op by op */
-    int32_t ops_mismatch_at;   /* first op index that differs, when !ops_match */
-    int diverged;              /* some common step differs */
-    uint64_t first_step;
-    int first_op;              /* op index, or -1 when the records cannot tell */
+    int32_t ops_mismatch_at;   /* first op index at which the lists differ position by
+                                  position, when !ops_match */
+    /* the op lists by name */
+    int32_t *a_to_b;           /* per op of A: B's op of the same name, or -1 */
+    int32_t *b_to_a;           /* per op of B: A's op of the same name, or -1 */
+    uint8_t *a_changed;        /* per op of A: 1 when B has no op of its name or that
+                                  op's definition differs */
+    int nopdiffs;              /* op-definition differences: ops whose definitions
+                                  differ, plus ops in one trace only */
+    int32_t opdiff_a, opdiff_b;/* the first of them (in A's order, an op only in B
+                                  where B places it): its index in A and in B, -1
+                                  where absent; when the lists differ in order only
+                                  (nopdiffs 0), the first op out of place */
+    char opdiff[DIFF_OPDIFF_TEXT]; /* what differs there, e.g. "L2.t00.tanh_c: input 0
+                                  L2.t00.c became L2.init.c"; "" when ops_match */
+    int diverged;              /* the traces differ: a common step's values differ, or
+                                  the op lists do and there is a common step */
+    int values_differ;         /* some common step differs in the ops both hold: the
+                                  root hashes when the lists name the same ops in the
+                                  same order, else the records; first_step is the first */
+    int values_unknown;        /* the lists name different ops and the traces keep no
+                                  records of the ops both hold: values cannot compare */
+    uint64_t first_step;       /* 0 when only the op lists differ */
+    int first_op;              /* A's op index, or -1 when the records cannot tell */
     /* at the first divergent op */
     int have_elements;         /* from checkpoints: */
     uint64_t elements_differ, elements;
     uint64_t max_ulp;
-    double rel_l2;             /* exact (checkpoint) or estimated (sketch) */
+    double rel_l2;             /* exact (checkpoint) or estimated (sketch); NaN when
+                                  the op has another shape in B */
     int rel_l2_estimated;
-    /* origins of the first divergent step */
+    /* origins of the first divergent step (A's op indices; a_changed tells
+     * the ones whose definition differs) */
     int norigins;
     int *origins;
     int origins_partial;       /* some ops lacked records: the list may be short */
@@ -60,12 +90,23 @@ int diff_reference(struct trace_file *ref, struct trace_file **runs, int nruns,
                    struct diff_refresult *out);
 void diff_refresult_free(struct diff_refresult *r);
 
-/* Compare a and b. 0, or -1 with dt_error set (e.g. an unreadable checkpoint). */
+/* Compare a and b. 0, or -1 with dt_error set (e.g. an unreadable checkpoint).
+ * An origin of the first divergent step is an op both traces hold whose
+ * output hashes differ while every input it reads in that step, in either
+ * trace, has equal hashes in both; an input that only one trace holds counts
+ * as equal when its own inputs do, recursively. For an op whose definition
+ * differs the inputs of both definitions are checked (a rewired op's old
+ * input and its new one): when all of them are equal in both traces, the
+ * op's output changed because its definition did, and it is an origin. */
 int diff_traces(struct trace_file *a, struct trace_file *b, struct diff_result *r);
 void diff_result_free(struct diff_result *r);
 
-/* What differs between two op definitions, e.g. "inputs: data.x, enc1.W vs
- * data.x, enc1.b" ("" when equal). */
+/* What differs between A's op ia and B's op ib ("" when they are equal):
+ * "NAME: type sigmoid became tanh", "NAME: input 0 L2.t00.c became
+ * L2.init.c", "NAME: shape 100x32 became 100x64" (several joined by "; "),
+ * with inputs named by op name and "@prev" for the previous step's;
+ * "op N: name X became Y" for ops of different names. An index past its
+ * list (e.g. UINT32_MAX) means the op is absent: "NAME: only in B". */
 void diff_opdef_describe(const struct trace_file *a, uint32_t ia, const struct trace_file *b,
                          uint32_t ib, char *out, size_t n);
 
