@@ -1,44 +1,112 @@
-/* oracle.c: oracle_bound, a rigorous bound on the error of the cpu
- * backend's float32 algorithm (src/backend_cpu.c) for every op, by forward
- * error analysis. The derivations are in the comments; the formulas are the
- * table of divtrace-replay(1).
+/* oracle.c: oracle_bound, a rigorous bound on the error of every float32
+ * evaluation of an op that a correct implementation could use (the
+ * admissible evaluations below), by forward error analysis. SEMANTIC in
+ * replay means that no admissible evaluation could give the result. The
+ * derivations are in the comments; the formulas are the table of
+ * divtrace-replay(1).
  *
- * Model: every float32 operation gives fl(a op b) = (a op b)(1 + d) + h with
- * |d| <= u = 2^-24; h = 0 for additions and subtractions (exact in the
- * subnormal range) and sqrt, |h| <= 2^-150 for products and quotients (half
- * the smallest subnormal), and d h = 0. gamma_n = n u / (1 - n u). Double
- * operations the same with U = 2^-53 (no underflow arises in them here).
- * Library functions, in ulp of the exact result: glibc's documented maximum
- * errors on x86_64 (sysdeps/x86_64/fpu/libm-test-ulps) are expf 1, tanhf 2,
- * pow (double) 1. An exhaustive check of every float (|x| <= 89 for expf)
- * on glibc 2.36 found expf within 0.502 ulp but tanhf off by 2.19 ulp at
- * x = +-0x1.ddca18p-3
- * (tanhf gives 0x1.d54e4ap-3, tanh is 0x1.d54e4e6...p-3), beyond its
- * documentation: we use E_tanh = 3.
- * Where a product could be contracted into an FMA, the bound holds for both.
- * Overflow: whenever some intermediate of the cpu algorithm could reach
- * FLT_MAX, the bound is +Inf; so it is when an input is NaN or Inf (replay
- * compares those bitwise or by class), except for the exact ops (relu,
- * relu_bwd, fill, and the ops that select or move elements: maxpool2 and
- * its bwd, upsample2, concat, slice and its bwd, satlu and its bwd, neg:
- * bound 0).
+ * Arithmetic. Every float32 operation gives fl(a op b) = (a op b)(1 + d) + h
+ * with |d| <= u = 2^-24; h = 0 for additions and subtractions (exact in the
+ * subnormal range), |h| <= 2^-150 for products, quotients and conversions to
+ * float32 (half the smallest subnormal), d h = 0; gamma_n = n u / (1 - n u).
+ * Any intermediate may instead be held in a wider format (double, x87:
+ * unit roundoff U <= 2^-53, no underflow for these values) and rounded to
+ * float32 later: a wider operation and its conversion give (1 + U)(1 + u)
+ * <= 1 / (1 - u) = 1 + uw (as U <= u^2), so every rounding below is
+ * counted with uw (BND_uw), and gamma_k(u) >= (1 + uw)^k - 1 (Bernoulli:
+ * (1 - u)^k >= 1 - k u): a gamma bound holds for any mix of precisions.
+ * FMA contraction only removes roundings. A single +, -, * of two floats
+ * is correctly rounded even through double (53 >= 2 24 + 2, innocuous
+ * double rounding): add, sub, mul keep half an ulp.
+ *
+ * Elementary functions, each within a tolerance of E ulp of its exact value
+ * f, read as |f^ - f| <= E (2^-23 |f| + 2^-149) (an ulp of f is at most
+ * 2^-23 |f|, or 2^-149 below 2^-126; k steps from the correctly rounded
+ * float are within k + 1/2 in this reading):
+ *   BND_E_EXP 2.5      expf, expm1f: CUDA documents 2 ulp from the correctly
+ *                      rounded value; glibc's expf errs by 0.502 (exhaustive
+ *                      check, glibc 2.36), expm1f by 1;
+ *   BND_E_TANH 3       tanhf: glibc documents 2 on x86_64, but errs by 2.19 at
+ *                      x = +-0x1.ddca18p-3 (tanhf gives 0x1.d54e4ap-3, tanh
+ *                      is 0x1.d54e4e6...p-3); CUDA documents 2 (2.5 here);
+ *   BND_E_SIGMOID 3    a library's sigmoid as one function (oneDNN's or
+ *                      cuDNN's logistic document none): as good as tanhf;
+ *   BND_E_DIV 1.5      division: IEEE's 0.5, or a reciprocal and a product,
+ *                      fl(a fl(1 / b)), relative 2u + u^2 < 1.5 2^-23;
+ *                      CUDA's fast division (-prec-div=false, __fdividef,
+ *                      2.5 here) comes with -use_fast_math, whose __expf
+ *                      is off by tens of ulp: not admitted;
+ *   BND_E_SQRT 1.5     sqrt: IEEE's 0.5, or one ulp from it (CUDA's
+ *                      -prec-sqrt=false);
+ *   BND_E_POW 4.5      pow for Adam's b^t, in float32 or double: CUDA
+ *                      documents 4 ulp for powf, glibc less than 1.
+ *
+ * Admissible evaluations, per op (op.h defines the exact value):
+ *  - sums (matmul, convolutions, bias_grad, upsample2_bwd, mse, mean): any
+ *    order or grouping (sequential, pairwise, blocked, tree), with or
+ *    without FMA, accumulated in float32 or wider: gamma_k bounds on the
+ *    sum of |terms|, k the longest chain of roundings a term can pass;
+ *  - mse, mean: then a division by n or a product with 1/n (n converted to
+ *    float32 or not), and for mean the product with scale, in any order;
+ *  - sigmoid: 1 / (1 + exp(-x)); exp(x) / (1 + exp(x)) for x < 0;
+ *    0.5 tanh(x/2) + 0.5 (or 0.5 (1 + tanh(x/2)), or one FMA); a library
+ *    sigmoid within BND_E_SIGMOID;
+ *  - tanh: tanhf; -e / (2 + e) with e = expm1(-2|x|), sign restored;
+ *    2 sigmoid(2x) - 1 with any admissible sigmoid;
+ *  - sigmoid_bwd: dy y (1 - y) in any grouping; tanh_bwd: dy (1 - y y)
+ *    (1 - y y by an FMA or not) or dy (1 - y)(1 + y), in any grouping;
+ *  - mse_bwd, mean_bwd: the products and the one division by n in any
+ *    order; hard_sigmoid(_bwd): t = 0.2f x + 0.5 with an FMA or not (the
+ *    mask of the bwd may flip where t is within rounding of 0 or 1);
+ *  - sgd, momentum: p + a b with an FMA or not;
+ *  - adam_m: b1 m + (1 - b1) g, or the lerp m + c (g - m), or
+ *    g - (1 - c)(g - m), c = fl(1 - b1) (PyTorch's lerp_); adam_v:
+ *    b2 v + (1 - b2) g g, the product in any grouping;
+ *  - adam_p, c_k = 1 - b_k^t from pow (float32 or double) rounded: op.h's
+ *    p - lr (m / c1) / (sqrt(v / c2) + eps); PyTorch's
+ *    p - (lr / c1)(m / (sqrt(v) / sqrt(c2) + eps)); and the corrections
+ *    folded into the step, p - (lr sqrt(c2) / c1)(m / (sqrt(v) + eps sqrt(c2)))
+ *    (Kingma and Ba's eps-hat: the same value). Not admissible: eps added to
+ *    sqrt(v) unscaled in the folded form (Keras: another eps, another op),
+ *    b^t kept as a running product (its error grows with t).
+ * Other evaluations are not vouched for: they are SEMANTIC where their
+ * results leave these bounds.
+ *
+ * Overflow: whenever some intermediate of an admissible evaluation could
+ * reach FLT_MAX (a float32 sum's partial sums included), the bound is +Inf;
+ * so it is when an input is NaN or Inf (replay compares those bitwise or by
+ * class), except for the exact ops (relu, relu_bwd, fill, and the ops that
+ * select or move elements: maxpool2 and its bwd, upsample2, concat, slice
+ * and its bwd, satlu and its bwd, neg: bound 0).
  * Evaluation: the magnitudes in a formula (|X|, sum |a b|, ...) are computed
- * in double from the float inputs, with relative errors below 2^-45 (a few
- * roundings), except sums of K terms, which are first inflated by
- * 1 + (K + 2) 2^-52 >= 1 / (1 - gamma_{K-1}(U)); every formula is monotonic
- * in them, and the result is multiplied by 1 + 2^-30 (BND_UP), which covers
- * the rest.
- * Tightness, largest (mean) observed error / bound over random inputs in
- * [-1, 1] (tests/test_oracle_ops.c, TEST_ORACLE_VERBOSE=1): add, add_bias,
- * sub 1 (ties), mul 1 (0.5), mean_bwd 1 (0.58), mean 0.98 (0.52), sgd 0.99
- * (0.28), momentum 0.97 (0.29), hard_sigmoid 0.96 (0.30, x in [-3.5, 3.5]),
- * mse 0.96 (0.55), hard_sigmoid_bwd 0.95 (0.5), sigmoid_bwd 0.87 (0.18),
- * adam_p 0.85 (0.13), mse_bwd 0.86 (0.21), adam_m 0.78 (0.19), tanh_bwd 0.74
- * (0.14), adam_v 0.72 (0.15), upsample2_bwd 0.65 (0.10), tanh 0.62 (0.17),
- * sigmoid 0.45 (0.14); the sums are worst-case bounds, loose as such bounds
- * are on random data: matmul 0.2 (0.02) for K <= 300 but 7e-4 (2e-4) at
- * K = 784, convolutions near 0.9 for a few terms (1x1 images) but 0.06 on
- * average, bias_grad 0.09 (0.01). */
+ * in double from the float inputs, with relative errors below 2^-40 (a few
+ * roundings, libm's exp and tanh within an ulp of double), except sums of K
+ * terms, which are first inflated by 1 + (K + 2) 2^-52 >= 1 / (1 -
+ * gamma_{K-1}(U)); every formula is monotonic in them, and the result is
+ * multiplied by 1 + 2^-30 (BND_UP), which covers the rest.
+ * Tightness, largest (mean) observed error of the cpu backend / bound over
+ * random inputs in [-1, 1] (tests/test_oracle_ops.c, TEST_ORACLE_VERBOSE=1):
+ * add, add_bias, sub 1 (ties), mul 1 (0.5), momentum 0.97 (0.29),
+ * hard_sigmoid 0.96 (0.30, x in [-3.5, 3.5]), hard_sigmoid_bwd 0.95 (0.5),
+ * sgd 0.94 (0.28), adam_v 0.86 (0.16), adam_m 0.78 (0.09), sigmoid_bwd 0.74
+ * (0.18), adam_p 0.71 (0.04), upsample2_bwd 0.65 (0.10), tanh_bwd 0.53
+ * (0.10), mse_bwd 0.41 (0.08), sigmoid 0.28 (0.07), tanh 0.20 (0.04),
+ * mean_bwd 0.18 (0.08): the functions and Adam are held to the worst of
+ * their forms and tolerances, which glibc and IEEE operations stay inside.
+ * The sums are worst-case bounds, loose as such bounds are on random data:
+ * matmul 0.56 (0.02) for K <= 300 but 6e-4 (2e-4) at K = 784, convolutions
+ * near 0.9 for a few terms but 0.06 on average, bias_grad 0.18 (0.02); mse
+ * 0.012 (0.003) and mean 0.0013 (2e-4), as the cpu sums those in double,
+ * far inside a float32 sum's bound.
+ * tests/test_variant.c holds the float32 rewrites of src/variant.c to these
+ * bounds (largest error / allowed: sigmoid_bwd 0.77, adam_m 0.66,
+ * conv2d_bwd_data 0.66, adam_v 0.65, adam_p 0.62, conv2d 0.61,
+ * upsample2_bwd 0.50, tanh_bwd 0.40, sigmoid 0.35, mse_bwd 0.34, mean_bwd
+ * 0.33, bias_grad 0.23, tanh 0.20, conv2d_bwd_filter 0.20, matmul 0.13,
+ * mean 0.10, mse 0.06; hard_sigmoid_bwd 1: a mask flipped at a clip point
+ * is the whole value; the FMA forms of sgd, momentum, hard_sigmoid are
+ * correctly rounded: 0), six of which bounds for the cpu's own algorithms
+ * would call SEMANTIC, and finds src/fault.c's wrong formulas outside. */
 #include "oracle.h"
 
 #include <float.h>
@@ -48,13 +116,21 @@
 
 #include "util.h"
 
-#define BND_u 0x1p-24       /* float32 unit roundoff */
-#define BND_U 0x1p-53       /* double unit roundoff */
-#define BND_ETA 0x1p-150    /* underflow error of a float32 product or quotient */
+#define BND_u 0x1p-24                   /* float32 unit roundoff */
+#define BND_uw (0x1p-24 / (1 - 0x1p-24)) /* one rounding, in any format at least float32's */
+#define BND_U 0x1p-53                   /* double unit roundoff */
+#define BND_ETA 0x1p-150                /* underflow error of a product, quotient, conversion */
 #define BND_UP (1 + 0x1p-30)
-#define BND_E_EXP 1.0       /* expf, ulp */
-#define BND_E_TANH 3.0      /* tanhf, ulp: documented 2, measured 2.19 */
-#define BND_E_POW 1.0       /* pow, ulp of double */
+#define BND_E_EXP 2.5     /* expf, expm1f, ulp (the tolerances: see above) */
+#define BND_E_TANH 3.0    /* tanhf */
+#define BND_E_SIGMOID 3.0 /* a library's sigmoid */
+#define BND_E_DIV 1.5     /* division */
+#define BND_E_SQRT 1.5    /* sqrt */
+#define BND_E_POW 4.5     /* pow */
+
+/* The relative and absolute parts of a tolerance of e ulp. */
+static double bnd_rel(double e) { return e * 0x1p-23; }
+static double bnd_abs(double e) { return e * 0x1p-149; }
 
 static double bnd_gamma(double n, double u)
 {
@@ -72,7 +148,8 @@ static double bnd_inflate(double x, double n) { return x * (1 + (n + 2) * 0x1p-5
 
 /* ---- matrix product ----------------------------------------------------------
  * Any order of the K products and K - 1 additions (blocked, pairwise, with
- * FMA or without) passes each product through at most K roundings:
+ * FMA or without, in float32 or wider) passes each product through at most
+ * K roundings:
  * |fl - exact| <= gamma_K sum_k |a_ik b_kj| + K 2^-149 (the products'
  * underflow errors, <= 2^-150 each, amplified by at most 1 + gamma_K < 2).
  * alpha = 1 and beta = 0 are exact. */
@@ -115,169 +192,250 @@ static void bnd_matmul(const struct graph *g, const struct node *nd, double *bou
 
 /* ---- elementwise ops ------------------------------------------------------------ */
 
-/* a + b: one correctly rounded addition: half an ulp of the exact sum, so the
- * cpu result equals the oracle's (the other neighbour only at a tie, which
- * both break to even). ulp32 is evaluated at an upper bound of |a + b|. */
+/* Half an ulp of float32 at x >= |value| (one correctly rounded operation,
+ * subnormals included: 2^-150 there); +Inf where RN32 could overflow. */
+static double bnd_half_ulp(double x)
+{
+    if (!isfinite(x) || x >= 0x1p128 * (1 - 0x1p-25))
+        return INFINITY;
+    return 0.5 * oracle_ulp32(x);
+}
+
+/* a + b: one correctly rounded addition (through double too): half an ulp
+ * of the exact sum, so the result equals the oracle's (the other neighbour
+ * only at a tie, which both break to even). */
 static double bnd_add(float a, float b)
 {
-    double s = fabs((double)a + b) * (1 + 0x1p-52);
-    if (!isfinite(s) || s >= 0x1p128 * (1 - 0x1p-25))
-        return INFINITY;
-    return 0.5 * oracle_ulp32(s);
+    return bnd_half_ulp(fabs((double)a + b) * (1 + 0x1p-52));
 }
 
-/* sigmoid: e = expf(-x) = E (1 + e1), |e1| <= 2u E_exp (1 ulp <= 2^-23 of a
- * normal result; a subnormal E < 2^-126 leaves fl(1 + e) = 1, where the error
- * |1 - sigma| < 2^-126 is far inside the bound). d = fl(1 + e) = (1 + E)(1 + t)
- * with |t| <= th = (1 + 2u E_exp)(1 + u) - 1, since E / (1 + E) < 1.
- * s = fl(1 / d) = sigma (1 + d2) / (1 + t) + h:
- *   |s - sigma| <= sigma (u + th) / (1 - th) + 2^-150   (about 4u sigma).
- * For x < -88.5 expf(-x) may overflow to Inf, and s = 0: the error is then
- * sigma < e^-88.5 < 2^-127, added. */
-static double bnd_sigmoid(float x)
+/* sigmoid at y (a double: tanh's third form asks for it at 2x), the largest
+ * bound of its admissible forms; s = sigma(y), rE, aE the tolerance of exp,
+ * rD, aD of the division:
+ * A  1 / (1 + exp(-y)): e^ = E (1 + e1) + a1, E = e^-y; d = fl(1 + e^) =
+ *    (1 + E)(1 + t), |t| <= th = (1 + rE (1 - s) + aE)(1 + uw) - 1 since
+ *    E / (1 + E) = 1 - s; r = (1 / d)(1 + d3) + h3 = s (1 + d3) / (1 + t) + h3:
+ *      |r - s| <= s (rD + th) / (1 - th) + aD;
+ *    for y < -87 exp(-y) may overflow and r be 0: + s.
+ * B  (y < 0) exp(y) / (1 + exp(y)): E = e^y, E / (1 + E) = s, so
+ *    th = (1 + rE s + aE)(1 + uw) - 1, r = s (1 + e1)(1 + d3) / (1 + t) + a1 ...:
+ *      |r - s| <= s ((1 + rE)(1 + rD) / (1 - th) - 1) + aE (1 + rD) / (1 - th) + aD.
+ * C  0.5 tanh(y/2) + 0.5, T = tanh(y/2) = 2s - 1: y/2 may lose 2^-150 (and
+ *    |tanh'| <= 1), so |T^ - T| <= eT = rT |T| + aT + 2^-150 (1 + rT); 0.5 T^
+ *    may lose 2^-150, then one rounding (or one FMA; 0.5 fl(1 + T^) the same):
+ *      |r - s| <= (eT / 2 + 2^-150)(1 + uw) + uw s.
+ *    For y << 0 this is absolute, about 3u: the cancellation of T^ + 1.
+ * D  a library's sigmoid: rS s + aS. */
+static double bnd_sigmoid(double y)
 {
-    if (!isfinite(x))
-        return INFINITY;
-    double th = (1 + 2 * BND_u * BND_E_EXP) * (1 + BND_u) - 1;
-    double sig = 1.0 / (1.0 + exp(-(double)x)) * (1 + 0x1p-40);
-    double b = sig * (BND_u + th) / (1 - th) + BND_ETA;
-    if (x < -88.5f)
-        b += 0x1p-127;
-    return b;
+    double rE = bnd_rel(BND_E_EXP), aE = bnd_abs(BND_E_EXP);
+    double rD = bnd_rel(BND_E_DIV), aD = bnd_abs(BND_E_DIV);
+    double rT = bnd_rel(BND_E_TANH), aT = bnd_abs(BND_E_TANH);
+    double s = 1.0 / (1.0 + exp(-y)) * (1 + 0x1p-40), c = 1.0 / (1.0 + exp(y)) * (1 + 0x1p-40);
+    double th = (1 + rE * c + aE) * (1 + BND_uw) - 1;
+    double b = s * (rD + th) / (1 - th) + aD + (y < -87 ? s : 0);
+    if (y < 0) {
+        th = (1 + rE * s + aE) * (1 + BND_uw) - 1;
+        b = fmax(b, s * ((1 + rE) * (1 + rD) / (1 - th) - 1) + aE * (1 + rD) / (1 - th) + aD);
+    }
+    double eT = rT * fabs(tanh(0.5 * y)) * (1 + 0x1p-40) + aT + BND_ETA * (1 + rT);
+    b = fmax(b, (0.5 * eT + BND_ETA) * (1 + BND_uw) + BND_uw * s);
+    return fmax(b, bnd_rel(BND_E_SIGMOID) * s + bnd_abs(BND_E_SIGMOID));
 }
 
-/* tanh: tanhf errs by at most E_tanh ulp of the exact value (see the top of
- * this file); ulp32 at an upper bound of |tanh x|. */
+/* tanh at x, T = tanh x, the largest bound of its admissible forms:
+ * A  tanhf: rT |T| + aT.
+ * B  -e / (2 + e), e = expm1(-2|x|) in (-1, 0], sign restored (exact):
+ *    e^ = e (1 + e1) + a1, |e| / (2 + e) = |T| and 2 + e >= 1, so d = fl(2 + e^)
+ *    = (2 + e)(1 + t), |t| <= th = (1 + rE |T| + aE)(1 + uw) - 1:
+ *      |r - T| <= |T| ((1 + rE)(1 + rD) / (1 - th) - 1) + aE (1 + rD) / (1 - th) + aD.
+ *    (2|x| may overflow: expm1(-inf) = -1 gives 1 exactly.)
+ * C  2 sigmoid(2x) - 1, the sigmoid by any of its forms, within es =
+ *    bnd_sigmoid(2x) (2x overflowing: sigmoid(+-inf) is 0 or 1 exactly);
+ *    2 s^ is exact, the subtraction one rounding:
+ *      |r - T| <= 2 es (1 + uw) + uw |T|;
+ *    near x = 0 this is absolute, about 7u: the cancellation of 2 s^ - 1. */
 static double bnd_tanh(float x)
 {
     if (!isfinite(x))
         return INFINITY;
-    return BND_E_TANH * oracle_ulp32(fabs(tanh((double)x)) * (1 + 0x1p-40));
+    double rE = bnd_rel(BND_E_EXP), aE = bnd_abs(BND_E_EXP);
+    double rD = bnd_rel(BND_E_DIV), aD = bnd_abs(BND_E_DIV);
+    double t = fabs(tanh((double)x)) * (1 + 0x1p-40);
+    double b = bnd_rel(BND_E_TANH) * t + bnd_abs(BND_E_TANH);
+    double th = (1 + rE * t + aE) * (1 + BND_uw) - 1;
+    b = fmax(b, t * ((1 + rE) * (1 + rD) / (1 - th) - 1) + aE * (1 + rD) / (1 - th) + aD);
+    return fmax(b, 2 * bnd_sigmoid(2.0 * x) * (1 + BND_uw) + BND_uw * t);
 }
 
-/* sigmoid_bwd: cpu (dy y)(1 - y): p1 = dy y (1 + d1) + h1, c = (1 - y)(1 + d2),
- * r = p1 c (1 + d3) + h3 = X (1 + d1)(1 + d2)(1 + d3) + h1 c (1 + d3) + h3:
- *   |r - X| <= gamma_3 |X| + 2^-150 (1 + (1 + u)^2 |1 - y|). */
+/* sigmoid_bwd X = dy y (1 - y), any grouping of the three factors, c =
+ * fl(1 - y): each rounds X through 3 roundings, and a product that
+ * underflows (2^-150) is multiplied by the remaining factor, at most
+ * max(|dy|, |y|, |1 - y|) (1 + uw)^2:
+ *   |r - X| <= gamma_3 |X| + 2^-150 (1 + (1 + uw)^2 max(|dy|, |y|, |1 - y|)). */
 static double bnd_sigmoid_bwd(float y, float dy)
 {
     if (!isfinite(y) || !isfinite(dy))
         return INFINITY;
-    double c = fabs(1.0 - y), x = fabs((double)dy * y) * c;
-    if (bnd_ovf(fabs((double)dy * y)) || bnd_ovf(c) || bnd_ovf(x * (1 + 4 * BND_u)))
+    double c = fabs(1.0 - y), a = fabs((double)dy), yy = fabs((double)y), x = a * yy * c;
+    if (bnd_ovf(a * yy * (1 + BND_uw)) || bnd_ovf(a * c * (1 + BND_uw)) || bnd_ovf(c) ||
+        bnd_ovf(x * (1 + 4 * BND_u)))
         return INFINITY;
-    return bnd_gamma(3, BND_u) * x + BND_ETA * (1 + (1 + BND_u) * (1 + BND_u) * c);
+    double u1 = 1 + BND_uw;
+    return bnd_gamma(3, BND_u) * x + BND_ETA * (1 + u1 * u1 * fmax(fmax(a, yy), c));
 }
 
-/* tanh_bwd: cpu dy (1 - y y). q = y^2 (1 + d1) + h1; c = fl(1 - q) has
- *   |c - (1 - y^2)| <= u |1 - y^2| + (1 + u)(u y^2 + 2^-150)
- * (also when 1 - y y is one FMA: then only u |1 - y^2|); r = dy c (1 + d3) + h3:
- *   |r - X| <= |dy| |1 - y^2| (2u + u^2) + |dy| (u y^2 + 2^-150)(1 + u)^2 + 2^-150.
- * The cancellation in 1 - y^2 near |y| = 1 is the u y^2 term: relative to X
- * it grows like u y^2 / |1 - y^2|. */
+/* tanh_bwd X = dy (1 - y^2), the larger of its two forms:
+ * 1  dy (1 - y y): q = y^2 (1 + d1) + h1; c = fl(1 - q) has
+ *      |c - (1 - y^2)| <= uw |1 - y^2| + (1 + uw)(uw y^2 + 2^-150)
+ *    (one FMA: only uw |1 - y^2|); r = dy c (1 + d3) + h3:
+ *      |r - X| <= |dy| |1 - y^2| (2uw + uw^2) + |dy| (uw y^2 + 2^-150)(1 + uw)^2 + 2^-150;
+ *    the cancellation in 1 - y^2 near |y| = 1 is the uw y^2 term: relative
+ *    to X it grows like u y^2 / |1 - y^2|.
+ * 2  dy (1 - y)(1 + y), any grouping: 4 roundings, no cancellation:
+ *      |r - X| <= gamma_4 |X| + 2^-150 (1 + (1 + uw)^2 max(|dy|, |1 - y|, |1 + y|)). */
 static double bnd_tanh_bwd(float y, float dy)
 {
     if (!isfinite(y) || !isfinite(dy))
         return INFINITY;
     double yy = (double)y * y, c = fabs(1.0 - yy), a = fabs((double)dy);
-    if (bnd_ovf(yy) || bnd_ovf(c) || bnd_ovf(a * c * (1 + 4 * BND_u)))
+    double cm = fabs(1.0 - y), cp = fabs(1.0 + y);
+    if (bnd_ovf(yy) || bnd_ovf(c) || bnd_ovf(a * c * (1 + 4 * BND_u)) ||
+        bnd_ovf(a * fmax(cm, cp) * (1 + BND_uw)) || bnd_ovf(fmax(cm, cp)))
         return INFINITY;
-    double u1 = 1 + BND_u;
-    return a * c * (2 * BND_u + BND_u * BND_u) + a * (BND_u * yy + BND_ETA) * u1 * u1 + BND_ETA;
+    double u1 = 1 + BND_uw;
+    double b1 = a * c * (2 * BND_uw + BND_uw * BND_uw) + a * (BND_uw * yy + BND_ETA) * u1 * u1 +
+                BND_ETA;
+    double b2 = bnd_gamma(4, BND_u) * a * c + BND_ETA * (1 + u1 * u1 * fmax(a, fmax(cm, cp)));
+    return fmax(b1, b2);
 }
 
-/* mse_bwd: cpu scale = (float)(2.0 / n) [* g], then scale * (p - t):
- *   scale = (2 g / n)(1 + da)(1 + db)[(1 + dc)] + [hc], da double, db, dc float;
- *   r = (scale (p - t)(1 + dd))(1 + de) + he:
- *   |r - X| <= ((1 + U)(1 + u)^k - 1) |X| + 2^-150 (1 + [g] (1 + u)^2 |p - t|),
- * k = 4 with g, 3 without; X = 2 (p - t) g / n. */
+/* mse_bwd X = 2 (p - t) g / n: d = p - t (one rounding), n converted (one),
+ * the products with g (one, with g) and with d (one), 2 exact, one division
+ * by n (or a product with 1/n: rD, aD), in any order:
+ *   |r - X| <= ((1 + uw)^k (1 + rD) - 1) |X| + m 2^-150 (1 + rD)(1 + uw)^2
+ *              2 max(1, |d|) max(1, |g|),
+ * k = 4, m = 3 with g; k = 3, m = 2 without: each product or quotient that
+ * underflows is multiplied by what remains of 2, |d|, |g| and 1/n. */
 static double bnd_mse_bwd(float p, float t, float g, int has_g, double n)
 {
     if (!isfinite(p) || !isfinite(t) || !isfinite(g))
         return INFINITY;
-    double d = fabs((double)p - t), x = 2 * d * fabs((double)g) / n;
-    double u1 = 1 + BND_u, f = (1 + BND_U) * u1 * u1 * u1 * (has_g ? u1 : 1) - 1;
-    if (bnd_ovf(d) || bnd_ovf(2 / n * fabs((double)g) * u1 * u1) || bnd_ovf(x * (1 + f)))
+    double d = fabs((double)p - t), ag = fabs((double)g), x = 2 * d * ag / n;
+    double rD = bnd_rel(BND_E_DIV), u1 = 1 + BND_uw;
+    double f = pow(u1, has_g ? 4 : 3) * (1 + rD) - 1;
+    if (bnd_ovf(2 * d * u1) || bnd_ovf(2 * d * ag * u1 * u1) || bnd_ovf(2 * ag * u1 * u1) ||
+        bnd_ovf(x * (1 + f)))
         return INFINITY;
-    return f * x + BND_ETA * (1 + (has_g ? u1 * u1 * d : 0));
+    return f * x + (has_g ? 3 : 2) * BND_ETA * (1 + rD) * u1 * u1 * 2 * fmax(1, d) * fmax(1, ag);
 }
 
 /* p + a b with one product (sgd: a = -lr, b = g; momentum: a = mu, b = buf,
  * p = g). Without FMA: t = a b (1 + d1) + h1, r = (p + t)(1 + d2):
  *   r - X = X d2 + (a b d1 + h1)(1 + d2);
- * with FMA r = X (1 + d2). Both: |r - X| <= u |X| + (1 + u)(u |a b| + 2^-150). */
+ * with FMA r = X (1 + d2). Both: |r - X| <= uw |X| + (1 + uw)(uw |a b| + 2^-150). */
 static double bnd_axpy(float p, float a, float b)
 {
     if (!isfinite(p) || !isfinite(a) || !isfinite(b))
         return INFINITY;
     double ab = fabs((double)a * b), x = fabs(p + (double)a * b);
-    if (bnd_ovf(ab * (1 + BND_u)) || bnd_ovf(x + ab * 2 * BND_u))
+    if (bnd_ovf(ab * (1 + BND_uw)) || bnd_ovf(x + ab * 2 * BND_uw))
         return INFINITY;
-    return BND_u * x + (1 + BND_u) * (BND_u * ab + BND_ETA);
+    return BND_uw * x + (1 + BND_uw) * (BND_uw * ab + BND_ETA);
 }
 
-/* adam_m: cpu c = fl(1 - b1) = (1 - b1)(1 + dc); out = b1 m + c g with
- * T1 = b1 m, T2 = (1 - b1) g, X = T1 + T2: P1 = T1 (1 + d1) + h1,
- * P2 = T2 (1 + dc)(1 + d2) + h2, r = (P1 + P2)(1 + d3):
- *   |r - X| <= u |X| + (1 + u)(u |T1| + gamma_2 |T2| + 2 2^-150);
- * an FMA of either product only drops terms.
- * adam_v: out = b2 v + (c g) g, T2 = (1 - b2) g^2: P2 = ((1 - b2)(1 + dc) g
- * (1 + d2) + h2) g (1 + d4) + h4 = T2 (1 + dc)(1 + d2)(1 + d4) + h2 g (1 + d4) + h4:
- *   |r - X| <= u |X| + (1 + u)(u |T1| + gamma_3 |T2| + 2^-150 (2 + (1 + u) |g|)). */
+/* adam_m X = b m + c g, c = 1 - b exactly; the implementation's c^ = fl(1 - b).
+ * 1  b m + c^ g (FMA or not): T1 = b m, T2 = c g, P1 = T1 (1 + d1) + h1,
+ *    P2 = T2 (1 + dc)(1 + d2) + h2, r = (P1 + P2)(1 + d3):
+ *      |r - X| <= uw |X| + (1 + uw)(uw |T1| + gamma_2 |T2| + 2 2^-150).
+ * 2  m + c^ (g - m) (a lerp): the product passes 3 roundings:
+ *      |r - X| <= uw |X| + (1 + uw)(gamma_3 |c| |g - m| + 2^-150).
+ * 3  g - b^ (g - m), b^ = fl(1 - c^) (the lerp's other branch), |b^ - b| <=
+ *    eb = uw |c| + uw (|b| + uw |c|):
+ *      |r - X| <= uw |X| + (1 + uw)(|g - m| (eb (1 + uw)^2 + gamma_2 |b|) + 2^-150).
+ * adam_v X = b v + c g g, form 1 with T2 = c g^2 in any grouping (gamma_3);
+ * the first product's underflow is multiplied by |g| or by |c^|:
+ *   |r - X| <= uw |X| + (1 + uw)(uw |T1| + gamma_3 |T2|
+ *              + 2^-150 (2 + (1 + uw)^2 max(|g|, |c|))). */
 static double bnd_adam_mv(float b, float mv, float g, int isv)
 {
     if (!isfinite(b) || !isfinite(mv) || !isfinite(g))
         return INFINITY;
-    double t1 = fabs((double)b * mv), cg = fabs((1.0 - b) * g);
-    double t2 = isv ? cg * fabs((double)g) : cg;
+    double c = fabs(1.0 - b), ag = fabs((double)g), t1 = fabs((double)b * mv), cg = c * ag;
+    double t2 = isv ? cg * ag : cg;
     double x = fabs((double)b * mv + (1.0 - b) * g * (isv ? (double)g : 1.0));
-    if (bnd_ovf(t1 * 2) || bnd_ovf(cg * 2) || bnd_ovf(t2 * 2) || bnd_ovf(x + t1 + t2))
+    double u1 = 1 + BND_uw, dm = fabs((double)g - mv);
+    if (bnd_ovf(t1 * 2) || bnd_ovf(cg * 2) || bnd_ovf(t2 * 2) || bnd_ovf(ag * ag * 2) ||
+        bnd_ovf(x + t1 + t2) || bnd_ovf(dm * (1 + c + fabs((double)b)) * 2))
         return INFINITY;
-    if (!isv)
-        return BND_u * x + (1 + BND_u) * (BND_u * t1 + bnd_gamma(2, BND_u) * t2 + 2 * BND_ETA);
-    return BND_u * x + (1 + BND_u) * (BND_u * t1 + bnd_gamma(3, BND_u) * t2 +
-                                      BND_ETA * (2 + (1 + BND_u) * fabs((double)g)));
+    if (isv)
+        return BND_uw * x + u1 * (BND_uw * t1 + bnd_gamma(3, BND_u) * t2 +
+                                  BND_ETA * (2 + u1 * u1 * fmax(ag, c)));
+    double b1 = BND_uw * t1 + bnd_gamma(2, BND_u) * t2 + 2 * BND_ETA;
+    double b2 = bnd_gamma(3, BND_u) * c * dm + BND_ETA;
+    double eb = BND_uw * c + BND_uw * (fabs((double)b) + BND_uw * c);
+    double b3 = dm * (eb * u1 * u1 + bnd_gamma(2, BND_u) * fabs((double)b)) + BND_ETA;
+    return BND_uw * x + u1 * fmax(b1, fmax(b2, b3));
 }
 
-/* ---- adam_p: running error bound ----------------------------------------------
- * cpu: c_k = (float)(1.0 - pow(b_k, t)); out = p - lr (m / c1) / (sqrtf(v / c2) + eps).
- * Each quantity carries its exact value V (from the exact c_k) and a bound e
- * on |computed - V|; a float operation on computed operands adds its rounding
- * u |result| (+ 2^-150 for products and quotients), bounded through
- * |result| <= |V| + e_prop, where e_prop is the propagated error:
- *   x y:     |X| e_y + |Y| e_x + e_x e_y
- *   x / y:   (e_x + |X / Y| e_y) / (|Y| - e_y)          (needs e_y < |Y|)
- *   sqrt x:  min(e_x / sqrt X, sqrt e_x)                 (sqrt halves relative error)
- *   x + y:   e_x + e_y
- * c_k: pow errs by <= E_pow ulp <= 2 E_pow U |b^t|, 1.0 - pw by U, the
- * conversion by u (+ 2^-150): e_c = |c| ((1 + u)(1 + U)(1 + 2 E_pow U |b^t| / |c|) - 1) + 2^-150.
- * First order, with c exact to u and eps >= 0: about u |X| + (5 + 2 S / D) u |Y|,
- * S = sqrt(v / c2), D = S + eps, Y = lr m / (c1 D). */
+/* ---- adam_p: running error bounds ----------------------------------------------
+ * Each quantity carries |V|, its exact value's magnitude (the exact c_k), and
+ * a bound e on |computed - V|; an operation on computed operands adds its
+ * rounding rel |result| + abs, bounded through |result| <= |V| + e_prop,
+ * where e_prop is the propagated error:
+ *   x y:     |X| e_y + |Y| e_x + e_x e_y                  (uw, 2^-150)
+ *   x / y:   (e_x + |X / Y| e_y) / (|Y| - e_y)            (rD, aD; needs e_y < |Y|)
+ *   sqrt x:  min(e_x / sqrt X, sqrt e_x)                  (rS)
+ *   x + y:   e_x + e_y, x, y >= 0                         (uw)
+ * Any value that could reach FLT_MAX makes the bound +Inf.
+ * c_k = 1 - b^t: pow (float32 or double, t converted to float32) within
+ * E_pow ulp, then 1 - pw and the conversion: the float32 case is the worse,
+ *   e_c = (rP b^t + aP)(1 + uw) + uw |c|,
+ * with b^t's own error from t's conversion (t > 2^24) added; relative to c
+ * it is about 9u b^t / c, the cancellation of 1 - b^t (large at t = 1, b near 1).
+ * The bound is the largest over the three admissible forms (see the top). */
 struct bnd_ev {
     double v, e; /* |exact value| (upper bound), error bound */
 };
 
-/* A float operation with exact result magnitude v and propagated error ep;
- * an exact zero (v = ep = 0) is computed exactly. */
-static struct bnd_ev bnd_round(double v, double ep, int under)
+/* An operation with exact result magnitude v and propagated error ep; an
+ * exact zero (v = ep = 0) is computed exactly. */
+static struct bnd_ev bnd_ev_round(double v, double ep, double rel, double abs)
 {
-    struct bnd_ev r = {v, ep + BND_u * (v + ep) + (under && (v > 0 || ep > 0) ? BND_ETA : 0)};
-    return r;
+    double e = ep + rel * (v + ep) + (v > 0 || ep > 0 ? abs : 0);
+    return (struct bnd_ev){v, bnd_ovf(v + e) ? INFINITY : e};
 }
 
-static struct bnd_ev bnd_div(struct bnd_ev x, struct bnd_ev y)
+static struct bnd_ev bnd_ev_mul(struct bnd_ev x, struct bnd_ev y)
+{
+    return bnd_ev_round(x.v * y.v, x.v * y.e + y.v * x.e + x.e * y.e, BND_uw, BND_ETA);
+}
+
+static struct bnd_ev bnd_ev_div(struct bnd_ev x, struct bnd_ev y)
 {
     if (!(y.e < y.v))
         return (struct bnd_ev){INFINITY, INFINITY};
     double q = x.v / y.v;
-    return bnd_round(q, (x.e + q * y.e) / (y.v - y.e), 1);
+    return bnd_ev_round(q, (x.e + q * y.e) / (y.v - y.e), bnd_rel(BND_E_DIV), bnd_abs(BND_E_DIV));
+}
+
+static struct bnd_ev bnd_ev_sqrt(struct bnd_ev x)
+{
+    double s = sqrt(x.v);
+    return bnd_ev_round(s, s > 0 ? fmin(x.e / s, sqrt(x.e)) : sqrt(x.e), bnd_rel(BND_E_SQRT), 0);
+}
+
+static struct bnd_ev bnd_ev_add(struct bnd_ev x, struct bnd_ev y)
+{
+    return bnd_ev_round(x.v + y.v, x.e + y.e, BND_uw, 0);
 }
 
 struct bnd_adam {
-    double c1, c2, e1, e2; /* c_k = 1 - b_k^t and the error bound of the cpu's c_k */
+    double c1, c2, e1, e2; /* c_k = 1 - b_k^t and the error bound of a computed c_k */
 };
 
-/* 1 - b^t to 2^-100 relative and the cpu's error on it; e = Inf when c = 0
- * or cancels more than 60 bits of b^t (no such Adam in practice). */
+/* 1 - b^t to 2^-100 relative and the error bound of a computed one; e = Inf
+ * when c = 0 or cancels more than 60 bits of b^t (no such Adam in practice). */
 static void bnd_adam_c(float b, uint64_t t, double *c, double *e)
 {
     mpfr_t pw, bm, cm;
@@ -286,14 +444,17 @@ static void bnd_adam_c(float b, uint64_t t, double *c, double *e)
     mpfr_set_flt(bm, b, MPFR_RNDN);
     mpfr_pow_ui(pw, bm, (unsigned long)t, MPFR_RNDN);
     mpfr_ui_sub(cm, 1, pw, MPFR_RNDN);
-    double bt = fabs(mpfr_get_d(pw, MPFR_RNDN));
+    double bt = fabs(mpfr_get_d(pw, MPFR_RNDN)) * (1 + 0x1p-40);
     *c = mpfr_get_d(cm, MPFR_RNDN);
     if (*c == 0 || !isfinite(*c) || !isfinite(bt) ||
         (!mpfr_zero_p(pw) && mpfr_get_exp(pw) - mpfr_get_exp(cm) > 60)) {
         *e = INFINITY;
     } else {
-        double rel = (1 + BND_u) * (1 + BND_U) * (1 + 2 * BND_E_POW * BND_U * bt / fabs(*c)) - 1;
-        *e = fabs(*c) * rel + BND_ETA;
+        /* t rounded to float32: b^t^ = b^t b^(t^ - t), |t^ - t| <= uw t */
+        double rt = t > (UINT64_C(1) << 24) && b != 0
+                        ? expm1(BND_uw * (double)t * fabs(log(fabs((double)b)))) : 0;
+        double ep = (bnd_rel(BND_E_POW) * (1 + rt) + rt) * bt + bnd_abs(BND_E_POW);
+        *e = ep * (1 + BND_uw) + BND_uw * fabs(*c);
     }
     mpfr_clears(pw, cm, bm, (mpfr_ptr)0);
 }
@@ -305,17 +466,23 @@ static double bnd_adam_p(const struct bnd_adam *A, float lr, float eps, float p,
         v < 0 || eps < 0 || !(A->c1 > 0) || !(A->c2 > 0) || !isfinite(A->e1) || !isfinite(A->e2))
         return INFINITY;
     struct bnd_ev c1 = {A->c1, A->e1}, c2 = {A->c2, A->e2};
-    struct bnd_ev q = bnd_div((struct bnd_ev){fabs((double)m), 0}, c1);
-    struct bnd_ev w = bnd_div((struct bnd_ev){(double)v, 0}, c2);
-    double sv = sqrt(w.v);
-    struct bnd_ev s = bnd_round(sv, sv > 0 ? fmin(w.e / sv, sqrt(w.e)) : sqrt(w.e), 0);
-    struct bnd_ev d = bnd_round(sv + eps, s.e, 0);
-    struct bnd_ev y1 = bnd_round(fabs((double)lr) * q.v, fabs((double)lr) * q.e, 1);
-    struct bnd_ev y = bnd_div(y1, d);
-    double x = fabs(p - (double)lr * ((double)m / A->c1) / (sv + eps));
-    double e = y.e + BND_u * (x + y.e);
-    if (!(e < INFINITY) || bnd_ovf(q.v + q.e) || bnd_ovf(y1.v + y1.e) || bnd_ovf(y.v + y.e) ||
-        bnd_ovf(x + e) || bnd_ovf(w.v + w.e))
+    struct bnd_ev L = {fabs((double)lr), 0}, M = {fabs((double)m), 0}, V = {(double)v, 0};
+    struct bnd_ev E = {(double)eps, 0};
+    /* op.h: (lr (m / c1)) / (sqrt(v / c2) + eps) */
+    struct bnd_ev ya = bnd_ev_div(bnd_ev_mul(L, bnd_ev_div(M, c1)),
+                                  bnd_ev_add(bnd_ev_sqrt(bnd_ev_div(V, c2)), E));
+    /* PyTorch: (lr / c1) (m / (sqrt(v) / sqrt(c2) + eps)) */
+    struct bnd_ev sv = bnd_ev_sqrt(V), sc = bnd_ev_sqrt(c2);
+    struct bnd_ev yb = bnd_ev_mul(bnd_ev_div(L, c1),
+                                  bnd_ev_div(M, bnd_ev_add(bnd_ev_div(sv, sc), E)));
+    /* folded: (lr sqrt(c2) / c1) (m / (sqrt(v) + eps sqrt(c2))) */
+    struct bnd_ev yc = bnd_ev_mul(bnd_ev_div(bnd_ev_mul(L, sc), c1),
+                                  bnd_ev_div(M, bnd_ev_add(sv, bnd_ev_mul(E, sc))));
+    double ye = fmax(ya.e, fmax(yb.e, yc.e));
+    double sq = sqrt((double)v / A->c2);
+    double x = fabs(p - (double)lr * ((double)m / A->c1) / (sq + eps));
+    double e = ye + BND_uw * (x + ye);
+    if (!(e < INFINITY) || bnd_ovf(x + e))
         return INFINITY;
     return e;
 }
@@ -323,15 +490,6 @@ static double bnd_adam_p(const struct bnd_adam *A, float lr, float eps, float p,
 /* ---- image ops -----------------------------------------------------------------
  * Dimension letters (op.h): N batch, C input channels, K output channels, H, W
  * image rows and columns, R, S kernel rows and columns. */
-
-/* Half an ulp of float32 at x >= |value| (one correctly rounded operation,
- * subnormals included: 2^-150 there); +Inf where RN32 could overflow. */
-static double bnd_half_ulp(double x)
-{
-    if (!isfinite(x) || x >= 0x1p128 * (1 - 0x1p-25))
-        return INFINITY;
-    return 0.5 * oracle_ulp32(x);
-}
 
 static int bnd_all_finite(const float *x, size_t n)
 {
@@ -496,11 +654,11 @@ static void bnd_conv2d_bwd_filter(const struct graph *g, const struct node *nd, 
     free(xok);
 }
 
-/* A float32 sum of m terms in any order (m - 1 rounded additions, exact in
- * the subnormal range), a = sum of their magnitudes in double:
+/* A sum of m terms in any order and precision (m - 1 rounded additions,
+ * exact in the subnormal range), a = sum of their magnitudes in double:
  *   |fl - exact| <= gamma_{m-1} a.
- * upsample2_bwd (m = 4, op.h's order or any other) and bias_grad over an
- * (N,C,H,W) dy (m = N H W). */
+ * upsample2_bwd (m = 4, op.h's order or any other) and bias_grad (m = N
+ * rows, or N H W of an (N,C,H,W) dy). */
 static double bnd_sum(double a, size_t m)
 {
     double gm = bnd_gamma(m > 0 ? (double)(m - 1) : 0, BND_u);
@@ -511,21 +669,26 @@ static double bnd_sum(double a, size_t m)
 /* The float32 constant of hard_sigmoid (op.h). */
 #define BND_HS_C 0.2f
 
-/* hard_sigmoid: cpu t1 = fl(c x) = c x (1 + d1) + h1, t = fl(t1 + 0.5) =
- * (t1 + 0.5)(1 + d2); with T = c x + 0.5:
- *   |t - T| <= E = (u |c x| + 2^-150)(1 + u) + u |T|   (one FMA: u |T|).
- * clip(., 0, 1) is 1-Lipschitz, so |clip t - clip T| <= E whichever of t
- * and T is clipped. Tighter where T is: T < 0 makes the exact value 0 and
- * t <= T + E, so the error is <= max(0, T + E); T > 1: max(0, E - (T - 1)).
+/* |t - T| for t = fl(fl(c x) + 0.5) or fma(c, x, 0.5) (in float32 or wider),
+ * T = c x + 0.5: t1 = c x (1 + d1) + h1, t = (t1 + 0.5)(1 + d2):
+ *   |t - T| <= E = (uw |c x| + 2^-150)(1 + uw) + uw |T|   (one FMA: uw |T|).
  * T in double errs by <= 2^-53 |T|: 2^-52 |T| is added to E, and E is
- * raised by 2^-40 for its own roundings before the comparisons. */
+ * raised by 2^-40 for its own roundings. */
+static double bnd_hard_sigmoid_e(double cx, double t)
+{
+    double e = (BND_uw * fabs(cx) + BND_ETA) * (1 + BND_uw) + (BND_uw + 0x1p-52) * fabs(t);
+    return e * (1 + 0x1p-40);
+}
+
+/* hard_sigmoid: clip(., 0, 1) is 1-Lipschitz, so |clip t - clip T| <= E
+ * whichever of t and T is clipped. Tighter where T is: T < 0 makes the
+ * exact value 0 and t <= T + E, so the error is <= max(0, T + E); T > 1:
+ * max(0, E - (T - 1)). */
 static double bnd_hard_sigmoid(float x)
 {
     if (!isfinite(x))
         return INFINITY;
-    double cx = (double)BND_HS_C * x, t = cx + 0.5;
-    double e = (BND_u * fabs(cx) + BND_ETA) * (1 + BND_u) + (BND_u + 0x1p-52) * fabs(t);
-    e *= 1 + 0x1p-40;
+    double cx = (double)BND_HS_C * x, t = cx + 0.5, e = bnd_hard_sigmoid_e(cx, t);
     if (t < 0)
         return fmax(0, t + e);
     if (t > 1)
@@ -533,24 +696,34 @@ static double bnd_hard_sigmoid(float x)
     return e;
 }
 
-/* hard_sigmoid_bwd: the mask is decided on the cpu's own t (op.h; computed
- * here as in oracle_ops.c), so an unmasked cpu value is fl(c dy), one
- * rounding of the exact value: half an ulp; masked, +0 exactly: 0. */
+/* hard_sigmoid_bwd: the oracle decides the mask on op.h's t (two float32
+ * roundings, as oracle_ops.c does), an implementation on its own t, within
+ * E of T. Where T is farther than E from 0 and from 1 every admissible t
+ * decides the same: an unmasked value is fl(c dy), one rounding of the
+ * exact value (half an ulp); a masked one +0 (0). Within E of 0 or 1 the
+ * mask may go either way: the result may be 0 where the oracle's is c dy or
+ * the reverse, |c dy| (1 + uw) + 2^-150. */
 static double bnd_hard_sigmoid_bwd(float x, float dy)
 {
     if (!isfinite(x) || !isfinite(dy))
         return INFINITY;
-    float t = (float)((double)(float)((double)BND_HS_C * x) + 0.5);
-    return t >= 0 && t <= 1 ? bnd_half_ulp(fabs((double)BND_HS_C * dy)) : 0;
+    double cx = (double)BND_HS_C * x, T = cx + 0.5, e = bnd_hard_sigmoid_e(cx, T);
+    double g = fabs((double)BND_HS_C * dy);
+    if (fabs(T) <= e || fabs(T - 1) <= e)
+        return bnd_ovf(g * (1 + BND_uw)) ? INFINITY : g * (1 + BND_uw) + BND_ETA;
+    float t = (float)((double)(float)cx + 0.5);
+    return t >= 0 && t <= 1 ? bnd_half_ulp(g) : 0;
 }
 
-/* mean: cpu s = sum of x in double, in index order (n - 1 rounded additions:
- * |s - S| <= gamma_{n-1}(U) A, A = sum |x|), q = s / n, r = scale q (one
- * rounding each), then one rounding to float32:
- *   |r - X| <= E64 = (1 + U)^2 |scale| gamma_{n-1}(U) A / n + gamma_2(U) |X|,
- *   |result - X| <= E64 + ulp32(|X| + E64) / 2,   X = scale S / n,
- * |X| from S exactly (the superaccumulator), since the cpu's s may have
- * lost all of S. */
+/* mean X = scale S / n, S = sum x, A = sum |x|: the sum in any order and
+ * precision, s^ = S + es, |es| <= gamma_{n-1} A; then n converted, one
+ * product with scale and one division by n (or a product with 1/n), in any
+ * order: a factor (1 + tp), tp = (1 + uw)^2 (1 + rD) - 1, and two possible
+ * underflows, each multiplied by what remains of |scale|, |s^| and 1/n:
+ *   |r - X| <= |scale| / n es (1 + tp) + tp |X|
+ *              + 2 2^-150 (1 + tp) max(1, |scale|) max(1, A (1 + gamma_{n-1})),
+ * |X| from S exactly (the superaccumulator). Partial sums reach up to
+ * A (1 + gamma_{n-1}) (and scale times that): +Inf where that overflows. */
 static double bnd_mean(const float *x, /* (n) */ size_t n, float scale)
 {
     if (!isfinite(scale))
@@ -565,24 +738,56 @@ static double bnd_mean(const float *x, /* (n) */ size_t n, float scale)
     oracle_acc_free(acc);
     if (!isfinite(a) || !isfinite(s))
         return INFINITY;
-    double gn = bnd_gamma(n > 0 ? (double)(n - 1) : 0, BND_U), g2 = bnd_gamma(2, BND_U);
+    double gn = bnd_gamma(n > 0 ? (double)(n - 1) : 0, BND_u);
+    double tp = (1 + BND_uw) * (1 + BND_uw) * (1 + bnd_rel(BND_E_DIV)) - 1;
     a = bnd_inflate(a, (double)n);
-    double sc = fabs((double)scale) / (double)n * (1 + 0x1p-50);
+    double as = fabs((double)scale), top = a * (1 + gn);
+    if (bnd_ovf(top * fmax(1, as) * (1 + BND_uw)))
+        return INFINITY;
+    double sc = as / (double)n * (1 + 0x1p-50);
     double xm = sc * fabs(s) * (1 + 0x1p-50);
-    double e64 = (1 + BND_U) * (1 + BND_U) * sc * gn * a + g2 * xm;
-    return e64 + bnd_half_ulp((xm + e64) * (1 + 0x1p-50));
+    double b = sc * gn * a * (1 + tp) + tp * xm +
+               2 * BND_ETA * (1 + tp) * fmax(1, as) * fmax(1, top);
+    return bnd_ovf(xm + b) ? INFINITY : b;
 }
 
-/* mean_bwd: cpu (float)((double)scale * g / n): scale g is exact in double,
- * the quotient one rounding (two when grouped scale (g / n)), then one to
- * float32: |result - X| <= gamma_2(U) |X| + ulp32(|X| (1 + gamma_2(U))) / 2,
- * X = scale g / n. */
+/* mean_bwd X = scale g / n: n converted, one product, one division (or a
+ * product with 1/n), in any order; two possible underflows, each
+ * multiplied by what remains of |scale|, |g| and 1/n:
+ *   |r - X| <= ((1 + uw)^2 (1 + rD) - 1) |X|
+ *              + 2 2^-150 (1 + rD)(1 + uw) max(1, |scale|) max(1, |g|). */
 static double bnd_mean_bwd(float scale, float gv, double n)
 {
     if (!isfinite(scale) || !isfinite(gv))
         return INFINITY;
-    double g2 = bnd_gamma(2, BND_U), x = fabs((double)scale * gv) / n * (1 + 0x1p-50);
-    return g2 * x + bnd_half_ulp(x * (1 + g2));
+    double as = fabs((double)scale), ag = fabs((double)gv), rD = bnd_rel(BND_E_DIV);
+    double tp = (1 + BND_uw) * (1 + BND_uw) * (1 + rD) - 1;
+    double x = as * ag / n * (1 + 0x1p-50);
+    if (bnd_ovf(as * ag * (1 + BND_uw)) || bnd_ovf(x * (1 + tp)))
+        return INFINITY;
+    return tp * x + 2 * BND_ETA * (1 + rD) * (1 + BND_uw) * fmax(1, as) * fmax(1, ag);
+}
+
+/* mse M = sum (p - t)^2 / n: each term passes d = p - t (one rounding, twice
+ * in d^2), the square (one), the sum (n - 1), n's conversion (one) and the
+ * division by n (or a product with 1/n), the sum in any order and
+ * precision, the division after it or on each term. All terms are >= 0:
+ *   |r - M| <= ((1 + gamma_{n+3})(1 + rD) - 1) M + (n + 2) 2^-150 (1 + rD)(1 + gamma_{n+3}),
+ * the last term the squares' and quotients' underflows. Partial sums reach
+ * up to n M (1 + gamma_{n+3}): +Inf where that overflows. */
+static double bnd_mse(const float *p, const float *t, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)p[i] - t[i];
+        s += d * d;
+    }
+    s = bnd_inflate(s, (double)n + 2); /* d, d^2 and the sum in double */
+    double gn = bnd_gamma((double)n + 3, BND_u), rD = bnd_rel(BND_E_DIV);
+    if (isnan(s) || bnd_ovf(s * (1 + gn)))
+        return INFINITY;
+    double m = s / (double)n * (1 + 0x1p-50), th = (1 + gn) * (1 + rD) - 1;
+    return th * m + ((double)n + 2) * BND_ETA * (1 + th);
 }
 
 /* ---- the entry point ---------------------------------------------------------------- */
@@ -623,22 +828,19 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
             }
             break;
         }
-        /* out[j] = ((0 + x_0) + x_1) + ...: N - 1 rounded additions, exact in
-         * the subnormal range: |r - X| <= gamma_{N-1} sum_r |x_rj|. */
+        /* dy (N,F): a sum of N terms per feature, in any order */
         size_t rows = g->nodes[nd->inputs[0]].shape[0], f = nd->shape[0];
-        double gn = bnd_gamma(rows > 0 ? (double)(rows - 1) : 0, BND_u);
         for (size_t j = 0; j < f; j++) {
-            double s = 0;
+            double a = 0;
             for (size_t r = 0; r < rows; r++)
-                s += fabs((double)in[0][r * f + j]);
-            s = bnd_inflate(s, (double)rows);
-            bound[j] = bnd_ovf(s * (1 + gn)) || isnan(s) ? INFINITY : gn * s;
+                a += fabs((double)in[0][r * f + j]);
+            bound[j] = bnd_sum(a, rows);
         }
         break;
     }
     case OP_SIGMOID:
         for (size_t i = 0; i < cnt; i++)
-            bound[i] = bnd_sigmoid(in[0][i]);
+            bound[i] = isfinite(in[0][i]) ? bnd_sigmoid(in[0][i]) : INFINITY;
         break;
     case OP_TANH:
         for (size_t i = 0; i < cnt; i++)
@@ -664,7 +866,7 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
     case OP_SATLU:
     case OP_SATLU_BWD:
     case OP_NEG:
-        memset(bound, 0, cnt * sizeof *bound); /* exact: the cpu copies or writes 0 */
+        memset(bound, 0, cnt * sizeof *bound); /* exact: any implementation copies or writes 0 */
         return DT_OK;
     case OP_CONV2D:
         bnd_conv2d(g, nd, bound, in[0], in[1]);
@@ -713,24 +915,9 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
             bound[i] = b;
         break;
     }
-    case OP_MSE: {
-        /* cpu: d = double(p) - double(t) (1 + a), d d (1 + b), summed in order
-         * from 0 (n - 1 rounded additions), / n (1 + c), then (float): every
-         * term passes through <= n + 3 double roundings, all terms >= 0:
-         *   |r - M| <= gamma_{n+3}(U) M + ulp32(M (1 + gamma_{n+3}(U))) / 2,
-         * M = mean((p - t)^2), the last term the final conversion. */
-        size_t n = g->nodes[nd->inputs[0]].count;
-        double s = 0;
-        for (size_t i = 0; i < n; i++) {
-            double d = (double)in[0][i] - in[1][i];
-            s += d * d;
-        }
-        double gn = bnd_gamma((double)n + 3, BND_U), mup = bnd_inflate(s / (double)n, (double)n + 3);
-        double top = mup * (1 + gn);
-        bound[0] = !(top < 0x1p128 * (1 - 0x1p-25)) ? INFINITY
-                                                     : gn * mup + 0.5 * oracle_ulp32(top);
+    case OP_MSE:
+        bound[0] = bnd_mse(in[0], in[1], g->nodes[nd->inputs[0]].count);
         break;
-    }
     case OP_MSE_BWD: {
         int has_g = nd->ninputs > 2;
         for (size_t i = 0; i < cnt; i++)

@@ -1,8 +1,9 @@
 /* oracle.h: the exact per-op oracle. For an op given float32 inputs, its
  * exact mathematical result rounded once to float32 (round to nearest, ties
  * to even, with binary32's subnormals, and overflow to infinity), and a
- * rigorous bound on the error of the cpu backend's float32 algorithm for the
- * same op. Replay compares a run's own op outputs against both. */
+ * rigorous bound on the error of every admissible float32 evaluation of the
+ * same op (any correct implementation's, not only the cpu backend's).
+ * Replay compares a run's own op outputs against both. */
 #ifndef DT_ORACLE_H
 #define DT_ORACLE_H
 
@@ -57,16 +58,33 @@ float oracle_sum(const float *x, size_t inc, size_t n);
 int oracle_op(const struct graph *g, const struct node *nd, float *out, const float *const *in,
               const struct backend_step *st);
 
-/* bound[i] >= |cpu result - exact value| for element i, for the float32
- * algorithm of the cpu backend (src/backend_cpu.c) and of any backend that
- * performs the same operations in any order (matrix products: any summation
- * order, with or without FMA), from the inputs alone. Documented per op in
- * divtrace-replay(1). Returns 0 or -1 like oracle_op.
+/* bound[i] >= |result - exact value| for element i, from the inputs alone,
+ * for every admissible float32 evaluation of the op, so that a result
+ * beyond it (replay's SEMANTIC) is one that no correct implementation could
+ * give. Admissible (the full list and the derivations: reference/oracle.c,
+ * the formulas: divtrace-replay(1)):
+ *  - every rounding to float32 or to a wider format and then to float32;
+ *    FMA contraction anywhere;
+ *  - sums (matmul, convolutions, bias_grad, upsample2_bwd, mse, mean) in
+ *    any order or grouping, accumulated in float32 or wider; mse and mean
+ *    divided by n or multiplied by 1/n;
+ *  - elementary functions within a tolerance, in ulp of the exact value
+ *    (E ulp read as E (2^-23 |f| + 2^-149)): exp and expm1 2.5, tanh 3, a
+ *    whole sigmoid 3, division 1.5, sqrt 1.5, pow (Adam's b^t, float32 or
+ *    double) 4.5;
+ *  - the usual formulas of the composite ops: sigmoid as 1 / (1 + exp(-x)),
+ *    exp(x) / (1 + exp(x)) for x < 0 or 0.5 tanh(x/2) + 0.5; tanh via
+ *    expm1 or as 2 sigmoid(2x) - 1; tanh_bwd via (1 - y)(1 + y); adam_m as
+ *    a lerp; adam_p with the bias corrections folded into the step size
+ *    (and eps scaled by sqrt(c2) to match; eps unscaled is another op);
+ *    hard_sigmoid's t with an FMA (its bwd's mask may then flip at 0 and 1).
+ * Returns 0 or -1 like oracle_op.
  * bound[i] is +Inf (no claim) when an input of the element is NaN or Inf or
- * an intermediate of the cpu algorithm could overflow; relu, relu_bwd,
- * fill and the ops that only move, select or negate values (maxpool2 and its
- * backward, upsample2, concat, slice and its backward, satlu and its
- * backward, neg) are exact (bound 0, NaN included). */
+ * an intermediate of some admissible evaluation could overflow (a float32
+ * sum's partial sums included); relu, relu_bwd, fill and the ops that only
+ * move, select or negate values (maxpool2 and its backward, upsample2,
+ * concat, slice and its backward, satlu and its backward, neg) are exact
+ * (bound 0, NaN included); add, sub, mul allow half an ulp. */
 int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
                  const float *const *in, const struct backend_step *st);
 

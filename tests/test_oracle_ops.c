@@ -1104,9 +1104,13 @@ static void test_bounds(void **state)
                    op_type_name(ops_all[o]), typ.max, typ.n ? typ.sum / typ.n : 0, typ.n,
                    all.max, all.n ? all.sum / all.n : 0, all.n, all.inf);
         /* not absurdly loose: on plain inputs some element uses a fair part of
-         * its bound (the exact ops have bound 0 and no ratio) */
+         * its bound (the exact ops have bound 0 and no ratio). mse and mean
+         * are bounded for a float32 sum of n terms while the cpu sums in
+         * double and rounds once: it uses about 1/n of that (test_variant
+         * holds float32 sums to it) */
         enum op_type ty = ops_all[o];
-        if (!op_exact(ty) && !(typ.max >= (op_sum(ty) ? 1e-3 : 0.05)))
+        double floor = ty == OP_MSE || ty == OP_MEAN ? 1e-4 : op_sum(ty) ? 1e-3 : 0.05;
+        if (!op_exact(ty) && !(typ.max >= floor))
             fail_msg("%s: largest error / bound on unit inputs %g: loose", op_type_name(ty),
                      typ.max);
     }
