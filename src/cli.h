@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#define CLI_EXIT_FINDING 1
 #define CLI_EXIT_TROUBLE 2
 
 int cmd_record(int argc, char **argv);
@@ -14,6 +15,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_escape(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_explain(int argc, char **argv);
 
 /* The whole command line, for re-executing the program. */
 extern char **cli_argv;

@@ -86,12 +86,21 @@ static void record_usage(FILE *f)
           "      --flip-bit S:T:I:B    flip bit B of element I of tensor T at the start of\n"
           "                            step S (a fault for testing diff)\n"
           "      --inject OP:KIND      a fault in op OP every step, KIND bitflip[:I[:B]],\n"
-          "                            scale[:FACTOR] or formula (for testing replay);\n"
-          "                            with formula OP may be a pattern ('L*.t*.[ifo]')\n"
+          "                            scale[:FACTOR], formula (a wrong formula), variant\n"
+          "                            (a valid float32 rewrite) or rewire:INPUT:TENSOR;\n"
+          "                            with formula or variant OP may be a pattern\n"
+          "                            ('L*.t*.[ifo]'); or a fault of state, T:KIND with\n"
+          "                            T a parameter, optimizer state or pattern, KIND\n"
+          "                            roundtrip:bf16|half|trunc (after each update) or\n"
+          "                            stale (updates never reach it); or prednet's\n"
+          "                            'L*.init.*:carry' (state carried across sequences)\n"
           "  -h, --help                show this help and exit\n"
           "  -V, --version             show the version and exit\n"
           "\n"
-          "Exit status: 0 trained, 2 trouble (bad input, or NaN/Inf in training).\n",
+          "Every step's parameters and optimizer state are hashed from their buffers: one\n"
+          "that is not what its update wrote is a carry fault, reported on stderr.\n"
+          "Exit status: 0 trained; 1 trained, with a carry fault; 2 trouble (bad input,\n"
+          "or NaN/Inf in training).\n",
           f);
 }
 
@@ -356,5 +365,13 @@ int cmd_record(int argc, char **argv)
             printf("self-check: the run at twice the precision gave the same float32 results in "
                    "all %" PRIu64 " steps\n", res.steps);
     }
-    return res.nonfinite ? CLI_EXIT_TROUBLE : 0;
+    if (res.nonfinite)
+        return CLI_EXIT_TROUBLE;
+    if (res.carry_steps) {
+        fprintf(stderr, "divtrace record: %" PRIu64 " step%s began with state changed since its update "
+                "(the first: step %" PRIu64 "); the trace is complete\n", res.carry_steps,
+                res.carry_steps == 1 ? "" : "s", res.carry_first);
+        return CLI_EXIT_FINDING;
+    }
+    return 0;
 }

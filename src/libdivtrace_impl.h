@@ -56,6 +56,13 @@ struct divtrace {
     uint32_t pend_nrec, pend_cap;
     struct trace_oprec *pend_rec; /* (pend_cap) the step's records */
     char *pend_on_dev;            /* (pend_cap) */
+    /* Carry faults: every op's hash in the step last written, so that a
+     * parameter or state record of the next step can be checked against
+     * the update it names (a leaf changed between steps is an event). */
+    uint64_t *carry_prev;    /* (nops) */
+    int carry_have;
+    uint64_t carry_step;
+    uint32_t carry_events;
 };
 
 /* Set the handle's message (or the thread's, t NULL) and return status;

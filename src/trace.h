@@ -103,6 +103,7 @@ enum trace_event_code {
     TRACE_EVENT_NONFINITE = 1, /* first op with non-finite output and finite inputs */
     TRACE_EVENT_STOPPED,       /* the run ended early (text says why) */
     TRACE_EVENT_SELFCHECK,     /* mpfr: agreement with a run at twice the precision */
+    TRACE_EVENT_CARRY,         /* a leaf began a step with other bits than its update wrote */
 };
 struct trace_event {
     uint32_t code;           /* enum trace_event_code */

@@ -36,7 +36,12 @@ struct tracer {
     void *ctx;
     struct trace_oprec *rec;   /* per node, this step: recs[step & 1] */
     struct trace_oprec *recs[2]; /* the same array twice unless deferred */
-    char *dirty;               /* per node: leaf changed outside the graph this step */
+    /* carry check: per leaf, the hash its update wrote last step */
+    uint64_t *carry_prev;
+    int carry_have;            /* carry_prev holds a traced step's hashes */
+    int *carry[2];             /* leaves whose bits are not their update's, per step parity */
+    int ncarry[2];
+    uint64_t carry_step[2];
     uint64_t step;
     uint64_t nsteps;           /* steps traced to their end */
     int begun;                 /* a step has begun */
@@ -77,17 +82,32 @@ int tracer_finite(const struct trace_oprec *r)
     return r->nan == 0 && r->inf == 0;
 }
 
+/* Step `step`'s records are final: every leaf (a parameter or optimizer
+ * state, hashed from its own buffer like any op output) must hold the bits
+ * its update wrote in the step before. One that does not was changed
+ * between the steps: a carry fault. Then each update's hash is kept for the
+ * next step's check. The first step this tracer sees has nothing to check
+ * against (a run resumed from a checkpoint). */
+static void tracer_carry_check(struct tracer *t, uint64_t step, const struct trace_oprec *rec)
+{
+    int p = (int)(step & 1);
+    t->ncarry[p] = 0;
+    t->carry_step[p] = step;
+    for (int i = 0; i < t->g->n; i++) {
+        const struct node *nd = &t->g->nodes[i];
+        if (nd->next < 0)
+            continue;
+        if (t->carry_have && rec[i].hash != t->carry_prev[i])
+            t->carry[p][t->ncarry[p]++] = i;
+        t->carry_prev[i] = rec[nd->next].hash;
+    }
+    t->carry_have = 1;
+}
+
 static void tracer_process(struct tracer *t, int i, const backend_buf *buf)
 {
     const struct node *nd = &t->g->nodes[i];
-    if (nd->next >= 0 && t->nsteps > 0 && !t->dirty[i]) {
-        /* A leaf holds exactly the bytes its update produced last step
-         * (this tracer's last step: a run resumed from a checkpoint hashes
-         * its leaves on its first step). */
-        t->rec[i] = t->rec[nd->next];
-    } else {
-        t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
-    }
+    t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
     t->rec[i].op = (uint32_t)i;
     if (t->nonfinite_op < 0 && !tracer_finite(&t->rec[i])) {
         for (int k = 0; k < nd->ninputs; k++)
@@ -149,7 +169,9 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
     t->rec = dt_calloc((size_t)g->n, sizeof *t->rec);
     t->recs[0] = t->recs[1] = t->rec;
     t->final_step = -1;
-    t->dirty = dt_calloc((size_t)g->n, 1);
+    t->carry_prev = dt_calloc((size_t)g->n, sizeof *t->carry_prev);
+    for (int k = 0; k < 2; k++)
+        t->carry[k] = dt_calloc((size_t)g->n, sizeof *t->carry[k]);
     t->nonfinite_op = -1;
     t->buf = dt_calloc((size_t)g->n, sizeof *t->buf);
     t->queue = dt_calloc((size_t)g->n, sizeof *t->queue);
@@ -190,7 +212,9 @@ void tracer_free(struct tracer *t)
     free(t->recs[0]);
     free(t->dnode);
     free(t->dqueue);
-    free(t->dirty);
+    free(t->carry_prev);
+    free(t->carry[0]);
+    free(t->carry[1]);
     free(t->buf);
     free(t->queue);
     free(t->bbuf);
@@ -208,7 +232,6 @@ void tracer_begin(struct tracer *t, uint64_t step)
     t->begun = 1;
     t->step = step;
     t->rec = t->recs[step & 1];
-    memset(t->dirty, 0, (size_t)t->g->n);
 }
 
 int tracer_defer(struct tracer *t)
@@ -226,14 +249,8 @@ int tracer_defer(struct tracer *t)
     return 1;
 }
 
-void tracer_mark_dirty(struct tracer *t, int i)
-{
-    t->dirty[i] = 1;
-}
-
-/* Batch mode, at the end of a step: leaves whose bytes are those of last
- * step's update take its record (before this step's records replace it),
- * every other op of the step gets its record from one trace_batch call
+/* Batch mode, at the end of a step: every op of the step, leaves included,
+ * gets its record from one trace_batch call
  * (made before the backend's step_end when the executor runs the step as a
  * unit, so that it can be part of a captured graph; its records may then
  * arrive only after step_end), and the non-finite watch then goes through
@@ -241,14 +258,9 @@ void tracer_mark_dirty(struct tracer *t, int i)
 static void tracer_batch_request(struct tracer *t, int early)
 {
     int n = 0;
-    const struct trace_oprec *prev = t->recs[(t->step - 1) & 1];
     for (int k = 0; k < t->nbatch; k++) {
         int i = t->queue[k];
         const struct node *nd = &t->g->nodes[i];
-        if (nd->next >= 0 && t->nsteps > 0 && !t->dirty[i]) {
-            t->rec[i] = prev[nd->next];
-            continue;
-        }
         t->bbuf[n] = t->buf[i];
         t->bcount[n] = nd->count;
         t->bnode[n++] = i;
@@ -293,6 +305,7 @@ static void tracer_batch_take(struct tracer *t, uint64_t step, const int *queue,
             t->nonfinite_step = step;
         }
     }
+    tracer_carry_check(t, step, rec);
     t->final_step = (int64_t)step;
 }
 
@@ -382,8 +395,10 @@ void tracer_sync(struct tracer *t)
                 sched_yield(); /* the worker may be waiting for a core */
         }
     }
-    if (t->begun)
+    if (t->begun && t->final_step != (int64_t)t->step) {
+        tracer_carry_check(t, t->step, t->rec);
         t->final_step = (int64_t)t->step;
+    }
 }
 
 const struct trace_oprec *tracer_records(const struct tracer *t)
@@ -402,6 +417,17 @@ const struct trace_oprec *tracer_records_of(const struct tracer *t, uint64_t ste
 int64_t tracer_done(const struct tracer *t)
 {
     return t->final_step;
+}
+
+int tracer_carry(const struct tracer *t, uint64_t step, const int **leaves)
+{
+    int p = (int)(step & 1);
+    if (t->final_step < (int64_t)step || t->carry_step[p] != step) {
+        *leaves = NULL;
+        return 0;
+    }
+    *leaves = t->carry[p];
+    return t->ncarry[p];
 }
 
 int tracer_nonfinite(const struct tracer *t, uint64_t *step)

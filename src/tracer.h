@@ -21,8 +21,6 @@ void tracer_free(struct tracer *t);
 
 /* Start step `step` (before the executor runs it). */
 void tracer_begin(struct tracer *t, uint64_t step);
-/* Leaf i was changed outside the graph (a fault): hash it anew this step. */
-void tracer_mark_dirty(struct tracer *t, int i);
 /* The exec_hook_fn to install, with the tracer as its argument. */
 void tracer_hook(void *arg, int i, const backend_buf *buf);
 /* For exec's before_end: ask the backend for the step's records before it
@@ -50,6 +48,12 @@ const struct trace_oprec *tracer_records_of(const struct tracer *t, uint64_t ste
 /* The first op whose output held a NaN or Inf while its inputs were finite,
  * and its step; -1 if none so far. */
 int tracer_nonfinite(const struct tracer *t, uint64_t *step);
+/* The carry faults of a final step (tracer_done, or the step before it):
+ * the leaves (parameters, optimizer state) whose bits at the start of the
+ * step were not what their update wrote in the step before; their count,
+ * *leaves pointing at their node indices (valid until the next step's
+ * records are final). Every leaf is hashed from its buffer each step. */
+int tracer_carry(const struct tracer *t, uint64_t step, const int **leaves);
 int tracer_finite(const struct trace_oprec *r);
 
 #endif

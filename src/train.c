@@ -220,7 +220,6 @@ static void train_flip(struct train_state *s, struct run *r)
     u ^= 1u << tc->flip_bit;
     memcpy(&r->host[tc->flip_index], &u, sizeof u);
     exec_set(&r->e, i, r->host);
-    tracer_mark_dirty(r->tr, i);
 }
 
 static int train_check_flip(const struct train_state *s)
@@ -306,6 +305,51 @@ static void train_progress(const struct train_config *tc, uint64_t step, double 
     fflush(stderr);
 }
 
+/* At most this many carry events go into a trace (one a step): a state
+ * fault repeated every step would otherwise add one for each. The records
+ * of the leaves and updates still show every one (divtrace-trace(5)). */
+#define TRAIN_CARRY_EVENTS 64
+
+/* The carry faults of step `step`: leaves that began the step with other
+ * bits than their update wrote in the step before. The first such step is
+ * reported on stderr; each is an event in the trace, up to
+ * TRAIN_CARRY_EVENTS. */
+static int train_carry(struct train_state *s, struct train_result *res, uint64_t step)
+{
+    const struct train_config *tc = s->tc;
+    struct run *r = &s->r;
+    const int *leaves;
+    int n = tracer_carry(r->tr, step, &leaves);
+    if (n == 0)
+        return DT_OK;
+    if (res->carry_steps++ == 0)
+        res->carry_first = step;
+    if (res->carry_steps > TRAIN_CARRY_EVENTS)
+        return DT_OK;
+    const struct node *nd = &r->g.nodes[leaves[0]];
+    char text[512];
+    size_t len = (size_t)snprintf(text, sizeof text, "step %" PRIu64 ": carry fault: %s is not what %s "
+                                  "wrote in step %" PRIu64, step, nd->name,
+                                  r->g.nodes[nd->next].name, step - 1);
+    for (int k = 1; k < n && k < 4 && len < sizeof text; k++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%s", k == 1 ? "; also " : ", ",
+                                r->g.nodes[leaves[k]].name);
+    if (n > 4 && len < sizeof text)
+        snprintf(text + len, sizeof text - len, " and %d more", n - 4);
+    if (res->carry_steps == 1) {
+        if (tc->progress)
+            fputc('\n', stderr);
+        fprintf(stderr, "divtrace record: %s (changed between the steps)\n", text);
+    }
+    if (res->carry_steps == TRAIN_CARRY_EVENTS)
+        snprintf(text + strlen(text), sizeof text - strlen(text),
+                 " (the last carry event stored; the records show any later ones)");
+    struct trace_event ev = {TRACE_EVENT_CARRY, step, (uint32_t)leaves[0], text};
+    if (s->w && trace_writer_event(s->w, &ev) < 0)
+        return DT_ERR;
+    return DT_OK;
+}
+
 /* Step `step`'s summary into the trace, once its records are final, and
  * the watch for the first op that made a non-finite value: its message
  * and event; *stop set when --stop-on-nonfinite ends the run there. */
@@ -320,6 +364,8 @@ static int train_out(struct train_state *s, struct train_result *res, uint64_t s
         if (trace_writer_step_async(s->w, &ts) < 0)
             return DT_ERR;
     }
+    if (train_carry(s, res, step) < 0)
+        return DT_ERR;
     uint64_t nf_step;
     int nf = tracer_nonfinite(r->tr, &nf_step);
     if (nf < 0 || nf_step != step)
@@ -396,6 +442,9 @@ int train_run(const struct train_config *tc, struct train_result *res)
         run_step_begin(r, step);
         DT_PROF_ADD(DT_PROF_BEGIN, tb);
         /* A fault lands before the checkpoint: it is the state this step runs on. */
+        fault_between(r, step);
+        if (s.twin)
+            fault_between(&s.r2, step);
         if (tc->flip_set && step == tc->flip_step) {
             tracer_flush(r->tr); /* last step's records may still read the leaf */
             train_flip(&s, r);

@@ -60,6 +60,8 @@ struct train_result {
     double final_loss;
     double mean_last50;
     int nonfinite;              /* a NaN/Inf was produced */
+    uint64_t carry_steps;       /* steps that began with a leaf changed since its update */
+    uint64_t carry_first;       /* the first of them */
     double seconds;             /* wall time of the training loop */
     double warm_seconds;        /* wall time of its steps after the first three (a
                                  * GPU backend runs step 0 eagerly and captures

@@ -67,7 +67,9 @@ expect 2 "unknown kernel refused" -- $R --cpu-kernel Pentium9 -o "$T/p9.dtr"
 one_line "unknown kernel"
 
 # --- a planted bit flip is found at exactly its step and parameter
-expect 0 "record with --flip-bit" -- $R --checkpoint-every 7 --flip-bit 7:enc2.W:100:3 -o "$T/flip.dtr"
+# a parameter changed between steps is a carry fault: record says so and exits 1
+expect 1 "record with --flip-bit" -- $R --checkpoint-every 7 --flip-bit 7:enc2.W:100:3 -o "$T/flip.dtr"
+has "$T/err" "^divtrace record: step 7: carry fault: enc2\.W is not what enc2\.W\.update wrote in step 6" "flip: record names the carry fault"
 expect 0 "record without it" -- $R --checkpoint-every 7 -o "$T/noflip.dtr"
 expect 1 "flip: diff exits 1" -- "$DT" diff "$T/noflip.dtr" "$T/flip.dtr"
 has "$T/out" "^first divergence: step 7$" "flip: found at step 7"
@@ -150,9 +152,10 @@ expect 0 "replay --step 5 --steps 3 reproduces" -- "$DT" replay "$T/rp.dtr" --st
 has "$T/out" "^reproduced: every replayed step matches the recording bitwise" "replay: says reproduced"
 has "$T/out" "replayed from the checkpoint at step 4" "replay: starts at the checkpoint before step 5"
 expect 1 "replay with a fault does not reproduce" -- "$DT" replay "$T/rp.dtr" --step 5 --inject enc2.matmul:scale
-has "$T/out" "^not reproduced: step 4 differs from the recording first in op [0-9]+ enc2\.matmul$" "replay: names the faulty op"
+has "$T/out" "^not reproduced: in step 4, op [0-9]+ enc2\.matmul's recorded output is not what re-execution gives from the same inputs$" "replay: names the faulty op"
+has "$T/out" "^  configuration here against the recording: inject \(absent\) -> enc2\.matmul:scale" "replay: names what differs in the configuration"
 # a bit flipped at a checkpointed step is in that checkpoint: replay from it reproduces
-expect 0 "record a flip at a checkpointed step" -- $R --steps 8 --batch 10 --checkpoint-every 4 --flip-bit 4:enc2.W:100:22 -o "$T/fl4.dtr"
+expect 1 "record a flip at a checkpointed step" -- $R --steps 8 --batch 10 --checkpoint-every 4 --flip-bit 4:enc2.W:100:22 -o "$T/fl4.dtr"
 expect 0 "replay from the flip's own checkpoint reproduces" -- "$DT" replay "$T/fl4.dtr" --step 4 --steps 2
 expect 0 "replay from the checkpoint before the flip reproduces" -- "$DT" replay "$T/fl4.dtr" --step 3 --steps 3
 expect 2 "replay past the end" -- "$DT" replay "$T/rp.dtr" --step 7 --steps 2

@@ -19,7 +19,7 @@ mkdir -p "$D/runs/base" "$D/runs/thr2" "$D/runs/flip" "$D/runs/ckpt" "$D/runs/co
 expect 0 "record base, seed 1" -- $R --seed 1 --threads 1 -o "$D/runs/base/t01.dtr"
 expect 0 "record seed 2" -- $R --seed 2 --threads 1 -o "$D/runs/base/t02.dtr"
 expect 0 "record two threads" -- $R --seed 1 --threads 2 -o "$D/runs/thr2/t01.dtr"
-expect 0 "record a bit flipped at step 150" -- $R --seed 1 --threads 1 --flip-bit 150:dec1.W:7:22 -o "$D/runs/flip/t01.dtr"
+expect 1 "record a bit flipped at step 150 (a carry fault)" -- $R --seed 1 --threads 1 --flip-bit 150:dec1.W:7:22 -o "$D/runs/flip/t01.dtr"
 # the same trajectory, another header: checkpoints every 100 steps
 expect 0 "record another checkpoint interval" -- $DT record -q --preset adam-shoulder --steps 600 \
     --trace-level param --checkpoint-every 100 --seed 1 --threads 1 -o "$D/runs/ckpt/t01.dtr"

@@ -64,6 +64,10 @@ static size_t tt_count(const struct tt *o)
 /* Contents of op i at step s: uniform, with specials in some tensors. */
 static float *tt_data(int i, uint64_t s)
 {
+    /* the parameter holds what its update (W.new) wrote the step before, as
+     * in a training loop: no carry fault */
+    if (i == 1 && s > 0)
+        return tt_data(8, s - 1);
     size_t n = tt_count(&tt_ops[i]);
     float *x = malloc(n ? n * sizeof *x : 1);
     if (!x)
@@ -344,6 +348,50 @@ static void test_grad_norm_nonfinite(void **state)
     assert_int_equal(trace_open(&tf, path), 0);
     assert_true(tf->steps[0].grad_norm == 5.0);
     assert_true(isnan(tf->steps[1].grad_norm));
+    trace_close(tf);
+}
+
+/* A parameter that is not what its update wrote in the step before (a
+ * lossy copy between the steps) is a carry fault: one event, at that step,
+ * naming the parameter; and none while the copy is exact. */
+static void test_carry_fault(void **state)
+{
+    (void)state;
+    const char *path = tu_path("carry.dtr");
+    divtrace *t;
+    assert_int_equal(divtrace_open(&t, path, NULL, NULL), DIVTRACE_OK);
+    float w[3] = {1.0f, 2.0f, 3.0f}, g[3] = {0.5f, 0.25f, 0.125f}, nw[3];
+    int64_t sh[1] = {3};
+    const char *win[1] = {"w.update"}, *uin[2] = {"w", "w.grad"};
+    for (uint64_t step = 0; step < 4; step++) {
+        assert_int_equal(divtrace_step_begin(t, step), DIVTRACE_OK);
+        assert_int_equal(divtrace_record(t, "w", "param", DIVTRACE_PARAM, w, DIVTRACE_HOST, NULL, 1, sh, win, 1), 0);
+        assert_int_equal(divtrace_record(t, "w.grad", "g", DIVTRACE_GRAD, g, DIVTRACE_HOST, NULL, 1, sh, NULL, 0), 0);
+        for (int k = 0; k < 3; k++)
+            nw[k] = w[k] - 0.1f * g[k];
+        assert_int_equal(divtrace_record(t, "w.update", "sgd", DIVTRACE_OPTIMIZER, nw, DIVTRACE_HOST, NULL, 1, sh,
+                                         uin, 2), 0);
+        assert_int_equal(divtrace_step_end(t, 1), DIVTRACE_OK);
+        memcpy(w, nw, sizeof w);
+        if (step == 1) { /* between steps 1 and 2: the low 16 bits of one element lost */
+            uint32_t u;
+            memcpy(&u, &w[1], sizeof u);
+            u &= 0xffff0000u;
+            memcpy(&w[1], &u, sizeof u);
+        }
+    }
+    assert_int_equal(divtrace_close(t, 0, NULL), DIVTRACE_OK);
+    struct trace_file *tf;
+    assert_int_equal(trace_open(&tf, path), 0);
+    int found = 0;
+    for (uint32_t e = 0; e < tf->nevents; e++)
+        if (tf->events[e].code == TRACE_EVENT_CARRY) {
+            found++;
+            assert_int_equal(tf->events[e].step, 2);
+            assert_string_equal(tf->ops[tf->events[e].op].name, "w");
+            assert_non_null(strstr(tf->events[e].text, "w is not what w.update wrote in step 1"));
+        }
+    assert_int_equal(found, 1);
     trace_close(tf);
 }
 
@@ -794,6 +842,7 @@ int main(void)
         cmocka_unit_test(test_record_many),
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_grad_norm_nonfinite),
+        cmocka_unit_test(test_carry_fault),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_ops_mismatch),
         cmocka_unit_test(test_unknown_input),

@@ -277,11 +277,33 @@ static int gpu_schedule(struct gpu_ctx *c, const struct graph *g)
     return DT_OK;
 }
 
+/* Every leaf is hashed from its buffer (a carry fault is a leaf that is
+ * not what its update wrote). Between steps a leaf's buffer and its
+ * update's swap, so the first update of a step writes the buffer that held
+ * the last step's leaf, which that step's deferred trace may still be
+ * reading on the trace stream: a captured step waits for it there, and
+ * only there, so the trace still overlaps the step's forward and backward
+ * ops. The wait is on the event the other arrangement's trace records
+ * (external: recorded outside the capture, at each launch of that trace). */
+static void gpu_wait_last_trace(struct gpu_ctx *c)
+{
+    cudaEvent_t ev = c->tdone[c->capturing ^ 1];
+    if (!ev)
+        return;
+    if (c->forked)
+        for (int k = 0; k < c->lanes_made; k++)
+            GPU_CHECK(cudaStreamWaitEvent(c->lane[k].stream, ev, cudaEventWaitExternal));
+    else
+        GPU_CHECK(cudaStreamWaitEvent(c->stream, ev, cudaEventWaitExternal));
+}
+
 /* Before op i of a bracketed step: fork the lanes at the step's first op,
  * wait for the inputs made elsewhere, switch to i's lane. */
 static void gpu_op_enter(void *ctx, const struct graph *g, int i)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    if (i == c->first_write && c->capturing >= 0 && c->defer)
+        gpu_wait_last_trace(c);
     if (!c->in_step || c->lanes_made == 1 || !c->lane_of)
         return;
     if (!c->forked) {
@@ -427,6 +449,7 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
     GPU_CHECK(cudaMalloc(&c->d_adam, 2 * GPU_MAX_ADAM * sizeof(float)));
     c->adam_step = UINT64_MAX;
     c->capturing = -1;
+    c->first_write = -1;
     c->graphs = !opt->no_graph;
     c->algos = opt->cudnn_algos ? dt_strdup(opt->cudnn_algos) : NULL;
     *ctxp = c;
@@ -738,6 +761,12 @@ static int gpu_prepare(void *ctx, const struct graph *g)
         c->tn[k] = 0; /* the graphs these belonged to are gone */
     c->nadam = 0;
     c->adam_step = UINT64_MAX;
+    c->first_write = -1;
+    for (int i = 0; i < g->n; i++) {
+        int nx = g->nodes[i].next;
+        if (nx >= 0 && (c->first_write < 0 || nx < c->first_write))
+            c->first_write = nx;
+    }
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i].type == OP_ADAM_P)
             gpu_adam_index(c, g->nodes[i].p.adam.b1, g->nodes[i].p.adam.b2);

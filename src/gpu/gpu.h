@@ -65,6 +65,7 @@ struct gpu_ctx {
     int graphs;                   /* enabled */
     cudaGraphExec_t graph[2];
     int capturing;                /* arrangement being captured, or -1 */
+    int first_write;              /* first op that writes a buffer last step's leaf was in, or -1 */
     uint64_t eager_steps;         /* steps run without a graph so far */
     int replaying;                /* arrangement whose graph runs this step, or -1 */
     /* the trace records inside the graphs: per arrangement a tracer of its
