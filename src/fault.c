@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "variant.h"
 
 /* Dimension letters: N rows, F features. */
 #define FAULT_OP(fn) static void fn(void *ctx, const struct graph *g, const struct node *nd,   \
@@ -344,12 +345,14 @@ static backend_op_fn fault_formula_for(enum op_type t)
 static int fault_install_glob(struct run *r, const char *spec, const char *pattern,
                               const char *kind, int nparts)
 {
-    if (strcmp(kind, "formula") != 0 || nparts != 2) {
-        dt_error_set("--inject '%s': a pattern of op names takes KIND formula only", spec);
+    int variant = strcmp(kind, "variant") == 0;
+    if ((strcmp(kind, "formula") != 0 && !variant) || nparts != 2) {
+        dt_error_set("--inject '%s': a pattern of op names takes KIND formula or variant only", spec);
         return DT_ERR;
     }
     if (strcmp(r->be->name, "cpu") != 0) {
-        dt_error_set("--inject '%s': wrong formulas exist for the cpu backend only", spec);
+        dt_error_set("--inject '%s': %s exist for the cpu backend only", spec,
+                     variant ? "rewrites" : "wrong formulas");
         return DT_ERR;
     }
     int matched = 0;
@@ -358,10 +361,10 @@ static int fault_install_glob(struct run *r, const char *spec, const char *patte
         if (nd->type == OP_INPUT || nd->type == OP_PARAM || nd->type == OP_STATE ||
             fnmatch(pattern, nd->name, 0) != 0)
             continue;
-        backend_op_fn fn = fault_formula_for(nd->type);
+        backend_op_fn fn = variant ? variant_formula_for(nd->type) : fault_formula_for(nd->type);
         if (!fn) {
-            dt_error_set("--inject '%s': '%s' matches %s, a %s op, which has no wrong formula",
-                         spec, pattern, nd->name, op_type_name(nd->type));
+            dt_error_set("--inject '%s': '%s' matches %s, a %s op, which has no %s", spec, pattern,
+                         nd->name, op_type_name(nd->type), variant ? "rewrite" : "wrong formula");
             return DT_ERR;
         }
         r->e.override[i] = fn;
@@ -384,8 +387,24 @@ int fault_install(struct run *r, const char *spec)
     for (char *save = NULL, *p = strtok_r(buf, ":", &save); p && n < 4; p = strtok_r(NULL, ":", &save))
         parts[n++] = p;
     if (n < 2) {
-        dt_error_set("--inject '%s': expected OP:KIND, KIND bitflip, scale or formula", spec);
+        dt_error_set("--inject '%s': expected OP:KIND, KIND bitflip, scale, formula, rewire, "
+                     "roundtrip, stale or carry", spec);
         return DT_ERR;
+    }
+    if (strcmp(parts[1], "roundtrip") == 0 || strcmp(parts[1], "stale") == 0 ||
+        strcmp(parts[1], "carry") == 0) {
+        if (n > 3) {
+            dt_error_set("--inject '%s': too many fields", spec);
+            return DT_ERR;
+        }
+        return fault_state_install(r, spec, parts[0], parts[1], n > 2 ? parts[2] : NULL);
+    }
+    if (strcmp(parts[1], "rewire") == 0) {
+        if (strcmp(r->be->name, "cpu") != 0) {
+            dt_error_set("--inject '%s': rewiring exists for the cpu backend only", spec);
+            return DT_ERR;
+        }
+        return fault_rewire(r, spec, parts[0], parts[2], parts[3]);
     }
     if (strpbrk(parts[0], "*?["))
         return fault_install_glob(r, spec, parts[0], n > 1 ? parts[1] : "", n);
@@ -418,6 +437,17 @@ int fault_install(struct run *r, const char *spec)
                 return DT_ERR;
             f->factor = (float)v;
         }
+    } else if (strcmp(parts[1], "variant") == 0 && n == 2) {
+        /* a valid float32 rewrite: a finding only if the bounds are wrong */
+        backend_op_fn fn = variant_formula_for(nd->type);
+        if (strcmp(r->be->name, "cpu") != 0 || !fn) {
+            dt_error_set("--inject '%s': %s", spec, strcmp(r->be->name, "cpu") != 0
+                         ? "rewrites exist for the cpu backend only"
+                         : "no rewrite for this op's type (see divtrace record --help)");
+            return DT_ERR;
+        }
+        r->e.override[i] = fn;
+        return DT_OK;
     } else if (strcmp(parts[1], "formula") == 0 && n == 2) {
         if (strcmp(r->be->name, "cpu") != 0) {
             dt_error_set("--inject '%s': wrong formulas exist for the cpu backend only", spec);
@@ -437,8 +467,9 @@ int fault_install(struct run *r, const char *spec)
                      op_type_name(nd->type), types);
         return DT_ERR;
     } else {
-        dt_error_set("--inject '%s': expected OP:bitflip[:INDEX[:BIT]], OP:scale[:FACTOR] or "
-                     "OP:formula", spec);
+        dt_error_set("--inject '%s': expected OP:bitflip[:INDEX[:BIT]], OP:scale[:FACTOR], "
+                     "OP:formula, OP:rewire:INPUT:TENSOR, TENSOR:roundtrip:bf16|half|trunc, "
+                     "TENSOR:stale or STATE:carry", spec);
         return DT_ERR;
     }
     r->e.corrupt = fault_corrupt;

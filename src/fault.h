@@ -9,6 +9,19 @@
  *                             OP may be an fnmatch(3) pattern: every op it
  *                             matches (a systematic bug, as in a framework's
  *                             code path)
+ *   OP:rewire:INPUT:TENSOR    OP's input number INPUT is TENSOR instead (a
+ *                             change of the graph's wiring; cpu backend only)
+ * and faults of state, acting between steps (fault_between) or on a
+ * recurrent model's initial state; TENSOR may be a pattern:
+ *   TENSOR:roundtrip:FMT      after each update, the parameter or optimizer
+ *                             state goes through FMT and back: bf16 (round
+ *                             to nearest even), half (binary16, the same) or
+ *                             trunc (the low 16 bits dropped)
+ *   TENSOR:stale              the updates never reach the tensor the model
+ *                             reads: it keeps its value from the run's start
+ *   STATE:carry               an initial state (prednet's L<l>.init.r, .c,
+ *                             .e) takes the last sequence's final state
+ *                             where it should start at zero
  */
 #ifndef DT_FAULT_H
 #define DT_FAULT_H
@@ -18,6 +31,15 @@
 /* Parse spec and install it into r's executor. 0, or -1 with dt_error set
  * (unknown op or kind, bad arguments, formula without one for that op). */
 int fault_install(struct run *r, const char *spec);
+
+/* A state fault's work at the start of step `step` (before its checkpoint
+ * and its ops; every step, the first of a run or replay included): 1 when
+ * r has a fault that acts there, else 0. */
+int fault_between(struct run *r, uint64_t step);
+/* For fault_install: the state faults and the rewiring. */
+int fault_state_install(struct run *r, const char *spec, const char *pattern, const char *kind,
+                        const char *arg);
+int fault_rewire(struct run *r, const char *spec, const char *op, const char *which, const char *to);
 
 /* "sigmoid: 0.5 (1 + tanh x), the halving of x forgotten; ..." one line per
  * op type that has a wrong formula. */
