@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "diff.h"
@@ -14,28 +15,37 @@
 static void replay_usage(FILE *f)
 {
     fputs("Usage: divtrace replay [OPTION]... TRACE.dtr --step S\n"
-          "Re-execute recorded steps from the checkpoint at or before step S.\n"
+          "Re-execute recorded steps from a checkpoint and check them.\n"
           "\n"
           "  -s, --step S         the first step to check (required)\n"
           "  -n, --steps N        how many steps to check (default 1)\n"
+          "      --from F         start at the last checkpoint at or before step F\n"
+          "                       (default S - 1, so that state one step hands to the\n"
+          "                       next is rebuilt); every step from there is\n"
+          "                       re-executed and compared with the recording\n"
           "  -a, --against WHAT   same (default): re-execute on the recorded backend and\n"
           "                       compare every op hash with the recording, stopping at\n"
           "                       the first mismatch; mpfr: give every op of the checked\n"
           "                       steps its own float32 inputs, compute the exact result\n"
-          "                       and classify the op as exact, rounding (within its\n"
-          "                       error bound) or SEMANTIC (beyond it); the recorded\n"
-          "                       backend's name (e.g. cpu) means same; an op that cuDNN\n"
-          "                       ran with an FFT or Winograd algorithm is held to a\n"
-          "                       normwise bound, and marked so\n"
+          "                       and classify the op as exact, rounding (within the\n"
+          "                       bound of any admissible float32 evaluation) or\n"
+          "                       SEMANTIC (beyond it); the recorded backend's name\n"
+          "                       (e.g. cpu) means same; an op that cuDNN ran with an\n"
+          "                       FFT or Winograd algorithm is held to a normwise bound\n"
+          "      --ops LIST       against mpfr: check only these ops (names, commas)\n"
           "      --inject OP:KIND a fault in op OP (as for record) during the replay\n"
           "      --all            against mpfr: list every op, not only the inexact ones\n"
           "      --json           one JSON object instead of text\n"
+          "      --result-fd FD   write the result to file descriptor FD in a binary\n"
+          "                       form only this divtrace reads (divtrace explain)\n"
           "  -q, --quiet          print nothing; only the exit status\n"
           "  -h, --help           show this help and exit\n"
           "  -V, --version        show the version and exit\n"
           "\n"
-          "Exit status: same: 0 reproduced bitwise, 1 not; mpfr: 0 no op SEMANTIC,\n"
-          "1 some op SEMANTIC; 2 trouble.\n",
+          "A recorded op output that re-execution does not give from the same inputs is\n"
+          "a finding: replay names the first and what differs in the configuration.\n"
+          "Exit status: 0 reproduced bitwise (and, against mpfr, no op SEMANTIC);\n"
+          "1 not reproduced, or some op SEMANTIC; 2 trouble.\n",
           f);
 }
 
@@ -83,13 +93,20 @@ static void replay_text(const struct trace_file *tf, const struct replay_options
     }
     if (r->reproduced) {
         printf("reproduced: every replayed step matches the recording bitwise\n");
-    } else if (r->mismatch_op >= 0) {
-        printf("not reproduced: step %" PRId64 " differs from the recording first in op %d %s\n",
-               r->mismatch_step, r->mismatch_op, tf->ops[r->mismatch_op].name);
-    } else {
+        return;
+    }
+    if (r->mismatch_op >= 0)
+        printf("not reproduced: in step %" PRId64 ", op %d %s's recorded output is not what "
+               "re-execution gives from the same inputs\n", r->mismatch_step, r->mismatch_op,
+               tf->ops[r->mismatch_op].name);
+    else
         printf("not reproduced: step %" PRId64 " differs from the recording (its root hash; the "
                "trace keeps no op records to say where)\n", r->mismatch_step);
-    }
+    if (r->config_diff[0])
+        printf("  configuration here against the recording: %s\n", r->config_diff);
+    else
+        printf("  the configuration is the recorded one: the recording's run computed "
+               "something this replay does not\n");
 }
 
 static void replay_json(const struct trace_file *tf, const struct replay_options *opt,
@@ -98,9 +115,12 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
     printf("{\"trace\": ");
     json_put_str(stdout, tf->path);
     printf(", \"first\": %" PRIu64 ", \"last\": %" PRIu64 ", \"checkpoint\": %" PRIu64
-           ", \"against\": \"%s\", \"reproduced\": %s, \"mismatch_step\": ",
+           ", \"against\": \"%s\", \"reproduced\": %s, ",
            r->first, r->last, r->from_ckpt, opt->against == REPLAY_ORACLE ? "mpfr" : "same",
            r->reproduced ? "true" : "false");
+    printf("\"config_diff\": ");
+    json_put_str(stdout, r->config_diff);
+    printf(", \"mismatch_step\": ");
     if (r->mismatch_step >= 0)
         printf("%" PRId64, r->mismatch_step);
     else
@@ -124,7 +144,7 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
         printf(", \"max_error_over_bound\": ");
         json_put_num(stdout, c->max_ratio);
         printf(", \"algorithm\": ");
-        if (c->algorithm)
+        if (c->algorithm[0])
             json_put_str(stdout, c->algorithm);
         else
             fputs("null", stdout);
@@ -145,10 +165,13 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
 
 int cmd_replay(int argc, char **argv)
 {
-    enum { OPT_INJECT = 256, OPT_ALL, OPT_JSON };
+    enum { OPT_INJECT = 256, OPT_ALL, OPT_JSON, OPT_FROM, OPT_OPS, OPT_FD };
     static const struct option opts[] = {
         {"step", required_argument, NULL, 's'},
         {"steps", required_argument, NULL, 'n'},
+        {"from", required_argument, NULL, OPT_FROM},
+        {"ops", required_argument, NULL, OPT_OPS},
+        {"result-fd", required_argument, NULL, OPT_FD},
         {"against", required_argument, NULL, 'a'},
         {"inject", required_argument, NULL, OPT_INJECT},
         {"all", no_argument, NULL, OPT_ALL},
@@ -159,7 +182,7 @@ int cmd_replay(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct replay_options opt = {.steps = 1, .against = REPLAY_SAME};
-    int has_step = 0, all = 0, c;
+    int has_step = 0, has_from = 0, all = 0, fd = -1, c;
     const char *against = "same";
     optind = 0;
     while ((c = getopt_long(argc, argv, "s:n:a:qhV", opts, NULL)) != -1) {
@@ -171,6 +194,16 @@ int cmd_replay(int argc, char **argv)
             break;
         case 'n':
             if (cli_u64("--steps", optarg, &opt.steps) < 0)
+                goto bad;
+            break;
+        case OPT_FROM:
+            if (cli_u64("--from", optarg, &opt.from) < 0)
+                goto bad;
+            has_from = 1;
+            break;
+        case OPT_OPS: opt.ops = optarg; break;
+        case OPT_FD:
+            if (cli_int("--result-fd", optarg, 3, 1 << 20, &fd) < 0)
                 goto bad;
             break;
         case 'a': against = optarg; break;
@@ -191,8 +224,20 @@ int cmd_replay(int argc, char **argv)
         cli_error("replay", "no step given: --step S");
         return CLI_EXIT_TROUBLE;
     }
+    if (!has_from)
+        opt.from = replay_default_from(opt.step);
+    else if (opt.from > opt.step) {
+        cli_error("replay", "--from %" PRIu64 " is after --step %" PRIu64, opt.from, opt.step);
+        return CLI_EXIT_TROUBLE;
+    }
+    opt.progress = !opt.quiet && isatty(STDERR_FILENO);
     struct trace_file *tf;
     if (trace_open(&tf, argv[optind]) < 0) {
+        if (fd >= 0)
+        {
+            replay_error_send(fd, dt_error());
+            return CLI_EXIT_TROUBLE;
+        }
         cli_error("replay", "%s", dt_error());
         return CLI_EXIT_TROUBLE;
     }
@@ -207,20 +252,25 @@ int cmd_replay(int argc, char **argv)
         trace_close(tf);
         return CLI_EXIT_TROUBLE;
     }
+    opt.label = tf->path;
     struct replay_result r;
     int rc;
     if (replay_run(tf, &opt, cli_argv, &r) < 0) {
-        cli_error("replay", "%s", dt_error());
+        if (fd >= 0)
+            replay_error_send(fd, dt_error());
+        else
+            cli_error("replay", "%s", dt_error());
         rc = CLI_EXIT_TROUBLE;
+    } else if (fd >= 0) {
+        rc = replay_result_send(fd, &r) < 0 ? CLI_EXIT_TROUBLE : 0;
+        if (rc)
+            cli_error("replay", "%s", dt_error());
     } else {
         if (!opt.quiet && opt.json)
             replay_json(tf, &opt, &r);
         else if (!opt.quiet)
             replay_text(tf, &opt, &r, all);
-        if (opt.against == REPLAY_ORACLE)
-            rc = r.nsemantic ? 1 : 0;
-        else
-            rc = r.reproduced ? 0 : 1;
+        rc = r.nsemantic || !r.reproduced ? CLI_EXIT_FINDING : 0;
     }
     replay_result_free(&r);
     trace_close(tf);

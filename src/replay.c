@@ -1,14 +1,19 @@
 /* replay.c: re-execution of recorded steps (see replay.h). */
 #include "replay.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "cpu_blas.h"
 #include "diff.h"
 #include "fault.h"
+#include "hash.h"
 #include "oracle.h"
 #include "run.h"
 #include "util.h"
@@ -19,10 +24,17 @@ const char *replay_class_name(enum replay_class c)
     return names[c];
 }
 
+uint64_t replay_default_from(uint64_t step)
+{
+    return step ? step - 1 : 0;
+}
+
 struct replay_state {
     struct run r;
     struct train_config tc;
     struct replay_result *res;
+    const struct trace_file *tf;
+    char *want;                /* per node: checked against the oracle (NULL: all) */
     int checking;              /* oracle checks on for the current step */
     uint64_t step;
     float **in;                /* host copies of an op's inputs */
@@ -98,7 +110,8 @@ static void replay_check_op(struct replay_state *s, int i)
     DT_ASSERT(oracle_bound(&r->g, nd, s->bound, in, &st) == 0, "oracle bound: %s", dt_error());
     struct replay_opcheck c = {.step = s->step, .op = i};
     int transform = 0;
-    c.algorithm = r->be->op_algorithm ? r->be->op_algorithm(r->ctx, &r->g, i, &transform) : NULL;
+    const char *alg = r->be->op_algorithm ? r->be->op_algorithm(r->ctx, &r->g, i, &transform) : NULL;
+    snprintf(c.algorithm, sizeof c.algorithm, "%s", alg ? alg : "");
     double least = 0; /* the normwise floor, or none */
     if (transform && nd->ninputs == 2) {
         c.normwise = 1;
@@ -106,6 +119,15 @@ static void replay_check_op(struct replay_state *s, int i)
                                       r->g.nodes[nd->inputs[1]].count);
     }
     replay_classify(s->out, s->exact, s->bound, nd->count, least, &c);
+    c.bitwise = -1;
+    if (s->step < s->tf->nsteps) {
+        const struct trace_step *ts = &s->tf->steps[s->step];
+        for (uint32_t k = 0; k < ts->nrec; k++)
+            if (ts->rec[k].op == (uint32_t)i) {
+                c.bitwise = ts->rec[k].hash == hash_tensor(s->out, nd->count * sizeof(float));
+                break;
+            }
+    }
     struct replay_result *res = s->res;
     if (res->ncheck == res->capcheck) {
         res->capcheck = res->capcheck ? 2 * res->capcheck : 64;
@@ -125,7 +147,7 @@ static void replay_hook(void *arg, int i, const backend_buf *buf)
     struct replay_state *s = arg;
     tracer_hook(s->r.tr, i, buf);
     enum op_type t = s->r.g.nodes[i].type;
-    if (s->checking && t != OP_INPUT && t != OP_PARAM && t != OP_STATE)
+    if (s->checking && t != OP_INPUT && t != OP_PARAM && t != OP_STATE && (!s->want || s->want[i]))
         replay_check_op(s, i);
 }
 
@@ -168,7 +190,75 @@ static void replay_free_state(struct replay_state *s)
     free(s->out);
     free(s->exact);
     free(s->bound);
+    free(s->want);
     run_close(&s->r);
+}
+
+/* The ops --ops names, as a flag per node. */
+static int replay_want(struct replay_state *s, const char *list)
+{
+    s->want = dt_calloc((size_t)s->r.g.n, 1);
+    char *copy = dt_strdup(list);
+    int rc = DT_OK;
+    for (char *save = NULL, *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        int i = graph_find(&s->r.g, p);
+        if (i < 0) {
+            dt_error_set("--ops: '%s' is not an op of this model (see divtrace show --ops)", p);
+            rc = DT_ERR;
+            break;
+        }
+        s->want[i] = 1;
+    }
+    free(copy);
+    return rc;
+}
+
+/* Keys whose values change no bit of a run's results. */
+static int replay_key_inert(const char *key)
+{
+    static const char *const inert[] = {"steps", "checkpoint_every", "trace_level", "stop_on_nonfinite",
+                                        "data", "host_cores", "gpu_streams", NULL};
+    for (int k = 0; inert[k]; k++)
+        if (strcmp(key, inert[k]) == 0)
+            return 1;
+    return 0;
+}
+
+/* What this replay runs with that the recording did not, key by key. */
+static void replay_config_diff(struct replay_state *s, const struct trace_file *tf, char *out, size_t n)
+{
+    struct trace_config now = {0};
+    uint64_t every = 0;
+    const char *v = trace_config_get(&tf->cfg, "checkpoint_every");
+    if (v)
+        every = strtoull(v, NULL, 10);
+    run_describe(&s->r, &now, every);
+    size_t len = 0;
+    out[0] = 0;
+    for (size_t k = 0; k < tf->cfg.n && len < n; k++) {
+        const char *key = tf->cfg.key[k], *was = tf->cfg.val[k], *is = trace_config_get(&now, key);
+        if (replay_key_inert(key) || (is && strcmp(is, was) == 0))
+            continue;
+        len += (size_t)snprintf(out + len, n - len, "%s%s %s -> %s", len ? "; " : "", key, was,
+                                is ? is : "(absent)");
+    }
+    for (size_t k = 0; k < now.n && len < n; k++)
+        if (!trace_config_get(&tf->cfg, now.key[k]) && !replay_key_inert(now.key[k]))
+            len += (size_t)snprintf(out + len, n - len, "%s%s (absent) -> %s", len ? "; " : "",
+                                    now.key[k], now.val[k]);
+    trace_config_free(&now);
+}
+
+static void replay_progress(const struct replay_options *opt, uint64_t step, uint64_t first,
+                            uint64_t last, double t0, double *shown)
+{
+    double now = dt_now();
+    if (!opt->progress || now - t0 < 1.0 || now - *shown < 0.2)
+        return;
+    *shown = now;
+    fprintf(stderr, "\r%s%sreplaying step %" PRIu64 " (%" PRIu64 " to %" PRIu64 ")  %.0f s ",
+            opt->label ? opt->label : "", opt->label ? ": " : "", step, first, last, now - t0);
+    fflush(stderr);
 }
 
 int replay_run(struct trace_file *tf, const struct replay_options *opt, char **argv,
@@ -186,20 +276,29 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
                      tf->nsteps ? tf->nsteps - 1 : 0, opt->step + opt->steps - 1);
         return DT_ERR;
     }
-    int ci = replay_find_ckpt(tf, opt->step);
+    uint64_t from = opt->from < opt->step ? opt->from : opt->step;
+    int ci = replay_find_ckpt(tf, from);
     if (ci < 0) {
-        dt_error_set("%s has no checkpoint at or before step %" PRIu64, tf->path, opt->step);
+        dt_error_set("%s has no checkpoint at or before step %" PRIu64, tf->path, from);
         return DT_ERR;
     }
     struct replay_state s;
     memset(&s, 0, sizeof s);
     s.res = res;
+    s.tf = tf;
     if (run_config_from_trace(&s.tc, &tf->cfg) < 0)
         return DT_ERR;
     if (opt->inject)
         s.tc.inject = opt->inject;
-    /* OpenBLAS chose its kernel when it was loaded: run again with the trace's. */
+    /* OpenBLAS chose its kernel when it was loaded: run again with the
+     * trace's, the one it asked for or else the one it ran, if this machine
+     * has it (if not, the replay says so when it does not reproduce) */
     if (s.tc.cpu_kernel && cpu_blas_reexec(s.tc.cpu_kernel, argv) < 0)
+        return DT_ERR;
+    const char *core = trace_config_get(&tf->cfg, "openblas_core");
+    if (!s.tc.cpu_kernel && core && strcmp(s.tc.backend, "cpu") == 0 &&
+        strcasecmp(core, cpu_blas_corename()) != 0 && cpu_blas_check_kernel(core) == 0 &&
+        cpu_blas_reexec(core, argv) < 0)
         return DT_ERR;
     if (run_open(&s.r, &s.tc, 0, 1) < 0) {
         run_close(&s.r);
@@ -220,6 +319,8 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
     }
     if (s.tc.inject && fault_install(&s.r, s.tc.inject) < 0)
         goto out;
+    if (opt->ops && replay_want(&s, opt->ops) < 0)
+        goto out;
     if (trace_read_ckpt(tf, (uint32_t)ci, &ck) < 0 || run_ckpt_load(&s.r, &ck) < 0)
         goto out;
     size_t maxn = 1;
@@ -239,9 +340,11 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
     res->first = opt->step;
     res->last = opt->step + opt->steps - 1;
     res->reproduced = 1;
-    double t0 = dt_now();
+    double t0 = dt_now(), shown = 0;
     for (uint64_t step = ck.step; step <= res->last; step++) {
+        replay_progress(opt, step, ck.step, res->last, t0, &shown);
         run_step_begin(&s.r, step);
+        fault_between(&s.r, step);
         /* the recording flipped the bit before it took that step's
          * checkpoint: a replay from that very checkpoint has it already */
         if (s.tc.flip_set && step == s.tc.flip_step && step > ck.step) {
@@ -252,7 +355,6 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
             u ^= 1u << s.tc.flip_bit;
             memcpy(&s.r.host[s.tc.flip_index], &u, sizeof u);
             exec_set(&s.r.e, i, s.r.host);
-            tracer_mark_dirty(s.r.tr, i);
         }
         s.step = step;
         s.checking = opt->against == REPLAY_ORACLE && step >= opt->step;
@@ -267,6 +369,12 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
         exec_advance(&s.r.e);
     }
     res->seconds = dt_now() - t0;
+    if (opt->progress && shown > 0) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+    if (!res->reproduced)
+        replay_config_diff(&s, tf, res->config_diff, sizeof res->config_diff);
     rc = DT_OK;
 out:
     trace_ckpt_free(&ck);
@@ -280,4 +388,93 @@ void replay_result_free(struct replay_result *res)
 {
     free(res->check);
     memset(res, 0, sizeof *res);
+}
+
+static int replay_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            dt_error_set("writing a replay's result: %s", strerror(errno));
+            return DT_ERR;
+        }
+        c += k;
+        n -= (size_t)k;
+    }
+    return DT_OK;
+}
+
+static int replay_read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t k = read(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            dt_error_set("reading a replay's result: %s", k ? strerror(errno) : "it ended early");
+            return DT_ERR;
+        }
+        c += k;
+        n -= (size_t)k;
+    }
+    return DT_OK;
+}
+
+/* A status word (0: a result follows, 1: an error message of
+ * REPLAY_MSG bytes does), then the struct as it is and its checks: both
+ * ends are one program. */
+#define REPLAY_MSG 512
+
+int replay_result_send(int fd, const struct replay_result *res)
+{
+    uint32_t ok = 0;
+    struct replay_result h = *res;
+    h.check = NULL;
+    if (replay_write_all(fd, &ok, sizeof ok) < 0 || replay_write_all(fd, &h, sizeof h) < 0)
+        return DT_ERR;
+    return replay_write_all(fd, res->check, (size_t)res->ncheck * sizeof *res->check);
+}
+
+int replay_error_send(int fd, const char *msg)
+{
+    uint32_t bad = 1;
+    char text[REPLAY_MSG] = "";
+    snprintf(text, sizeof text, "%s", msg);
+    if (replay_write_all(fd, &bad, sizeof bad) < 0)
+        return DT_ERR;
+    return replay_write_all(fd, text, sizeof text);
+}
+
+int replay_result_recv(int fd, struct replay_result *res)
+{
+    memset(res, 0, sizeof *res);
+    uint32_t status;
+    if (replay_read_all(fd, &status, sizeof status) < 0)
+        return DT_ERR;
+    if (status != 0) {
+        char text[REPLAY_MSG];
+        if (replay_read_all(fd, text, sizeof text) < 0)
+            return DT_ERR;
+        text[sizeof text - 1] = 0;
+        dt_error_set("%s", text);
+        return DT_ERR;
+    }
+    if (replay_read_all(fd, res, sizeof *res) < 0)
+        return DT_ERR;
+    res->check = NULL;
+    if (res->ncheck < 0 || res->ncheck > (1 << 24)) {
+        dt_error_set("reading a replay's result: %d checks", res->ncheck);
+        return DT_ERR;
+    }
+    res->capcheck = res->ncheck;
+    res->check = dt_calloc((size_t)res->ncheck + 1, sizeof *res->check);
+    if (replay_read_all(fd, res->check, (size_t)res->ncheck * sizeof *res->check) < 0) {
+        replay_result_free(res);
+        return DT_ERR;
+    }
+    return DT_OK;
 }

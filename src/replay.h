@@ -14,10 +14,18 @@ enum replay_against { REPLAY_SAME, REPLAY_ORACLE };
 
 struct replay_options {
     uint64_t step, steps;          /* steps [step, step + steps) */
+    /* the replay starts at the last checkpoint at or before step `from`
+     * (replay_default_from: the step before `step`, so that state a step
+     * hands to the next is rebuilt, not taken from a checkpoint) */
+    uint64_t from;
     enum replay_against against;
     const char *inject;            /* an extra fault, or NULL */
-    int json, quiet;
+    const char *ops;               /* against the oracle: the names of the ops to check,
+                                    * comma-separated; NULL: every op */
+    const char *label;             /* progress: the name the replay goes by, or NULL */
+    int json, quiet, progress;
 };
+uint64_t replay_default_from(uint64_t step);
 
 enum replay_class { REPLAY_EXACT, REPLAY_ROUNDING, REPLAY_SEMANTIC };
 
@@ -31,8 +39,12 @@ struct replay_opcheck {
     uint64_t worst;                /* element with the largest ratio */
     float worst_value, worst_exact;
     double worst_bound;            /* the bound the worst element was held to */
-    const char *algorithm;         /* the library algorithm that ran the op, or NULL */
+    char algorithm[48];            /* the library algorithm that ran the op, or "" */
     int normwise;                  /* judged by the normwise floor (a transform algorithm) */
+    /* the stricter answer: the recorded output is bitwise what the recorded
+     * backend's own evaluation gives here from the same inputs (1), is not
+     * (0), or the trace keeps no record of the op (-1) */
+    int bitwise;
 };
 
 struct replay_result {
@@ -40,7 +52,12 @@ struct replay_result {
     uint64_t from_ckpt;            /* the checkpoint's step */
     int reproduced;                /* every compared hash matched */
     int64_t mismatch_step;         /* first step that did not, or -1 */
-    int mismatch_op;               /* its first op that did not, or -1 (root only) */
+    int mismatch_op;               /* its first op (in op order) whose recorded output the
+                                    * re-execution did not give, from the same-step inputs
+                                    * the recording had; -1 (root only) */
+    /* what differs between the recorded configuration and the replay's
+     * that could explain a mismatch: "key recorded -> here; ..." or "" */
+    char config_diff[512];
     int ncheck, capcheck;
     struct replay_opcheck *check;  /* oracle mode */
     uint64_t nexact, nrounding, nsemantic;
@@ -49,10 +66,18 @@ struct replay_result {
 
 /* Replay tf (its path is re-opened for checkpoints). 0, or -1 with dt_error
  * set on trouble. argv: the whole command line, for re-executing with the
- * trace's OpenBLAS kernel. */
+ * trace's OpenBLAS kernel (the one it names with cpu_kernel, else the one
+ * it ran, openblas_core, when this machine has it). */
 int replay_run(struct trace_file *tf, const struct replay_options *opt, char **argv,
                struct replay_result *res);
 void replay_result_free(struct replay_result *res);
+/* A result through a pipe, between two processes of the same divtrace
+ * (explain runs each trace's replay in a process of its own, since each
+ * may need another OpenBLAS kernel): 0, or -1 with dt_error set. */
+int replay_result_send(int fd, const struct replay_result *res);
+int replay_result_recv(int fd, struct replay_result *res);
+/* Instead of a result: why there is none (recv then fails with it). */
+int replay_error_send(int fd, const char *msg);
 const char *replay_class_name(enum replay_class c);
 
 /* An op's output against the oracle: element k is within bounds when
