@@ -16,6 +16,8 @@ static void main_usage(FILE *f)
           "  record   train a model on a backend and write a trace (.dtr)\n"
           "  show     print a trace: header, per-step summaries, per-op records\n"
           "  diff     compare two traces: first divergence, origin ops, timeline\n"
+          "  explain  why two traces differ, in one verdict: identical, rounding only,\n"
+          "           or a bug in A or B (the op, or the tensor changed between steps)\n"
           "  replay   re-execute recorded steps: reproducibility, or each op against\n"
           "           the exact oracle and its error bound\n"
           "  escape   plateaus of each run's loss curve and the steps that escape them\n"
@@ -55,6 +57,7 @@ int main(int argc, char **argv)
         {"escape", cmd_escape},
         {"sweep", cmd_sweep},
         {"report", cmd_report},
+        {"explain", cmd_explain},
     };
     cli_argv = argv;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

@@ -28,6 +28,15 @@ fi
 expect 1 "diff --json" -- "$DT" diff --json "$T/a.dtr" "$T/c.dtr"
 has "$T/out" '"b1\.grad"' "--json names b1.grad"
 
+# explain on library traces: identical ones are identical; with the
+# reversed sum it checks what the records allow (no carry fault) and says
+# what it could not: the ops cannot be re-run without the model
+expect 0 "explain two identical runs" -- "$DT" explain "$T/a.dtr" "$T/b.dtr"
+has "$T/out" "^identical$" "explain: identical"
+expect 2 "explain the reversed sum: no verdict" -- "$DT" explain "$T/a.dtr" "$T/c.dtr"
+has "$T/out" "^no verdict: A's ops were not checked: .*written through libdivtrace .*the diff and the carry check .* are what could be checked" "explain: says what it could not check"
+has "$T/out" "^  b1\.grad$" "explain: names the origin b1.grad"
+
 expect 0 "show" -- "$DT" show "$T/a.dtr"
 has "$T/out" "^# complete$" "show: complete"
 has "$T/out" "^# steps 60, ops per step 38, checkpoints 7, trace level op$" "show: 60 steps, 38 ops, 7 checkpoints"

@@ -114,8 +114,10 @@ check ae_cuda_trace_sms_header 0 -- sh -c "'$DT' show --summary '$T/cg.dtr' | gr
 check ae_cuda_trace_sms_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/cg.dtr"
 check ae_cuda_trace_sms_bad 0 -- env DIVTRACE_TRACE_SMS=x $R --steps 20 --backend cuda --checkpoint-every 1000 -o "$T/cgx.dtr"
 grep_in ae_cuda_trace_sms_bad "^DIVTRACE_TRACE_SMS='x': expected 1 to [0-9]+ SMs" "a value that is not a count is named"
-check ae_cuda_overlap_flip 0 -- $A --backend cuda --checkpoint-every 1000 --flip-bit 77:enc1.W:5:30 -o "$T/cof.dtr"
-check ae_cuda_nograph_flip 0 -- $A --backend cuda --cuda-graph off --flip-bit 77:enc1.W:5:30 -o "$T/cnf.dtr"
+# (a flipped bit is a carry fault: record exits 1)
+check ae_cuda_overlap_flip 1 -- $A --backend cuda --checkpoint-every 1000 --flip-bit 77:enc1.W:5:30 -o "$T/cof.dtr"
+grep_in ae_cuda_overlap_flip "step 77: carry fault: enc1\.W is not what enc1\.W\.update wrote in step 76" "names the carry fault"
+check ae_cuda_nograph_flip 1 -- $A --backend cuda --cuda-graph off --flip-bit 77:enc1.W:5:30 -o "$T/cnf.dtr"
 check ae_cuda_overlap_flip_same 0 -- "$DT" diff "$T/cof.dtr" "$T/cnf.dtr"
 check ae_cuda_overlap_flip_differs 1 -- "$DT" diff "$T/co.dtr" "$T/cof.dtr"
 # ops on one stream give the same trace as ops spread over four
@@ -126,6 +128,29 @@ check ae_cuda_inject 0 -- $R --steps 20 --backend cuda --inject dec1.matmul:scal
 check ae_cuda_inject_replay 1 -- "$DT" replay "$T/cf.dtr" --step 10 --against mpfr
 grep_in ae_cuda_inject_replay "^ +[0-9]+  dec1\.matmul +matmul .* SEMANTIC$" "the planted op is SEMANTIC"
 grep_in ae_cuda_inject_replay "summary: .* 1 SEMANTIC$" "and no other"
+
+# --- explain: GPU traces against cpu ones and against each other; state
+# faults on the GPU, with the step's records made while the next step runs
+# (--checkpoint-every 1000) and step by step
+check ex_ae_cpu_vs_cuda 0 -- "$DT" explain "$T/cpu.dtr" "$T/ct1.dtr"
+grep_in ex_ae_cpu_vs_cuda "^rounding only: .*backend cpu \| cuda" "rounding only, the backend named"
+check ex_ae_cpu_vs_cudnn 0 -- "$DT" explain "$T/cpu.dtr" "$T/cd1.dtr"
+grep_in ex_ae_cpu_vs_cudnn "^rounding only: .*backend cpu \| cudnn" "rounding only, the backend named"
+check ex_ae_cuda_identical 0 -- "$DT" explain "$T/ct1.dtr" "$T/ct2.dtr"
+grep_in ex_ae_cuda_identical "^identical$" "identical"
+check ex_ae_cuda_atomic 0 -- "$DT" explain "$T/ca1.dtr" "$T/ca2.dtr"
+grep_in ex_ae_cuda_atomic "^rounding only" "atomics: rounding only"
+check ae_cuda_rt_overlap 1 -- $A --backend cuda --checkpoint-every 1000 --inject '*.W:roundtrip:bf16' -o "$T/crt.dtr"
+check ex_ae_cuda_rt_overlap 1 -- "$DT" explain "$T/co.dtr" "$T/crt.dtr"
+grep_in ex_ae_cuda_rt_overlap "^bug in B: enc1\.W changed between steps 0 and 1 .*enc1\.W\.update" "the round trip named"
+check ae_cudnn_rt_half 1 -- $A --backend cudnn --inject '*.b:roundtrip:half' -o "$T/cdrt.dtr"
+check ex_ae_cudnn_rt_half 1 -- "$DT" explain "$T/cd1.dtr" "$T/cdrt.dtr"
+grep_in ex_ae_cudnn_rt_half "^bug in B: enc1\.b changed between steps 0 and 1" "the round trip named"
+check ae_cuda_stale 1 -- $A --backend cuda --inject 'dec1.W:stale' -o "$T/cst.dtr"
+check ex_ae_cuda_stale 1 -- "$DT" explain "$T/ct1.dtr" "$T/cst.dtr"
+grep_in ex_ae_cuda_stale "^bug in B: dec1\.W changed between steps 0 and 1" "the stale copy named"
+check ex_ae_cpu_vs_cuda_rt 1 -- "$DT" explain "$T/cpu.dtr" "$T/crt.dtr"
+grep_in ex_ae_cpu_vs_cuda_rt "^bug in B: enc1\.W changed" "against a cpu run too"
 
 # --- PredNet (small: 1,8,16 at 64x64, nt 10, batch 2, 10 steps)
 Q="$R --model prednet --stack 1,8,16 --size 64x64 --nt 10 --batch 2 --steps 10"
@@ -171,6 +196,21 @@ grep_in pn_cudnn_transform_replay " 0 SEMANTIC" "no SEMANTIC op"
 check pn_cudnn_transform_inject 1 -- "$DT" replay "$T/pt.dtr" --step 5 --against mpfr --inject L1.t05.conv_i:scale:1.1
 grep_in pn_cudnn_transform_inject "^ +[0-9]+  L1\.t05\.conv_i +conv2d .* SEMANTIC \(normwise bound: FFT_TILING\)$" "the planted op is SEMANTIC"
 grep_in pn_cudnn_transform_inject "summary: .* 1 SEMANTIC$" "and no other"
+
+# explain on PredNet: cpu against cudnn, two fastest runs, state carried
+# across sequences on cudnn, Adam's moments through a truncating copy on cuda
+check ex_pn_cpu_vs_cudnn 0 -- "$DT" explain "$T/pcpu.dtr" "$T/pd1.dtr"
+grep_in ex_pn_cpu_vs_cudnn "^rounding only: .*backend cpu \| cudnn" "rounding only, the backend named"
+check ex_pn_cuda_vs_cudnn 0 -- "$DT" explain "$T/pc1.dtr" "$T/pd1.dtr"
+grep_in ex_pn_cuda_vs_cudnn "^rounding only: .*backend cuda \| cudnn" "rounding only"
+check ex_pn_fastest 0 -- "$DT" explain "$T/pf1.dtr" "$T/pf2.dtr"
+grep_in ex_pn_fastest "^rounding only" "nondeterministic algorithms: rounding only"
+check pn_cudnn_carry 0 -- $Q --backend cudnn --inject 'L*.init.*:carry' -o "$T/pcarry.dtr"
+check ex_pn_cudnn_carry 1 -- "$DT" explain "$T/pd1.dtr" "$T/pcarry.dtr"
+grep_in ex_pn_cudnn_carry "^bug in B: op L0\.init\.r \(step 1, layer L0\) computes wrong values" "the carried state named"
+check pn_cuda_rt_trunc 1 -- $Q --backend cuda --checkpoint-every 100 --inject '*.m:roundtrip:trunc' -o "$T/prt.dtr"
+check ex_pn_cuda_rt_trunc 1 -- "$DT" explain "$T/pc1.dtr" "$T/prt.dtr"
+grep_in ex_pn_cuda_rt_trunc "^bug in B: L0\.conv_i\.W\.m changed between steps 0 and 1" "the round trip named"
 
 # --- examples for the README (EXAMPLES=1): the default autoencoder run on
 # cpu and on cuda, and the 2021 PredNet protocol on cudnn in its
