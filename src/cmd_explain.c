@@ -81,6 +81,10 @@ static void explain_text_side(const struct explain_result *res, const struct exp
     }
     printf("  %d ops checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64 " SEMANTIC\n", rr->ncheck,
            rr->nexact, rr->nrounding, rr->nsemantic);
+    if (s->nondet_checked)
+        printf("  (%s ran nondeterministic kernels: the recorded outputs of %d op%s, which re-execution "
+               "does not give again, were checked through their L2 norms and extremes)\n", s->label,
+               s->nondet_checked, s->nondet_checked == 1 ? "" : "s");
     if (!rr->reproduced && rr->mismatch_op >= 0)
         printf("  re-execution first differs from the recording in step %" PRId64 ", op %s%s%s\n",
                rr->mismatch_step, tf->ops[rr->mismatch_op].name, rr->config_diff[0] ? "; here: " : "",
@@ -138,7 +142,8 @@ static void explain_json_side(const struct explain_result *res, const struct exp
     }
     printf("],\n  \"graph_checked\": %s, \"graph\": ", s->graph_checked ? "true" : "false");
     json_put_str(stdout, s->graph);
-    printf(", \"replayed\": %s, \"not_checked\": ", s->replayed ? "true" : "false");
+    printf(", \"replayed\": %s, \"nondeterministic\": %s, \"checked_by_statistics\": %d, \"not_checked\": ",
+           s->replayed ? "true" : "false", s->nondet ? "true" : "false", s->nondet_checked);
     json_put_str(stdout, s->not_checked);
     printf(",\n  \"ops\": [");
     for (int k = 0; s->replayed && k < s->rr.ncheck; k++) {
@@ -152,7 +157,10 @@ static void explain_json_side(const struct explain_result *res, const struct exp
             printf("%" PRIu64, c->max_ulp);
         printf(", \"max_error_over_bound\": ");
         json_put_num(stdout, c->max_ratio);
-        printf(", \"bitwise_own\": %s", c->bitwise < 0 ? "null" : c->bitwise ? "true" : "false");
+        printf(", \"bitwise_own\": %s, \"inputs_as_recorded\": %s, \"recorded_statistics_admissible\": %s",
+               c->bitwise < 0 ? "null" : c->bitwise ? "true" : "false",
+               c->inputs_recorded < 0 ? "null" : c->inputs_recorded ? "true" : "false",
+               c->recorded_ok < 0 ? "null" : c->recorded_ok ? "true" : "false");
         putchar('}');
     }
     printf("], \"config_here\": ");

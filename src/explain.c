@@ -243,30 +243,49 @@ static void explain_where(const char *name, uint64_t step, char *out, size_t n)
 static int explain_key_inert(const char *key)
 {
     static const char *const inert[] = {"steps", "checkpoint_every", "trace_level", "stop_on_nonfinite",
-                                        "data", "host", "host_cores", "gpu_streams", NULL};
+                                        "data", "host", "host_cores", "gpu_streams", "cuda_graph",
+                                        "trace_overlap", NULL};
     for (int k = 0; inert[k]; k++)
         if (strcmp(key, inert[k]) == 0)
             return 1;
     return 0;
 }
 
-/* The keys that differ between the two headers and could change results. */
+/* One differing key for the verdict line: "key A | B" when both values are
+ * short, else the key alone (cuDNN's algorithm lists run to kilobytes). */
+static size_t explain_key_text(char *out, size_t n, size_t len, const char *k, const char *va, const char *vb)
+{
+    if (len >= n)
+        return len;
+    const char *sep = len ? ", " : "";
+    if ((!va || strlen(va) <= 24) && (!vb || strlen(vb) <= 24))
+        return len + (size_t)snprintf(out + len, n - len, "%s%s %s | %s", sep, k, va ? va : "(absent)",
+                                      vb ? vb : "(absent)");
+    return len + (size_t)snprintf(out + len, n - len, "%s%s", sep, k);
+}
+
+/* The keys that differ between the two headers and could change results:
+ * the backend first; when it differs, the keys one backend has and the
+ * other lacks follow from it and are left out. */
 static void explain_keys(const struct trace_file *a, const struct trace_file *b, char *out, size_t n)
 {
     size_t len = 0;
     out[0] = 0;
-    for (size_t i = 0; i < a->cfg.n && len < n; i++) {
+    const char *ba = trace_config_get(&a->cfg, "backend"), *bb = trace_config_get(&b->cfg, "backend");
+    int other_backend = ba && bb && strcmp(ba, bb) != 0;
+    if (other_backend)
+        len = explain_key_text(out, n, len, "backend", ba, bb);
+    for (size_t i = 0; i < a->cfg.n; i++) {
         const char *k = a->cfg.key[i], *va = a->cfg.val[i], *vb = trace_config_get(&b->cfg, k);
-        if (explain_key_inert(k) || (vb && strcmp(va, vb) == 0))
+        if (explain_key_inert(k) || strcmp(k, "backend") == 0 || (vb && strcmp(va, vb) == 0) ||
+            (!vb && other_backend))
             continue;
-        len += (size_t)snprintf(out + len, n - len, "%s%s %s | %s", len ? ", " : "", k, va,
-                                vb ? vb : "(absent)");
+        len = explain_key_text(out, n, len, k, va, vb);
     }
-    for (size_t i = 0; i < b->cfg.n && len < n; i++) {
+    for (size_t i = 0; i < b->cfg.n && !other_backend; i++) {
         const char *k = b->cfg.key[i];
         if (!explain_key_inert(k) && !trace_config_get(&a->cfg, k))
-            len += (size_t)snprintf(out + len, n - len, "%s%s (absent) | %s", len ? ", " : "", k,
-                                    b->cfg.val[i]);
+            len = explain_key_text(out, n, len, k, NULL, b->cfg.val[i]);
     }
 }
 
@@ -308,6 +327,19 @@ static int explain_last_origin(const struct explain_result *res, int x)
     return last;
 }
 
+/* Whether tf's run used kernels whose results change from run to run
+ * (atomic reductions, cuDNN's nondeterministic algorithms): then a replay
+ * gives other bits than the recording, and that is no finding. */
+static int explain_nondeterministic(const struct trace_file *tf)
+{
+    const char *v;
+    if ((v = trace_config_get(&tf->cfg, "reduce")) && strcmp(v, "atomic") == 0)
+        return 1;
+    if ((v = trace_config_get(&tf->cfg, "cudnn_algos")) && strncmp(v, "none", 4) != 0)
+        return strstr(v, "nondet") != NULL;
+    return (v = trace_config_get(&tf->cfg, "cudnn_algo")) && strcmp(v, "deterministic") != 0;
+}
+
 /* Side x's oracle replay of step res->step, and what it finds. */
 static void explain_check_side(struct explain_result *res, const struct explain_options *opt, int x)
 {
@@ -320,7 +352,12 @@ static void explain_check_side(struct explain_result *res, const struct explain_
         snprintf(s->not_checked, sizeof s->not_checked, "it holds none of the origin ops");
         return;
     }
-    if (explain_replay(opt, s->tf, step, replay_default_from(step), ops, &s->rr) < 0) {
+    /* a step early rebuilds state handed from step to step; a
+     * nondeterministic run's re-execution would part from the recording
+     * there already, so it starts at the step itself */
+    s->nondet = explain_nondeterministic(s->tf);
+    uint64_t from = s->nondet ? step : replay_default_from(step);
+    if (explain_replay(opt, s->tf, step, from, ops, &s->rr) < 0) {
         snprintf(s->not_checked, sizeof s->not_checked, "%s", dt_error());
         free(ops);
         return;
@@ -330,14 +367,50 @@ static void explain_check_side(struct explain_result *res, const struct explain_
     struct replay_result *rr = &s->rr;
     const struct trace_file *tf = s->tf;
     char where[160];
-    /* Does the recording hold what re-execution gives, up to the checked
-     * ops? If not, the oracle's classes are of other values than the
-     * recorded ones: the mismatch is the finding. */
-    int early = !rr->reproduced &&
-                (rr->mismatch_step < (int64_t)step ||
-                 (rr->mismatch_step == (int64_t)step &&
-                  (rr->mismatch_op < 0 || rr->mismatch_op <= explain_last_origin(res, x) || opt->all)));
-    if (early) {
+    const struct replay_opcheck *semantic = NULL, *unfit = NULL, *lost = NULL;
+    for (int k = 0; k < rr->ncheck; k++) {
+        const struct replay_opcheck *c = &rr->check[k];
+        if (c->step != step)
+            continue;
+        if (c->inputs_recorded == 0) {
+            if (!lost)
+                lost = c;
+            continue;
+        }
+        if (c->cls == REPLAY_SEMANTIC && !semantic)
+            semantic = c;
+        if (c->bitwise == 0 && s->nondet) {
+            s->nondet_checked++;
+            if (c->recorded_ok == 0 && !unfit)
+                unfit = c;
+        }
+    }
+    if (semantic) {
+        const char *name = tf->ops[semantic->op].name;
+        explain_where(name, step, where, sizeof where);
+        s->bug = 1;
+        snprintf(s->finding, sizeof s->finding,
+                 "op %s (%s) computes wrong values: element %" PRIu64 " is %.9g, exactly %.9g, "
+                 "%.3g times what any admissible float32 evaluation could err", name, where,
+                 semantic->worst, (double)semantic->worst_value, (double)semantic->worst_exact,
+                 semantic->max_ratio);
+        return;
+    }
+    if (unfit) {
+        const char *name = tf->ops[unfit->op].name;
+        explain_where(name, step, where, sizeof where);
+        s->bug = 1;
+        snprintf(s->finding, sizeof s->finding,
+                 "op %s (%s) recorded values no admissible float32 evaluation gives from its inputs "
+                 "(their L2 norm or extremes are beyond the bounds)", name, where);
+        return;
+    }
+    /* a deterministic run that re-execution does not reproduce up to the
+     * checked ops: the first op that differs is the finding */
+    if (!s->nondet && !rr->reproduced &&
+        (rr->mismatch_step < (int64_t)step ||
+         (rr->mismatch_step == (int64_t)step &&
+          (rr->mismatch_op < 0 || rr->mismatch_op <= explain_last_origin(res, x) || opt->all)))) {
         s->mismatch = 1;
         const char *name = rr->mismatch_op >= 0 ? tf->ops[rr->mismatch_op].name : NULL;
         if (name)
@@ -363,19 +436,10 @@ static void explain_check_side(struct explain_result *res, const struct explain_
         }
         return;
     }
-    for (int k = 0; k < rr->ncheck; k++) {
-        const struct replay_opcheck *c = &rr->check[k];
-        if (c->cls != REPLAY_SEMANTIC || c->step != step)
-            continue;
-        const char *name = tf->ops[c->op].name;
-        explain_where(name, step, where, sizeof where);
-        s->bug = 1;
-        snprintf(s->finding, sizeof s->finding,
-                 "op %s (%s) computes wrong values: element %" PRIu64 " is %.9g, exactly %.9g, "
-                 "%.3g times what any admissible float32 evaluation could err", name, where, c->worst,
-                 (double)c->worst_value, (double)c->worst_exact, c->max_ratio);
-        return;
-    }
+    if (lost)
+        snprintf(s->not_checked, sizeof s->not_checked,
+                 "it ran nondeterministic kernels and its re-execution parted from the recording "
+                 "before op %s, whose recorded inputs it then no longer has", tf->ops[lost->op].name);
 }
 
 static void explain_side_open(struct explain_side *s, struct trace_file *tf, const char *label)

@@ -38,6 +38,9 @@ struct explain_side {
     int bug;                        /* a bug is found in this trace */
     char finding[EXPLAIN_TEXT];     /* the bug, or a re-execution mismatch, or "" */
     int mismatch;                   /* its recording is not what re-execution gives */
+    int nondet;                     /* it ran kernels whose bits change from run to run */
+    int nondet_checked;             /* ops whose recorded outputs, which re-execution does not
+                                     * give again, were checked by their statistics */
 };
 
 struct explain_options {

@@ -94,6 +94,57 @@ void replay_classify(const float *out, const float *exact, const double *bound, 
         c->cls = REPLAY_SEMANTIC;
 }
 
+/* The recording's record of node i at the step being checked, or NULL. */
+static const struct trace_oprec *replay_recorded(const struct replay_state *s, int i)
+{
+    if (s->step >= s->tf->nsteps)
+        return NULL;
+    const struct trace_step *ts = &s->tf->steps[s->step];
+    for (uint32_t k = 0; k < ts->nrec; k++)
+        if (ts->rec[k].op == (uint32_t)i)
+            return &ts->rec[k];
+    return NULL;
+}
+
+/* Whether a recorded output's statistics are those of some output within
+ * bounds (1), of none (0), or cannot tell (-1: an infinite bound): with
+ * every element within a_k = max(bound_k, least) + ulp(exact_k)/2 of the
+ * exact e_k, its L2 norm is within ||a||_2 of ||e||_2 (the triangle
+ * inequality), its least element lies in [min(e - a), min(e + a)] and its
+ * largest in [max(e - a), max(e + a)], and it holds no NaN or Inf where the
+ * exact result holds none. Necessary, not sufficient: what can be said of
+ * recorded values that re-execution does not give again (a nondeterministic
+ * kernel), of which the trace keeps only the record. */
+int replay_stats_admissible(const struct trace_oprec *rec, const float *exact, const double *bound,
+                            size_t n, double least)
+{
+    double e2 = 0, a2 = 0, lo_lo = INFINITY, lo_hi = INFINITY, hi_lo = -INFINITY, hi_hi = -INFINITY;
+    for (size_t k = 0; k < n; k++) {
+        double e = exact[k], b = bound[k] > least ? bound[k] : least;
+        if (!isfinite(e) || !isfinite(b))
+            return -1;
+        double a = b + 0.5 * oracle_ulp32(e);
+        e2 += e * e;
+        a2 += a * a;
+        lo_lo = fmin(lo_lo, e - a);
+        lo_hi = fmin(lo_hi, e + a);
+        hi_lo = fmax(hi_lo, e - a);
+        hi_hi = fmax(hi_hi, e + a);
+    }
+    if (n == 0)
+        return 1;
+    if (rec->nan || rec->inf)
+        return 0;
+    /* the statistics are sums in double: a relative slack for their rounding */
+    double slack = 1e-9 * (sqrt(e2) + sqrt(a2)) + 1e-300;
+    if (fabs(rec->l2 - sqrt(e2)) > sqrt(a2) + slack)
+        return 0;
+    double ms = 1e-12 * fmax(fabs(lo_lo), fabs(hi_hi));
+    if (rec->min < lo_lo - ms || rec->min > lo_hi + ms || rec->max < hi_lo - ms || rec->max > hi_hi + ms)
+        return 0;
+    return 1;
+}
+
 /* Compare op i's output with the oracle's, element by element: against the
  * op's elementwise bound, or, for an op the backend ran with a transform
  * algorithm, against the larger of that and the normwise floor. */
@@ -119,14 +170,20 @@ static void replay_check_op(struct replay_state *s, int i)
                                       r->g.nodes[nd->inputs[1]].count);
     }
     replay_classify(s->out, s->exact, s->bound, nd->count, least, &c);
-    c.bitwise = -1;
-    if (s->step < s->tf->nsteps) {
-        const struct trace_step *ts = &s->tf->steps[s->step];
-        for (uint32_t k = 0; k < ts->nrec; k++)
-            if (ts->rec[k].op == (uint32_t)i) {
-                c.bitwise = ts->rec[k].hash == hash_tensor(s->out, nd->count * sizeof(float));
-                break;
-            }
+    /* the recording's side: its record of this op, and of its inputs */
+    c.bitwise = c.inputs_recorded = c.recorded_ok = -1;
+    const struct trace_oprec *rec = replay_recorded(s, i);
+    if (rec) {
+        c.bitwise = rec->hash == hash_tensor(s->out, nd->count * sizeof(float));
+        c.recorded_ok = replay_stats_admissible(rec, s->exact, s->bound, nd->count, least);
+    }
+    c.inputs_recorded = 1;
+    for (int k = 0; k < nd->ninputs && c.inputs_recorded == 1; k++) {
+        const struct trace_oprec *ir = replay_recorded(s, nd->inputs[k]);
+        if (!ir)
+            c.inputs_recorded = -1;
+        else if (ir->hash != hash_tensor(s->in[k], r->g.nodes[nd->inputs[k]].count * sizeof(float)))
+            c.inputs_recorded = 0;
     }
     struct replay_result *res = s->res;
     if (res->ncheck == res->capcheck) {
@@ -217,7 +274,8 @@ static int replay_want(struct replay_state *s, const char *list)
 static int replay_key_inert(const char *key)
 {
     static const char *const inert[] = {"steps", "checkpoint_every", "trace_level", "stop_on_nonfinite",
-                                        "data", "host_cores", "gpu_streams", NULL};
+                                        "data", "host_cores", "gpu_streams", "cuda_graph",
+                                        "trace_overlap", NULL};
     for (int k = 0; inert[k]; k++)
         if (strcmp(key, inert[k]) == 0)
             return 1;
@@ -290,6 +348,10 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
         return DT_ERR;
     if (opt->inject)
         s.tc.inject = opt->inject;
+    /* the oracle reads each op's inputs and output as the op is run: every
+     * op launched on its own, not a captured step (the same bits) */
+    if (opt->against == REPLAY_ORACLE)
+        s.tc.no_graph = 1;
     /* OpenBLAS chose its kernel when it was loaded: run again with the
      * trace's, the one it asked for or else the one it ran, if this machine
      * has it (if not, the replay says so when it does not reproduce) */

@@ -45,6 +45,13 @@ struct replay_opcheck {
      * backend's own evaluation gives here from the same inputs (1), is not
      * (0), or the trace keeps no record of the op (-1) */
     int bitwise;
+    /* the op's inputs here are bitwise the recorded ones (1), are not (0),
+     * or the trace keeps no record of some (-1): only then is the oracle's
+     * exact result that of the recorded inputs */
+    int inputs_recorded;
+    /* the recorded output's statistics (L2 norm, extremes, NaN and Inf)
+     * are those of some output within bounds: 1, 0, -1 (cannot tell) */
+    int recorded_ok;
 };
 
 struct replay_result {
@@ -93,5 +100,10 @@ void replay_classify(const float *out, const float *exact, const double *bound, 
  * rounding over the output, so no elementwise bound holds for them; this
  * is the form of the normwise bounds known for FFT convolution. */
 double replay_normwise_floor(const float *a, size_t na, const float *b, size_t nb);
+
+/* Whether a record's statistics fit an output within the bounds (see
+ * replay.c): 1, 0, or -1 when a bound is infinite. */
+int replay_stats_admissible(const struct trace_oprec *rec, const float *exact, const double *bound,
+                            size_t n, double least);
 
 #endif

@@ -182,12 +182,52 @@ static void test_fft_convolution(void **state)
     assert_true(worst_norm < 0.5);
 }
 
+/* A record's statistics against exact values and bounds, by hand: exact
+ * (3, -4), bound 0.5 each (ulp/2 adds 2^-23 and 2^-22 at 3 and 4): an
+ * output within bounds has L2 norm in 5 -+ |(a0, a1)|, its least element in
+ * [-4.5, -3.5], its largest in [2.5, 3.5]. */
+static void test_stats_admissible(void **state)
+{
+    (void)state;
+    const float exact[2] = {3.0f, -4.0f};
+    const double bound[2] = {0.5, 0.5};
+    struct trace_oprec r;
+    memset(&r, 0, sizeof r);
+    /* (3.3, -3.7): within bounds */
+    r.l2 = sqrt(3.3 * 3.3 + 3.7 * 3.7);
+    r.min = -3.7;
+    r.max = 3.3;
+    assert_int_equal(replay_stats_admissible(&r, exact, bound, 2, 0), 1);
+    /* a norm of 6: no output within 0.5 of each exact element has it */
+    r.l2 = 6.0;
+    assert_int_equal(replay_stats_admissible(&r, exact, bound, 2, 0), 0);
+    /* the same norm is allowed by a normwise floor of 1: |(1, 1)| > 6 - 5 */
+    assert_int_equal(replay_stats_admissible(&r, exact, bound, 2, 1.0), 1);
+    r.l2 = sqrt(3.3 * 3.3 + 3.7 * 3.7);
+    /* a largest element of 3.6 is beyond 3 + 0.5 */
+    r.max = 3.6;
+    assert_int_equal(replay_stats_admissible(&r, exact, bound, 2, 0), 0);
+    r.max = 3.3;
+    /* a least element of -3.4 is above -4 + 0.5: the -4 cannot be there */
+    r.min = -3.4;
+    assert_int_equal(replay_stats_admissible(&r, exact, bound, 2, 0), 0);
+    r.min = -3.7;
+    /* a NaN where the exact result has none */
+    r.nan = 1;
+    assert_int_equal(replay_stats_admissible(&r, exact, bound, 2, 0), 0);
+    r.nan = 0;
+    /* an infinite bound: nothing can be said */
+    const double inf[2] = {0.5, INFINITY};
+    assert_int_equal(replay_stats_admissible(&r, exact, inf, 2, 0), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normwise_floor_value),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_fft_convolution),
+        cmocka_unit_test(test_stats_admissible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
