@@ -258,7 +258,7 @@ static size_t explain_key_text(char *out, size_t n, size_t len, const char *k, c
     if (len >= n)
         return len;
     const char *sep = len ? ", " : "";
-    if ((!va || strlen(va) <= 24) && (!vb || strlen(vb) <= 24))
+    if ((!va || strlen(va) <= 48) && (!vb || strlen(vb) <= 48))
         return len + (size_t)snprintf(out + len, n - len, "%s%s %s | %s", sep, k, va ? va : "(absent)",
                                       vb ? vb : "(absent)");
     return len + (size_t)snprintf(out + len, n - len, "%s%s", sep, k);

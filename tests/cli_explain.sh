@@ -95,6 +95,12 @@ expect 0 "prednet: state carried into the next sequence" -- $P --inject 'L*.init
 verdict 1 "prednet: carried state" '^bug in B: op L0\.init\.r \(step 1, layer L0\) computes wrong values' -- "$T/p.dtr" "$T/pcarry.dtr"
 expect 0 "prednet: wrong gate formula" -- $P --inject 'L1.t02.i:formula' -o "$T/pgate.dtr"
 verdict 1 "prednet: gate formula" '^bug in B: op L1\.t02\.i \(step 0, layer L1, time step 2\) computes wrong values' -- "$T/p.dtr" "$T/pgate.dtr"
+expect 0 "prednet: wrong backward formula" -- $P --inject 'L1.t02.conv_i.add_bias.grad:formula' -o "$T/pbwd.dtr"
+verdict 1 "prednet: backward formula" '^bug in B: op L1\.t02\.conv_i\.add_bias\.grad \(step 0, layer L1, time step 2\) computes wrong values' -- "$T/p.dtr" "$T/pbwd.dtr"
+expect 1 "prednet: a stale copy" -- $P --inject 'L0.conv_i.W:stale' -o "$T/pstale.dtr"
+verdict 1 "prednet: stale copy" '^bug in B: L0\.conv_i\.W changed between steps 0 and 1 .*L0\.conv_i\.W\.update' -- "$T/p.dtr" "$T/pstale.dtr"
+expect 1 "prednet: Adam's v through half" -- $P --inject '*.v:roundtrip:half' -o "$T/prtv.dtr"
+verdict 1 "prednet: Adam's v through half" '^bug in B: L0\.conv_i\.W\.v changed between steps 0 and 1' -- "$T/p.dtr" "$T/prtv.dtr"
 expect 1 "prednet: a lossy round trip of the parameters" -- $P --inject 'L*.W:roundtrip:bf16' -o "$T/prt.dtr"
 verdict 1 "prednet: round trip" '^bug in B: L0\.conv_i\.W changed between steps 0 and 1' -- "$T/p.dtr" "$T/prt.dtr"
 for v in L1.t02.conv_i L1.t02.i L0.t01.loss L0.t03.c.grad 'L0.conv_c.W.grad@L0.t03.conv_c'; do
