@@ -147,21 +147,8 @@ static void explain_json_side(const struct explain_result *res, const struct exp
     json_put_str(stdout, s->not_checked);
     printf(",\n  \"ops\": [");
     for (int k = 0; s->replayed && k < s->rr.ncheck; k++) {
-        const struct replay_opcheck *c = &s->rr.check[k];
-        printf("%s{\"name\": ", k ? ", " : "");
-        json_put_str(stdout, tf->ops[c->op].name);
-        printf(", \"class\": \"%s\", \"max_ulp\": ", replay_class_name(c->cls));
-        if (c->max_ulp == UINT64_MAX)
-            fputs("null", stdout);
-        else
-            printf("%" PRIu64, c->max_ulp);
-        printf(", \"max_error_over_bound\": ");
-        json_put_num(stdout, c->max_ratio);
-        printf(", \"bitwise_own\": %s, \"inputs_as_recorded\": %s, \"recorded_statistics_admissible\": %s",
-               c->bitwise < 0 ? "null" : c->bitwise ? "true" : "false",
-               c->inputs_recorded < 0 ? "null" : c->inputs_recorded ? "true" : "false",
-               c->recorded_ok < 0 ? "null" : c->recorded_ok ? "true" : "false");
-        putchar('}');
+        fputs(k ? ",\n   " : "\n   ", stdout);
+        replay_check_json(stdout, tf, &s->rr.check[k]);
     }
     printf("], \"config_here\": ");
     json_put_str(stdout, s->replayed ? s->rr.config_diff : "");

@@ -133,32 +133,8 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
     printf(",\n \"exact\": %" PRIu64 ", \"rounding\": %" PRIu64 ", \"semantic\": %" PRIu64
            ",\n \"ops\": [", r->nexact, r->nrounding, r->nsemantic);
     for (int k = 0; k < r->ncheck; k++) {
-        const struct replay_opcheck *c = &r->check[k];
-        printf("%s\n  {\"step\": %" PRIu64 ", \"op\": %d, \"name\": ", k ? "," : "", c->step, c->op);
-        json_put_str(stdout, tf->ops[c->op].name);
-        printf(", \"class\": \"%s\", \"max_ulp\": ", replay_class_name(c->cls));
-        if (c->max_ulp == UINT64_MAX)
-            fputs("null", stdout);
-        else
-            printf("%" PRIu64, c->max_ulp);
-        printf(", \"max_error_over_bound\": ");
-        json_put_num(stdout, c->max_ratio);
-        printf(", \"algorithm\": ");
-        if (c->algorithm[0])
-            json_put_str(stdout, c->algorithm);
-        else
-            fputs("null", stdout);
-        printf(", \"bound\": \"%s\"", c->normwise ? "normwise" : "elementwise");
-        if (c->cls != REPLAY_EXACT) {
-            printf(", \"worst\": {\"index\": %" PRIu64 ", \"value\": ", c->worst);
-            json_put_num(stdout, c->worst_value);
-            printf(", \"exact\": ");
-            json_put_num(stdout, c->worst_exact);
-            printf(", \"bound\": ");
-            json_put_num(stdout, c->worst_bound);
-            putchar('}');
-        }
-        putchar('}');
+        printf("%s\n  ", k ? "," : "");
+        replay_check_json(stdout, tf, &r->check[k]);
     }
     printf("]}\n");
 }

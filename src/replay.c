@@ -14,6 +14,7 @@
 #include "diff.h"
 #include "fault.h"
 #include "hash.h"
+#include "json.h"
 #include "oracle.h"
 #include "run.h"
 #include "util.h"
@@ -444,6 +445,42 @@ out:
     free(hashes);
     replay_free_state(&s);
     return rc;
+}
+
+static const char *replay_json_tri(int v)
+{
+    return v < 0 ? "null" : v ? "true" : "false";
+}
+
+void replay_check_json(FILE *f, const struct trace_file *tf, const struct replay_opcheck *c)
+{
+    fprintf(f, "{\"step\": %" PRIu64 ", \"op\": %d, \"name\": ", c->step, c->op);
+    json_put_str(f, tf->ops[c->op].name);
+    fprintf(f, ", \"class\": \"%s\", \"max_ulp\": ", replay_class_name(c->cls));
+    if (c->max_ulp == UINT64_MAX)
+        fputs("null", f);
+    else
+        fprintf(f, "%" PRIu64, c->max_ulp);
+    fprintf(f, ", \"max_error_over_bound\": ");
+    json_put_num(f, c->max_ratio);
+    fprintf(f, ", \"algorithm\": ");
+    if (c->algorithm[0])
+        json_put_str(f, c->algorithm);
+    else
+        fputs("null", f);
+    fprintf(f, ", \"bound\": \"%s\", \"bitwise_own\": %s, \"inputs_as_recorded\": %s, "
+            "\"recorded_statistics_admissible\": %s", c->normwise ? "normwise" : "elementwise",
+            replay_json_tri(c->bitwise), replay_json_tri(c->inputs_recorded), replay_json_tri(c->recorded_ok));
+    if (c->cls != REPLAY_EXACT) {
+        fprintf(f, ", \"worst\": {\"index\": %" PRIu64 ", \"value\": ", c->worst);
+        json_put_num(f, c->worst_value);
+        fprintf(f, ", \"exact\": ");
+        json_put_num(f, c->worst_exact);
+        fprintf(f, ", \"bound\": ");
+        json_put_num(f, c->worst_bound);
+        fputc('}', f);
+    }
+    fputc('}', f);
 }
 
 void replay_result_free(struct replay_result *res)

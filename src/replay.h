@@ -78,6 +78,10 @@ struct replay_result {
 int replay_run(struct trace_file *tf, const struct replay_options *opt, char **argv,
                struct replay_result *res);
 void replay_result_free(struct replay_result *res);
+/* One checked op as a JSON object (step, op, name, class, max_ulp,
+ * max_error_over_bound, algorithm, bound, bitwise_own, inputs_as_recorded,
+ * recorded_statistics_admissible, and the worst element when inexact). */
+void replay_check_json(FILE *f, const struct trace_file *tf, const struct replay_opcheck *c);
 /* A result through a pipe, between two processes of the same divtrace
  * (explain runs each trace's replay in a process of its own, since each
  * may need another OpenBLAS kernel): 0, or -1 with dt_error set. */
