@@ -77,7 +77,8 @@ void carry_scan_trace(const struct trace_file *tf, struct carry_scan *out)
         if (ev->code == TRACE_EVENT_CARRY && w >= 0)
             carry_push(out, (struct carry_fault){ev->step, ev->op, (uint32_t)w, 0});
     }
-    qsort(out->f, (size_t)out->n, sizeof *out->f, carry_order);
+    if (out->n > 1)
+        qsort(out->f, (size_t)out->n, sizeof *out->f, carry_order);
     for (int k = 0; k < out->n; k++)
         if (k == 0 || out->f[k].step != out->f[k - 1].step)
             out->nsteps++;
