@@ -339,9 +339,10 @@ static int sweep_emit_make(const struct sweep_spec *s, const struct sweep_opts *
         char cdir[PATH_MAX];
         snprintf(cdir, sizeof cdir, "runs/%s", tr[i].c->name);
         char **args = sweep_trial_args(s, tr[i].c, tr[i].t);
-        fprintf(f, "\n%s.dtr:\n\t@mkdir -p %s\n\tcd '$(WORKDIR)' && '$(DIVTRACE)' record", r, cdir);
+        /* record's exit 1 (a carry fault) left a complete trace: kept */
+        fprintf(f, "\n%s.dtr:\n\t@mkdir -p %s\n\tcd '$(WORKDIR)' && { '$(DIVTRACE)' record", r, cdir);
         sweep_put_args(f, args, 1);
-        fprintf(f, " -o '$(CURDIR)/%s.dtr.part' >'$(CURDIR)/%s.log' 2>&1\n"
+        fprintf(f, " -o '$(CURDIR)/%s.dtr.part' >'$(CURDIR)/%s.log' 2>&1 || [ $$? -eq 1 ]; }\n"
                    "\tmv %s.dtr.part %s.dtr\n",
                 r, r, r, r);
         sweep_args_free(args);
@@ -386,10 +387,12 @@ static int sweep_emit_slurm(const struct sweep_spec *s, const struct sweep_opts 
           "# a complete trace is kept, as by divtrace sweep\n"
           "[ -e \"$out.dtr\" ] && exit 0\n"
           "mkdir -p \"$(dirname \"$out\")\" && cd \"$WORKDIR\" || exit 2\n"
-          "if \"$DIVTRACE\" record \"${args[@]}\" -o \"$out.dtr.part\" >\"$out.log\" 2>&1; then\n"
+          "\"$DIVTRACE\" record \"${args[@]}\" -o \"$out.dtr.part\" >\"$out.log\" 2>&1\n"
+          "rc=$?\n"
+          "# exit 1: trained, with a carry fault (a finding); the trace is complete\n"
+          "if [ $rc -le 1 ]; then\n"
           "    mv \"$out.dtr.part\" \"$out.dtr\"\n"
           "else\n"
-          "    rc=$?\n"
           "    rm -f \"$out.dtr.part\"\n"
           "    echo \"divtrace sweep: $trial failed (exit $rc): see $out.log\" >&2\n"
           "    exit 2\n"
@@ -515,10 +518,18 @@ static void sweep_finish(struct sweep_run *r, struct sweep_trial *x, int st)
     r->running--;
     x->pid = 0;
     char why[128] = "";
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+    /* exit 1: the run trained and its trace is complete, with a carry
+     * fault (a state changed between steps): a finding, kept and said */
+    if (WIFEXITED(st) && WEXITSTATUS(st) <= 1) {
         if (rename(part, dtr) == 0) {
             x->state = SWEEP_OK;
             r->done++;
+            if (WEXITSTATUS(st) == 1) {
+                if (r->progress)
+                    fputs("\r\033[K", stderr);
+                fprintf(stderr, "divtrace sweep: %s: a carry fault (record exited 1; the trace is kept): "
+                        "see %s/%s.log\n", x->rel, r->o->dir, x->rel);
+            }
             return;
         }
         snprintf(why, sizeof why, "record exited 0 but wrote no trace (%s)", strerror(errno));

@@ -160,6 +160,28 @@ chmod +x "$T/fake"
 SLURM_ARRAY_TASK_ID=3 DIVTRACE="$T/fake" bash "$T/sl/sweep.slurm" 2>/dev/null
 has "$T/args" "^record --layers 784,8,784 --steps 20 --seed 2 --threads 2 -o $T/sl/runs/2/t02\.dtr\.part$" "array task 3 records trial 2 of condition 2"
 
+# ---- a trial with a carry fault (record exits 1, its trace complete) is kept ----
+cat >"$T/c.sweep" <<'EOF'
+name carry
+trials 1
+common --layers 784,8,784 --steps 6
+factor fault none : --seed 1
+factor fault rt : --inject *.W:roundtrip:bf16
+EOF
+expect 0 "a sweep with a carry fault in one condition" -- "$DT" sweep "$T/c.sweep" -o "$T/c"
+has "$T/err" "runs/rt/t01: a carry fault \(record exited 1; the trace is kept\)" "the carry fault is said"
+[ -f "$T/c/runs/rt/t01.dtr" ] && ok "its trace is kept" || bad "the carry fault's trace was dropped"
+expect 1 "explain names it" -- "$DT" explain "$T/c/runs/none/t01.dtr" "$T/c/runs/rt/t01.dtr"
+has "$T/out" "^bug in B: enc1\.W changed between steps 0 and 1" "the kept trace explains"
+if command -v make >/dev/null 2>&1; then
+    expect 0 "--emit make of it" -- "$DT" sweep "$T/c.sweep" -o "$T/cm" --emit make
+    expect 0 "make keeps the carry fault's trace" -- make -C "$T/cm"
+    [ -f "$T/cm/runs/rt/t01.dtr" ] && ok "make: the trace is there" || bad "make: no trace"
+fi
+expect 0 "--emit slurm of it" -- "$DT" sweep "$T/c.sweep" -o "$T/cs" --emit slurm
+expect 0 "the array task of the carry fault" -- env SLURM_ARRAY_TASK_ID=1 DIVTRACE="$DT" WORKDIR="$T" bash "$T/cs/sweep.slurm"
+[ -f "$T/cs/runs/rt/t01.dtr" ] && ok "slurm: the trace is kept" || bad "slurm: no trace"
+
 # ---- refusals: exit 2, one line, nothing lost ----
 printf 'common --steps 5\nfactor a x : --threads 1\nbogus line\n' >"$T/bad.sweep"
 expect 2 "unknown directive" -- "$DT" sweep "$T/bad.sweep" -o "$T/r"
