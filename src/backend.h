@@ -53,7 +53,8 @@ struct backend_ops {
     /* Create a context; 0, or -1 with dt_error set (e.g. no GPU). */
     int (*init)(void **ctx, const struct backend_options *opt);
     void (*free)(void *ctx);
-    /* Storage for `count` elements, zero-filled. */
+    /* Storage for `count` elements, zero-filled; NULL when the memory is
+     * exhausted (the caller reports it). */
     backend_buf *(*alloc)(void *ctx, size_t count);
     void (*release)(void *ctx, backend_buf *buf);
     /* float32 in and out (upload is exact; download rounds to nearest even) */

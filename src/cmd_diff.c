@@ -36,6 +36,17 @@ static void diff_usage(FILE *f)
           f);
 }
 
+/* A trace that holds no step (a run killed before its first step ended)
+ * has nothing to compare: trouble, not a match. 0, or -1 with dt_error set. */
+static int diff_has_steps(const struct trace_file *t)
+{
+    if (t->nsteps > 0)
+        return DT_OK;
+    dt_error_set("%s holds no step (%s): there is nothing to compare", t->path,
+                 t->complete ? "the run recorded none" : t->note);
+    return DT_ERR;
+}
+
 static const char *diff_status(const struct trace_file *t, char *buf, size_t n)
 {
     if (t->complete)
@@ -579,10 +590,10 @@ static int diff_with_reference(const char *refpath, char **paths, int n, int jso
     }
     struct trace_file *ref = NULL, *runs[2] = {NULL, NULL};
     int rc = CLI_EXIT_TROUBLE;
-    if (trace_open(&ref, refpath) < 0)
+    if (trace_open(&ref, refpath) < 0 || diff_has_steps(ref) < 0)
         goto fail;
     for (int k = 0; k < n; k++)
-        if (trace_open(&runs[k], paths[k]) < 0)
+        if (trace_open(&runs[k], paths[k]) < 0 || diff_has_steps(runs[k]) < 0)
             goto fail;
     struct diff_refresult r;
     if (diff_reference(ref, runs, n, &r) < 0) {
@@ -640,10 +651,11 @@ int cmd_diff(int argc, char **argv)
         return cli_usage_error("diff");
     }
     struct trace_file *a = NULL, *b = NULL;
-    if (trace_open(&a, argv[optind]) < 0 || trace_open(&b, argv[optind + 1]) < 0) {
+    if (trace_open(&a, argv[optind]) < 0 || trace_open(&b, argv[optind + 1]) < 0 ||
+        diff_has_steps(a) < 0 || diff_has_steps(b) < 0) {
         cli_error("diff", "%s", dt_error());
-        if (a)
-            trace_close(a);
+        trace_close(a);
+        trace_close(b);
         return CLI_EXIT_TROUBLE;
     }
     struct diff_result r;

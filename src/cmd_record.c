@@ -1,4 +1,5 @@
 /* cmd_record.c: `divtrace record`: option parsing for train_run. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -364,6 +365,11 @@ int cmd_record(int argc, char **argv)
         if (res.self_checked && res.self_agree == res.steps)
             printf("self-check: the run at twice the precision gave the same float32 results in "
                    "all %" PRIu64 " steps\n", res.steps);
+    }
+    if (!tc.quiet && (fflush(stdout) != 0 || ferror(stdout))) {
+        cli_error("record", "writing the summary to standard output: %s (the trace %s is complete)",
+                  strerror(errno), tc.out);
+        return CLI_EXIT_TROUBLE;
     }
     if (res.nonfinite)
         return CLI_EXIT_TROUBLE;

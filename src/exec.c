@@ -5,6 +5,32 @@
 
 #include "util.h"
 
+/* Node i's storage could not be had: say how much the step needs, release
+ * what was allocated, and fail (exec_free then has nothing to do). */
+static int exec_oom(struct exec *e, int i, const char *what)
+{
+    double total = 0;
+    for (int k = 0; k < e->g->n; k++)
+        total += (double)e->g->nodes[k].count * sizeof(float);
+    dt_error_set("out of memory: the %s backend could not allocate %s%s (%zu floats, %.3g GB); the "
+                 "step's tensors take %.3g GB%s", e->be->name, what, e->g->nodes[i].name,
+                 e->g->nodes[i].count, (double)e->g->nodes[i].count * sizeof(float) / 1e9, total / 1e9,
+                 e->alt ? ", twice over for overlapped tracing" : "");
+    for (int k = 0; k < e->g->n; k++) {
+        if (e->buf[k])
+            e->be->release(e->ctx, e->buf[k]);
+        if (e->alt && e->alt[k])
+            e->be->release(e->ctx, e->alt[k]);
+    }
+    free(e->buf);
+    free(e->alt);
+    free(e->override);
+    e->buf = NULL;
+    e->alt = NULL;
+    e->override = NULL;
+    return DT_ERR;
+}
+
 int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, void *ctx)
 {
     for (int i = 0; i < g->n; i++) {
@@ -29,7 +55,8 @@ int exec_init(struct exec *e, struct graph *g, const struct backend_ops *be, voi
     e->alt = NULL;
     e->buf = dt_calloc((size_t)g->n, sizeof *e->buf);
     for (int i = 0; i < g->n; i++)
-        e->buf[i] = be->alloc(ctx, g->nodes[i].count);
+        if (!(e->buf[i] = be->alloc(ctx, g->nodes[i].count)))
+            return exec_oom(e, i, "");
     if (be->prepare && be->prepare(ctx, g) < 0)
         return DT_ERR;
     return DT_OK;
@@ -149,10 +176,10 @@ void exec_advance(struct exec *e)
     e->advances++;
 }
 
-void exec_double(struct exec *e)
+int exec_double(struct exec *e)
 {
     if (e->alt)
-        return;
+        return DT_OK;
     int n = e->g->n;
     char *paired = dt_calloc((size_t)n, 1);
     for (int i = 0; i < n; i++)
@@ -162,8 +189,12 @@ void exec_double(struct exec *e)
     for (int i = 0; i < n; i++) {
         enum op_type t = e->g->nodes[i].type;
         /* leaves that no update replaces keep one buffer: no step writes them */
-        if (!paired[i] && t != OP_PARAM && t != OP_STATE)
-            e->alt[i] = e->be->alloc(e->ctx, e->g->nodes[i].count);
+        if (!paired[i] && t != OP_PARAM && t != OP_STATE &&
+            !(e->alt[i] = e->be->alloc(e->ctx, e->g->nodes[i].count))) {
+            free(paired);
+            return exec_oom(e, i, "a second copy of ");
+        }
     }
     free(paired);
+    return DT_OK;
 }

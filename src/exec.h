@@ -58,6 +58,6 @@ void exec_advance(struct exec *e);
  * next step runs, so that they can be read (traced) meanwhile. The leaves'
  * buffers already alternate with their updates. Call before the first
  * step; it doubles the memory of the op outputs. */
-void exec_double(struct exec *e);
+int exec_double(struct exec *e); /* 0, or -1 with dt_error set (out of memory) */
 
 #endif

@@ -39,7 +39,8 @@ static int run_check(const struct train_config *tc)
 }
 
 /* n floats of host memory the backend copies from and to fastest (its
- * host_alloc), else malloc's; bit `which` of r->pinned says which. */
+ * host_alloc), else malloc's; bit `which` of r->pinned says which; NULL
+ * when the memory is exhausted. */
 static float *run_host_buf(struct run *r, int which, size_t n)
 {
     float *p = r->be->host_alloc && r->be->host_free ? r->be->host_alloc(r->ctx, n * sizeof(float)) : NULL;
@@ -47,7 +48,7 @@ static float *run_host_buf(struct run *r, int which, size_t n)
         r->pinned |= 1 << which;
         return p;
     }
-    return dt_malloc(n * sizeof(float));
+    return malloc(n ? n * sizeof(float) : 1); /* NULL: exhausted, reported by run_open */
 }
 
 int run_open(struct run *r, const struct train_config *tc, long precision, int traced)
@@ -110,7 +111,10 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         if (nd->next >= 0)
             r->leaves[r->nleaves++] = i;
     }
-    r->host = dt_malloc(maxcount * sizeof(float));
+    if (!(r->host = malloc(maxcount * sizeof(float)))) {
+        dt_error_set("out of memory: %zu floats of host staging for the largest tensor", maxcount);
+        return DT_ERR;
+    }
     uint64_t iseed = tc->init_seed_set ? tc->init_seed : tc->seed;
     for (int i = 0; i < r->g.n; i++) {
         const struct node *nd = &r->g.nodes[i];
@@ -129,13 +133,25 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         }
     DT_ASSERT(r->ninputs >= 1, "model without data inputs");
     r->nbatch = nbatch;
-    if (r->data.video && nbatch > maxcount) /* run_prefetch makes a video batch in r->host */
-        r->host = dt_realloc(r->host, nbatch * sizeof(float));
+    if (r->data.video && nbatch > maxcount) { /* run_prefetch makes a video batch in r->host */
+        float *h = realloc(r->host, nbatch * sizeof(float));
+        if (!h) {
+            dt_error_set("out of memory: %zu floats of host staging for a step's batch", nbatch);
+            return DT_ERR;
+        }
+        r->host = h;
+    }
     for (int k = 0; k < 2; k++) {
-        r->bbuf[k] = run_host_buf(r, k, nbatch);
+        if (!(r->bbuf[k] = run_host_buf(r, k, nbatch))) {
+            dt_error_set("out of memory: %zu floats of host memory for a step's batch", nbatch);
+            return DT_ERR;
+        }
         r->bstep[k] = UINT64_MAX;
     }
-    r->loss_host = run_host_buf(r, 2, 1);
+    if (!(r->loss_host = run_host_buf(r, 2, 1))) {
+        dt_error_set("out of memory");
+        return DT_ERR;
+    }
 
     /* Trace on a second thread when this process may run on a second core. */
     cpu_set_t cpus;

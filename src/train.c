@@ -270,8 +270,8 @@ static int train_setup(struct train_state *s)
      * made a NaN would already have run). Before run_describe: the header
      * says so. */
     s->pipe = !tc->notrace && !s->twin && !tc->stop_on_nonfinite && tracer_defer(s->r.tr);
-    if (s->pipe)
-        exec_double(&s->r.e);
+    if (s->pipe && exec_double(&s->r.e) < 0)
+        return DT_ERR;
 #ifdef DT_PROFILE_STEP
     else if (getenv("DT_PROFILE_DOUBLE")) /* two arrangements, untraced: what they cost alone */
         exec_double(&s->r.e);

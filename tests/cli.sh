@@ -109,13 +109,56 @@ has "$T/out" "^# event: stopped after step" "--stop-on-nonfinite: stop recorded"
 # --- a recording killed with SIGKILL is readable to its last complete step
 "$DT" record -q --steps 100000 --checkpoint-every 100 -o "$T/killed.dtr" &
 pid=$!
-sleep 2
+# killed once it holds more steps than a.dtr (12), however long that takes
+i=0
+while [ $i -lt 3000 ]; do
+    n=$("$DT" show --summary "$T/killed.dtr" 2>/dev/null | sed -n 's/^# steps \([0-9]*\),.*/\1/p')
+    [ "${n:-0}" -gt 12 ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
 kill -9 $pid
 wait $pid 2>/dev/null
 expect 0 "killed trace: show works" -- "$DT" show --summary "$T/killed.dtr"
 has "$T/out" "^# cut short" "killed trace: reported as cut short"
 expect 0 "killed trace vs a fresh run: identical over the common steps" -- "$DT" diff "$T/killed.dtr" "$T/a.dtr"
 has "$T/out" "compared over the 12 common steps" "killed trace: compared over common steps"
+
+# a trace killed before its first step holds nothing to compare: trouble
+cut=$(grep -obUa -E 'CKPT|STEP' "$T/a.dtr" | head -n 1 | cut -d: -f1)
+head -c "$cut" "$T/a.dtr" >"$T/nostep.dtr"
+expect 2 "diff against a trace with no step" -- "$DT" diff "$T/a.dtr" "$T/nostep.dtr"
+one_line "diff against a trace with no step"
+has "$T/err" "nostep\.dtr holds no step" "diff: the empty trace is named"
+# a summary that cannot be written is an error, and the trace is still complete
+if [ -w /dev/full ]; then
+    "$DT" record --steps 3 --layers 784,8,784 -o "$T/full.dtr" >/dev/full 2>"$T/err"
+    rc=$?
+    [ $rc -eq 2 ] && ok "record with standard output full: exit 2" || bad "record with standard output full: exit $rc"
+    one_line "record with standard output full"
+    has "$T/err" "writing the summary to standard output: No space left on device" "the write error is named"
+    expect 0 "its trace is complete nonetheless" -- "$DT" show --summary "$T/full.dtr"
+    has "$T/out" "^# complete$" "the trace says complete"
+fi
+
+# sizes the options accept but memory does not hold: one line, exit 2, no
+# trace (under an address-space limit; not for a sanitizer build, whose
+# runtime reserves more address space than any limit leaves)
+if ! ldd "$DT" 2>/dev/null | grep -q libasan; then
+    for big in "--layers 784,1048576,784" "--batch 1048576"; do
+        ( ulimit -v 3000000 2>/dev/null || exit 77
+          exec "$DT" record --steps 1 $big -o "$T/oom.dtr" ) >"$T/out" 2>"$T/err"
+        rc=$?
+        if [ $rc -eq 77 ]; then
+            echo "# skip: no address-space limit here"
+            continue
+        fi
+        [ $rc -eq 2 ] && ok "record $big beyond memory: exit 2" || bad "record $big beyond memory: exit $rc"
+        one_line "record $big beyond memory"
+        has "$T/err" "^divtrace record: out of memory: the cpu backend could not allocate " "record $big: says what it could not allocate"
+        [ ! -e "$T/oom.dtr" ] && ok "record $big: no trace left" || bad "record $big: a trace was left"
+    done
+fi
 
 # --- corrupt and foreign files
 head -c 100 "$T/a.dtr" >"$T/short.dtr"

@@ -69,7 +69,7 @@ expect 0 "the same build: identical" -- "$DT" diff "$T/x.dtr" "$T/y.dtr"
 has "$T/out" "^configurations: identical$" "the same build: configurations identical"
 
 # a build key that differs is listed under "configurations differ:": two
-# empty traces through libdivtrace (ctypes), one whose caller sets
+# one-step traces through libdivtrace (ctypes), one whose caller sets
 # build_modified (a caller's keys win)
 LIB=${DIVTRACE_LIB:-$(dirname "$DT")/.libs/libdivtrace.so}
 cat >"$T/open.py" <<'PY'
@@ -80,15 +80,22 @@ cfg = [b"model", b"empty"] + [a.encode() for a in sys.argv[3:]]
 arr = (ctypes.c_char_p * (len(cfg) + 1))(*cfg, None)
 if lib.divtrace_open(ctypes.byref(t), sys.argv[2].encode(), arr, b"op") != 0:
     sys.exit("divtrace_open failed")
+x = (ctypes.c_float * 1)(0.5)
+shape = (ctypes.c_int64 * 1)(1)
+lib.divtrace_step_end.argtypes = [ctypes.c_void_p, ctypes.c_double]
+if (lib.divtrace_step_begin(t, ctypes.c_uint64(0)) != 0 or
+        lib.divtrace_record(t, b"x", b"data", 0, x, 0, None, 1, shape, None, 0) != 0 or
+        lib.divtrace_step_end(t, 0.25) != 0):
+    sys.exit("recording a step failed")
 sys.exit(1 if lib.divtrace_close(t, 0, None) != 0 else 0)
 PY
 # (not with a library built with AddressSanitizer, whose runtime cannot be
 # loaded into an uninstrumented python3)
 if command -v python3 >/dev/null && [ -r "$LIB" ] && ! ldd "$LIB" 2>/dev/null | grep -q libasan; then
-    expect 0 "libdivtrace: an empty trace" -- python3 "$T/open.py" "$LIB" "$T/e1.dtr"
+    expect 0 "libdivtrace: a one-step trace" -- python3 "$T/open.py" "$LIB" "$T/e1.dtr"
     expect 0 "libdivtrace: one that says build_modified = patched" -- \
         python3 "$T/open.py" "$LIB" "$T/e2.dtr" build_modified patched
-    expect 0 "diff of the two (no steps: identical)" -- "$DT" diff "$T/e1.dtr" "$T/e2.dtr"
+    expect 0 "diff of the two (one identical step)" -- "$DT" diff "$T/e1.dtr" "$T/e2.dtr"
     has "$T/out" "^configurations differ:$" "diff: configurations differ"
     has "$T/out" "^  build_modified +(yes|no|unknown) \| patched$" "diff: build_modified A | B"
 else

@@ -506,7 +506,12 @@ static backend_buf *gpu_alloc(void *ctx, size_t count)
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     void *p = NULL;
     size_t bytes = (count ? count : 1) * sizeof(float);
-    GPU_CHECK(cudaMalloc(&p, bytes));
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* not sticky: clear it; the executor reports it */
+        return NULL;
+    }
+    GPU_CHECK(e);
     GPU_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream));
     return p;
 }
