@@ -129,6 +129,11 @@ check ae_cuda_inject_replay 1 -- "$DT" replay "$T/cf.dtr" --step 10 --against mp
 grep_in ae_cuda_inject_replay "^ +[0-9]+  dec1\.matmul +matmul .* SEMANTIC$" "the planted op is SEMANTIC"
 grep_in ae_cuda_inject_replay "summary: .* 1 SEMANTIC$" "and no other"
 
+# memory the device does not have: one line and exit 2, no trace
+check ae_cuda_oom 2 -- $R --backend cuda --steps 1 --layers 784,1048576,65536,784 -o "$T/oom.dtr"
+grep_in ae_cuda_oom "^divtrace record: out of memory: the cuda backend could not allocate " "says what it could not allocate"
+check ae_cuda_oom_no_trace 0 -- sh -c "[ ! -e '$T/oom.dtr' ]"
+
 # --- explain: GPU traces against cpu ones and against each other; state
 # faults on the GPU, with the step's records made while the next step runs
 # (--checkpoint-every 1000) and step by step
