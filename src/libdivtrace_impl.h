@@ -65,6 +65,10 @@ struct divtrace {
     uint32_t carry_events;
 };
 
+/* The carry faults of a step just written (libdivtrace_carry.c): one event
+ * for the step, naming its first changed leaf; DIVTRACE_OK or a status. */
+int lib_carry(divtrace *t, const char *fn, uint64_t step, const struct trace_oprec *rec, uint32_t nrec);
+
 /* Set the handle's message (or the thread's, t NULL) and return status;
  * an error inside a step fails the step. */
 __attribute__((format(printf, 3, 4))) int lib_fail(divtrace *t, int status, const char *fmt, ...);
