@@ -6,7 +6,7 @@
 #include "util.h"
 
 /* Node i's storage could not be had: say how much the step needs, release
- * what was allocated, and fail (exec_free then has nothing to do). */
+ * what was allocated, and fail. */
 static int exec_oom(struct exec *e, int i, const char *what)
 {
     double total = 0;
@@ -16,18 +16,7 @@ static int exec_oom(struct exec *e, int i, const char *what)
                  "step's tensors take %.3g GB%s", e->be->name, what, e->g->nodes[i].name,
                  e->g->nodes[i].count, (double)e->g->nodes[i].count * sizeof(float) / 1e9, total / 1e9,
                  e->alt ? ", twice over for overlapped tracing" : "");
-    for (int k = 0; k < e->g->n; k++) {
-        if (e->buf[k])
-            e->be->release(e->ctx, e->buf[k]);
-        if (e->alt && e->alt[k])
-            e->be->release(e->ctx, e->alt[k]);
-    }
-    free(e->buf);
-    free(e->alt);
-    free(e->override);
-    e->buf = NULL;
-    e->alt = NULL;
-    e->override = NULL;
+    exec_free(e);
     return DT_ERR;
 }
 
@@ -67,7 +56,8 @@ void exec_free(struct exec *e)
     if (!e->buf)
         return;
     for (int i = 0; i < e->g->n; i++) {
-        e->be->release(e->ctx, e->buf[i]);
+        if (e->buf[i]) /* NULL past an allocation that failed */
+            e->be->release(e->ctx, e->buf[i]);
         if (e->alt && e->alt[i])
             e->be->release(e->ctx, e->alt[i]);
     }
