@@ -30,6 +30,7 @@
 /* divtrace_open's failures (and divtrace_close's, whose handle is gone). */
 static _Thread_local char lib_err[LIB_MSG];
 
+__attribute__((format(printf, 2, 0)))
 static void lib_vset(char *buf, const char *fmt, va_list ap)
 {
     vsnprintf(buf, LIB_MSG, fmt, ap);
