@@ -1,0 +1,1 @@
+## tests/cut/cut.mk: (fragment of Makefile.am)

@@ -1,0 +1,1 @@
+## tests/fuzz/fuzz.mk: (fragment of Makefile.am)

@@ -1,0 +1,1 @@
+## tests/lib/faults.mk: (fragment of Makefile.am)
