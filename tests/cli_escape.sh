@@ -1,6 +1,7 @@
 #!/bin/sh
 # cli_escape.sh: end-to-end tests of `divtrace escape` on a recorded
-# autoencoder run (its plateau near loss 0.087 and the escape from it), the
+# autoencoder run (the adam-shoulder preset: its plateau near loss 0.086 and
+# the escape from it, in 600 steps, a fifth of the default run's), the
 # JSON output, --plot (PNGs by gnuplot), a trace cut short, and bad options
 # and files (exit 2, one line). Needs Debian's dataset-fashion-mnist
 # (./bootstrap installs it).
@@ -8,15 +9,16 @@ set -u
 NAME=cli_escape.sh
 . "$(dirname "$0")/cli_lib.sh"
 
-expect 0 "record the default autoencoder run, 3000 steps" -- "$DT" record -q --steps 3000 -o "$T/run.dtr"
+R="$DT record -q --preset adam-shoulder --steps 600 --checkpoint-every 100"
+expect 0 "record the adam-shoulder run, 600 steps" -- $R -o "$T/run.dtr"
 expect 0 "escape" -- "$DT" escape "$T/run.dtr"
 cp "$T/out" "$T/text"
-has "$T/text" "^  plateau 1: steps [0-9]+-[0-9]+, level 0\.08[5-9][0-9]*, grad norm [0-9.e-]+, " "a plateau near loss 0.087"
-# an escape between steps 1500 and 3000
-if grep -Eq "^  plateau [0-9]+: .*level 0\.08[5-9][0-9]*, .*escape at step (1[5-9][0-9][0-9]|2[0-9][0-9][0-9]|3000) " "$T/text"; then
-    ok "it escapes between steps 1500 and 3000"
+has "$T/text" "^  plateau 1: steps [0-9]+-[0-9]+, level 0\.08[5-9][0-9]*, grad norm [0-9.e-]+, " "a plateau near loss 0.086"
+# an escape between steps 400 and 600
+if grep -Eq "^  plateau [0-9]+: .*level 0\.08[5-9][0-9]*, .*escape at step ([45][0-9][0-9]|600) " "$T/text"; then
+    ok "it escapes between steps 400 and 600"
 else
-    bad "no escape from the 0.087 plateau between steps 1500 and 3000"; cat "$T/text"
+    bad "no escape from the 0.086 plateau between steps 400 and 600"; cat "$T/text"
 fi
 has "$T/text" "^  escapes: [0-9]+" "escape steps listed"
 has "$T/text" "^  phases: [2-9] \((bi|tri|tetra|penta|multi)phasic\)$" "at least biphasic"
@@ -26,14 +28,14 @@ for k in runs path steps complete params window min_len flat drop plateaus start
     has "$T/out" "\"$k\": " "--json: key $k"
 done
 if command -v python3 >/dev/null 2>&1; then
-    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d["runs"][0]; assert r["phases"] >= 2 and any(1500 <= e <= 3000 for e in r["escapes"])' "$T/out"; then
+    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d["runs"][0]; assert r["phases"] >= 2 and any(400 <= e <= 600 for e in r["escapes"])' "$T/out"; then
         ok "--json parses, escapes agree"
     else
         bad "--json does not parse or disagrees"
     fi
 fi
 # diff of two runs that sit on the plateau: their escapes beside the divergence
-expect 0 "record the same run on two threads" -- "$DT" record -q --steps 3000 --threads 2 -o "$T/run2.dtr"
+expect 0 "record the same run on two threads" -- $R --threads 2 -o "$T/run2.dtr"
 expect 1 "diff of two runs with plateaus" -- "$DT" diff "$T/run.dtr" "$T/run2.dtr"
 has "$T/out" "^saddle plateaus and escapes" "diff: the plateaus and escapes of both runs"
 has "$T/out" "^  A: plateau at loss 0\.08[5-9][0-9]* from step [0-9]+ to [0-9]+, escape at step [0-9]+$" "diff: A's plateau and escape"
@@ -98,8 +100,8 @@ expect 2 "not a trace" -- "$DT" escape "$T/junk.dtr"
 one_line "not a trace"
 expect 2 "no file" -- "$DT" escape
 expect 0 "--help" -- "$DT" escape --help
-expect 0 "--curvature at a checkpoint on the plateau" -- "$DT" escape --curvature 2000 "$T/run.dtr"
-has "$T/out" "^  Hessian at step 2000: lowest eigenvalue [-0-9.e]+, highest [-0-9.e]+: a (saddle|minimum)" "--curvature: the Hessian line"
+expect 0 "--curvature at a checkpoint on the plateau" -- "$DT" escape --curvature 300 "$T/run.dtr"
+has "$T/out" "^  Hessian at step 300: lowest eigenvalue [-0-9.e]+, highest [-0-9.e]+: a (saddle|minimum)" "--curvature: the Hessian line"
 expect 2 "--curvature at a step without a checkpoint" -- "$DT" escape --curvature 7 "$T/run.dtr"
 one_line "--curvature without a checkpoint"
 
