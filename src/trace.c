@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,7 +226,11 @@ struct trace_writer {
     char *path;
     enum trace_level level;
     uint64_t off;               /* bytes in the file: where the next block goes */
-    int failed;                 /* a write failed: the file ends before `off` */
+    int failed;                 /* errno of a failed write, 0 if none; the file
+                                 * was cut back to `off` and takes no more */
+    /* Test-only (divtrace-trace(5), ENVIRONMENT): a kill, or a full disk,
+     * once the file holds this many bytes; UINT64_MAX when off. */
+    uint64_t test_cut_at, test_enospc_at;
     int have_ops, have_step;
     uint32_t nops;
     uint8_t *op_kind;           /* per op, to check records against the level */
@@ -280,8 +285,10 @@ static int trace_writer_wait(struct trace_writer *w)
     int rc = w->job_rc;
     w->job_rc = 0;
     pthread_mutex_unlock(&w->mu);
-    if (rc < 0)
+    if (rc < 0) {
         dt_error_set("%s", w->job_err);
+        errno = w->failed;
+    }
     return rc;
 }
 
@@ -311,22 +318,61 @@ static void trace_writer_free(struct trace_writer *w)
     free(w);
 }
 
+/* Test-only: DIVTRACE_TEST_CUT_AT and DIVTRACE_TEST_ENOSPC_AT, a byte count
+ * of the file, or UINT64_MAX when unset or not a number. */
+static uint64_t trace_test_env(const char *name)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || *v < '0' || *v > '9')
+        return UINT64_MAX;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    return errno || *end ? UINT64_MAX : (uint64_t)n;
+}
+
+/* write(2) of n bytes at file offset `at`, through the test-only hooks: past
+ * test_enospc_at the disk is full (a short write, then ENOSPC, as the kernel
+ * does); at test_cut_at the process dies as by SIGKILL, the bytes before it
+ * in the file and nothing cleaned up. */
+static ssize_t trace_writer_write(struct trace_writer *w, uint64_t at, const uint8_t *p, size_t n)
+{
+    if (at + n > w->test_enospc_at) {
+        if (at >= w->test_enospc_at) {
+            errno = ENOSPC;
+            return -1;
+        }
+        n = (size_t)(w->test_enospc_at - at);
+    }
+    if (at + n >= w->test_cut_at) {
+        size_t k = at < w->test_cut_at ? (size_t)(w->test_cut_at - at) : 0;
+        for (ssize_t r; k > 0 && (r = write(w->fd, p, k)) > 0; p += r, k -= (size_t)r)
+            ;
+        raise(SIGKILL);
+        _exit(128 + SIGKILL); /* not reached */
+    }
+    return write(w->fd, p, n);
+}
+
 /* Write the assembled buffer. Regular files take it in one write(2); the loop
  * is for the rare short write before a disk-full error. On failure the file
- * is cut back to its last complete block, so it stays a readable prefix. */
+ * is cut back to its last complete block, so it stays a readable prefix, and
+ * w->failed and errno say why. */
 static int trace_writer_flush(struct trace_writer *w)
 {
     size_t done = 0;
     while (done < w->buf.n) {
-        ssize_t k = write(w->fd, w->buf.p + done, w->buf.n - done);
+        ssize_t k = trace_writer_write(w, w->off + done, w->buf.p + done, w->buf.n - done);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
             int err = k < 0 ? errno : ENOSPC;
             dt_error_set("%s: write failed: %s", w->path, strerror(err));
-            w->failed = 1;
+            w->failed = err;
+            w->buf.n = 0;
             if (ftruncate(w->fd, (off_t)w->off) == 0)
                 (void)lseek(w->fd, (off_t)w->off, SEEK_SET);
+            errno = err;
             return -1;
         }
         done += (size_t)k;
@@ -346,7 +392,9 @@ static int trace_writer_usable(struct trace_writer *w)
     if (trace_writer_wait(w) < 0)
         return -1;
     if (w->failed) {
-        dt_error_set("%s: cannot append after an earlier write failure", w->path);
+        dt_error_set("%s: cannot append after an earlier write failure (%s)", w->path,
+                     strerror(w->failed));
+        errno = w->failed;
         return -1;
     }
     return 0;
@@ -368,6 +416,8 @@ int trace_writer_open(struct trace_writer **wp, const char *path,
     w->fd = fd;
     w->path = dt_strdup(path);
     w->level = level;
+    w->test_cut_at = trace_test_env("DIVTRACE_TEST_CUT_AT");
+    w->test_enospc_at = trace_test_env("DIVTRACE_TEST_ENOSPC_AT");
 
     /* Header and CONF in one write: a file with a header has its configuration. */
     struct trace_buf *b = &w->buf;
@@ -385,8 +435,10 @@ int trace_writer_open(struct trace_writer **wp, const char *path,
     }
     trace_block_end(b, at);
     if (trace_writer_flush(w) < 0) {
+        int err = w->failed;
         close(fd);
         trace_writer_free(w);
+        errno = err;
         return -1;
     }
     *wp = w;
@@ -607,11 +659,14 @@ int trace_writer_close(struct trace_writer *w, int status)
         memcpy(trace_buf_grow(b, 8), TRACE_END_MAGIC, 8);
         rc = trace_writer_flush(w);
     }
+    int err = errno;
     if (close(w->fd) != 0 && rc == 0) {
-        dt_error_set("%s: close failed: %s", w->path, strerror(errno));
+        err = errno;
+        dt_error_set("%s: close failed: %s", w->path, strerror(err));
         rc = -1;
     }
     trace_writer_free(w);
+    errno = err;
     return rc;
 }
 

@@ -115,8 +115,20 @@ struct trace_event {
 /* ---- writer ---- */
 struct trace_writer;
 
+/* Errors: every call below that returns int gives 0, or -1 with dt_error set
+ * to one line naming the file ("run.dtr: write failed: No space left on
+ * device") and errno to the cause. A failed write cuts the file back to the
+ * end of its last complete block (no partial block, no footer: a reader sees
+ * an incomplete trace, valid up to its last complete step) and leaves w
+ * failed: every later call returns -1 without writing. A failed w is still
+ * ended by exactly one trace_writer_close (no footer; it returns -1) or
+ * trace_writer_abandon, which close the file once and free w.
+ * Test-only: DIVTRACE_TEST_CUT_AT and DIVTRACE_TEST_ENOSPC_AT, read at open,
+ * kill the process or fill the disk after that many bytes of the file
+ * (divtrace-trace(5), ENVIRONMENT). */
+
 /* Create (truncate) path and write the header and configuration.
- * Returns 0, or -1 with dt_error set. */
+ * Returns 0, or -1 with dt_error set (a failed write leaves the file empty). */
 int trace_writer_open(struct trace_writer **w, const char *path,
                       const struct trace_config *cfg, enum trace_level level);
 /* The op list; exactly once, before the first step. */
