@@ -24,9 +24,17 @@
  * status, or never closed, stays readable up to its last complete step and
  * is marked incomplete.
  *
- * Threads: a handle may be used from several threads, one call at a time
- * (calls on one handle are serialized by a lock inside it); different
- * handles are independent. */
+ * Faults: a write that fails (disk full, a file size limit), the trace file
+ * deleted, an allocation or a CUDA call that fails (DIVTRACE_EIO, _ENOMEM,
+ * _ECUDA) stop the handle's recording: one line on stderr, the file closed
+ * as a readable prefix (never complete), and every later call but
+ * divtrace_close returns that status at once, changing nothing; the
+ * program goes on. divtrace_status() tells (divtrace_record(3), FAULTS).
+ *
+ * Threads: every call may be made from any thread; calls on one handle
+ * are serialized by a lock inside it (the caller orders a step's calls);
+ * different handles are independent; divtrace_close must be the last call
+ * on a handle in every thread (divtrace_record(3), THREADS). */
 #ifndef DIVTRACE_H
 #define DIVTRACE_H
 
@@ -80,10 +88,19 @@ typedef struct divtrace divtrace;
 int divtrace_api_version(void);
 /* The text of a status code. */
 const char *divtrace_strerror(int status);
-/* The last error on t, one line ("" if none); with t NULL, the last error
+/* The last error on t, one line ("" if none), copied into a buffer of the
+ * calling thread (four in turn: valid until this thread's fourth next
+ * divtrace_errmsg); after a fault, the fault's. With t NULL, the last error
  * of divtrace_open in this thread (also of divtrace_close, whose handle is
  * gone, and of a call given a NULL handle). */
 const char *divtrace_errmsg(const divtrace *t);
+/* DIVTRACE_OK while t records; after a fault stopped it, the fault's
+ * status (what every later call returns). DIVTRACE_EINVAL for NULL. */
+int divtrace_status(const divtrace *t);
+/* Whether a fault is reported in one line on stderr (on by default);
+ * process-wide, returns the setting before. A binding that reports
+ * faults its own way (the Python adapter warns) turns it off. */
+int divtrace_report_faults(int on);
 
 /* ---- opening and closing (divtrace_open(3)) ---- */
 

@@ -16,9 +16,23 @@
 
 struct lib_gpu;
 
+/* Test-only fault injection (libdivtrace_fault.c; libdivtrace(3),
+ * ENVIRONMENT): a handle's allocations and CUDA calls in the recording
+ * path are counted, and the one numbered by DIVTRACE_TEST_FAIL_ALLOC or
+ * DIVTRACE_TEST_FAIL_CUDA (read at divtrace_open; 0: none) fails. */
+struct lib_fault {
+    uint64_t alloc_at, nalloc;
+    uint64_t cuda_at, ncuda;
+};
+/* Count one allocation (one CUDA call) of f's handle: 1 when it is the
+ * one that fails (then it is not made). f may be NULL (nothing counted). */
+int lib_fault_alloc(struct lib_fault *f);
+int lib_fault_cuda(struct lib_fault *f);
+
 #ifdef HAVE_CUDA
-/* Bind to the device that holds ptr (a device pointer). */
-int lib_gpu_new(struct lib_gpu **g, const void *ptr, char *msg, size_t n);
+/* Bind to the device that holds ptr (a device pointer); f (the handle's
+ * fault counters, kept) may be NULL. */
+int lib_gpu_new(struct lib_gpu **g, const void *ptr, struct lib_fault *f, char *msg, size_t n);
 void lib_gpu_free(struct lib_gpu *g);
 /* Queue the record of x (count floats on the bound device) on stream
  * (a cudaStream_t; NULL the default stream) into record slot `slot`. */
@@ -59,9 +73,13 @@ int lib_gpu_loss_later(struct lib_gpu *g, const float *x, void *stream, char *ms
 int lib_gpu_loss_value(struct lib_gpu *g, float *v, char *msg, size_t n);
 /* Drop what is queued (a step given up): waits for it to finish. */
 void lib_gpu_discard(struct lib_gpu *g);
+/* Wait for the whole device, after which a harvest or a loss read waits
+ * on no caller's stream (at the close: the caller may have destroyed its
+ * streams by then). g may be NULL. */
+int lib_gpu_settle(struct lib_gpu *g, char *msg, size_t n);
 /* Copy count floats from device memory to dst (synchronous, after the
- * device's queued work). g may be NULL. */
-int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count, char *msg,
+ * device's queued work); f as for lib_gpu_new. */
+int lib_gpu_download(struct lib_fault *f, float *dst, const float *x, size_t count, char *msg,
                      size_t n);
 #else
 #include <math.h>
@@ -73,9 +91,9 @@ static inline int lib_gpu_nocuda(char *msg, size_t n)
                      "(configure --with-cuda)");
     return DIVTRACE_ENOCUDA;
 }
-static inline int lib_gpu_new(struct lib_gpu **g, const void *ptr, char *msg, size_t n)
+static inline int lib_gpu_new(struct lib_gpu **g, const void *ptr, struct lib_fault *f, char *msg, size_t n)
 {
-    (void)ptr;
+    (void)ptr, (void)f;
     *g = NULL;
     return lib_gpu_nocuda(msg, n);
 }
@@ -115,6 +133,11 @@ static inline int lib_gpu_collect(struct lib_gpu *g, struct trace_oprec *out, ui
     return lib_gpu_nocuda(msg, n);
 }
 static inline void lib_gpu_discard(struct lib_gpu *g) { (void)g; }
+static inline int lib_gpu_settle(struct lib_gpu *g, char *msg, size_t n)
+{
+    (void)g, (void)msg, (void)n;
+    return DIVTRACE_OK;
+}
 static inline int lib_gpu_harvest(struct lib_gpu *g, struct trace_oprec *out, uint32_t nslots, const char *on_dev,
                                   char *msg, size_t n)
 {
@@ -131,10 +154,10 @@ static inline int lib_gpu_loss_value(struct lib_gpu *g, float *v, char *msg, siz
     (void)g, (void)v;
     return lib_gpu_nocuda(msg, n);
 }
-static inline int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count,
+static inline int lib_gpu_download(struct lib_fault *f, float *dst, const float *x, size_t count,
                                    char *msg, size_t n)
 {
-    (void)g, (void)dst, (void)x, (void)count;
+    (void)f, (void)dst, (void)x, (void)count;
     return lib_gpu_nocuda(msg, n);
 }
 #endif

@@ -27,53 +27,9 @@
 #include "util.h"
 
 
-/* divtrace_open's failures (and divtrace_close's, whose handle is gone). */
-static _Thread_local char lib_err[LIB_MSG];
-
-__attribute__((format(printf, 2, 0)))
-static void lib_vset(char *buf, const char *fmt, va_list ap)
-{
-    vsnprintf(buf, LIB_MSG, fmt, ap);
-    /* one line */
-    for (char *p = buf; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
-}
-
-int lib_fail(divtrace *t, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    lib_vset(t ? t->err : lib_err, fmt, ap);
-    va_end(ap);
-    if (t && t->in_step)
-        t->failed = 1;
-    return status;
-}
-
 int divtrace_api_version(void)
 {
     return DIVTRACE_API_VERSION;
-}
-
-const char *divtrace_strerror(int status)
-{
-    switch (status) {
-    case DIVTRACE_OK: return "success";
-    case DIVTRACE_EINVAL: return "invalid argument";
-    case DIVTRACE_EIO: return "trace file not written";
-    case DIVTRACE_ENOMEM: return "out of memory";
-    case DIVTRACE_ESTATE: return "call out of order";
-    case DIVTRACE_EOPS: return "tensors differ from the first step's";
-    case DIVTRACE_ENOCUDA: return "no CUDA support or device";
-    case DIVTRACE_ECUDA: return "CUDA error";
-    }
-    return "unknown status";
-}
-
-const char *divtrace_errmsg(const divtrace *t)
-{
-    return t ? t->err : lib_err;
 }
 
 /* ---- the name table ------------------------------------------------------ */
@@ -112,10 +68,10 @@ static int lib_grow_ops(divtrace *t)
         return lib_fail(t, DIVTRACE_EINVAL, "more than %u tensors in a step", t->nops);
     if (t->nops == t->cap) {
         uint32_t cap = t->cap ? 2 * t->cap : 64;
-        struct trace_opdef *ops = realloc(t->ops, cap * sizeof *ops);
+        struct trace_opdef *ops = lib_realloc(t, t->ops, cap * sizeof *ops);
         if (ops)
             t->ops = ops;
-        char ***unres = realloc(t->unres, cap * sizeof *unres);
+        char ***unres = lib_realloc(t, t->unres, cap * sizeof *unres);
         if (unres)
             t->unres = unres;
         if (!ops || !unres)
@@ -124,7 +80,7 @@ static int lib_grow_ops(divtrace *t)
     }
     if (2 * (t->nops + 1) >= t->nslot) {
         uint32_t nslot = t->nslot ? 2 * t->nslot : 256;
-        uint32_t *slot = calloc(nslot, sizeof *slot);
+        uint32_t *slot = lib_calloc(t, nslot, sizeof *slot);
         if (!slot)
             return lib_fail(t, DIVTRACE_ENOMEM, "out of memory for the name table");
         for (uint32_t i = 0; i < t->nops; i++)
@@ -182,13 +138,15 @@ static void lib_free(divtrace *t)
     free(t->pend_on_dev);
     trace_ckpt_free(&t->ck);
     trace_ckpt_free(&t->early);
+    lib_fault_free(t);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
 
 int divtrace_open(divtrace **tp, const char *path, const char *const *config, const char *level)
 {
-    lib_err[0] = 0;
+    lib_err_clear();
+    lib_warm();
     if (!tp)
         return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_open: NULL handle pointer");
     *tp = NULL;
@@ -220,13 +178,17 @@ int divtrace_open(divtrace **tp, const char *path, const char *const *config, co
     }
     pthread_mutex_init(&t->mu, NULL);
     t->level = lv;
-    int rc = trace_writer_open(&t->w, path, &cfg, lv);
+    int rc = lib_fault_open(t, path) == DIVTRACE_OK ? trace_writer_open(&t->w, path, &cfg, lv) : 1;
     trace_config_free(&cfg);
-    if (rc < 0) {
-        lib_fail(NULL, DIVTRACE_EIO, "divtrace_open: %s", dt_error());
+    if (rc != 0) {
+        if (rc > 0)
+            lib_fail(NULL, DIVTRACE_ENOMEM, "divtrace_open: out of memory");
+        else
+            lib_fail(NULL, DIVTRACE_EIO, "divtrace_open: %s", dt_error());
         lib_free(t);
-        return DIVTRACE_EIO;
+        return rc > 0 ? DIVTRACE_ENOMEM : DIVTRACE_EIO;
     }
+    lib_watch_start(t);
     *tp = t;
     return DIVTRACE_OK;
 }
@@ -250,41 +212,51 @@ static int lib_ops_fallback(divtrace *t)
     return DIVTRACE_OK;
 }
 
+/* After a fault (t->fault) the file is closed already: the close frees
+ * the rest and returns the fault. A trace file deleted under the run is
+ * a fault the close still finds. */
 int divtrace_close(divtrace *t, int status, const char *why)
 {
-    lib_err[0] = 0;
+    lib_err_clear();
     if (!t)
         return lib_fail(NULL, DIVTRACE_EINVAL, "divtrace_close: NULL handle");
     pthread_mutex_lock(&t->mu);
-    int rc = t->w ? lib_pend_finish(t, "divtrace_close") : DIVTRACE_OK;
+    char msg[LIB_MSG];
+    int rc = t->fault || !t->pend ? t->fault : lib_gpu_settle(t->gpu, msg, sizeof msg);
+    if (rc != DIVTRACE_OK && !t->fault)
+        lib_fail(t, rc, "divtrace_close: step %" PRIu64 " (ended before, not yet written): %s", t->pend_step, msg);
+    else if (rc == DIVTRACE_OK)
+        rc = lib_pend_finish(t, "divtrace_close");
+    if (rc == DIVTRACE_OK)
+        rc = lib_watch(t, "divtrace_close");
     if (t->gpu && lib_gpu_pending(t->gpu))
         lib_gpu_discard(t->gpu); /* a step not ended: its records are not written */
-    if (t->w) {
-        if (!t->fixed && t->nops > 0)
-            lib_ops_clear(t); /* the first step never ended */
-        if (rc == DIVTRACE_OK)
-            rc = lib_ops_fallback(t);
-        if (rc == DIVTRACE_OK && status != 0) {
-            char text[LIB_MSG];
-            if (why && *why)
-                snprintf(text, sizeof text, "%s", why);
-            else
-                snprintf(text, sizeof text, "the run ended early (status %d)", status);
-            uint64_t at = t->in_step ? t->step : t->have_last ? t->last : 0;
-            struct trace_event ev = {TRACE_EVENT_STOPPED, at, UINT32_MAX, text};
-            if (trace_writer_event(t->w, &ev) < 0)
-                rc = lib_fail(t, DIVTRACE_EIO, "divtrace_close: %s", dt_error());
-        }
-        if (rc == DIVTRACE_OK) {
-            if (trace_writer_close(t->w, status) < 0)
-                rc = lib_fail(t, DIVTRACE_EIO, "divtrace_close: %s", dt_error());
-        } else {
-            trace_writer_abandon(t->w);
-        }
+    if (!t->fixed && t->nops > 0)
+        lib_ops_clear(t); /* the first step never ended */
+    if (rc == DIVTRACE_OK)
+        rc = lib_ops_fallback(t);
+    if (rc == DIVTRACE_OK && status != 0) {
+        char text[LIB_MSG];
+        if (why && *why)
+            snprintf(text, sizeof text, "%s", why);
+        else
+            snprintf(text, sizeof text, "the run ended early (status %d)", status);
+        uint64_t at = t->in_step ? t->step : t->have_last ? t->last : 0;
+        struct trace_event ev = {TRACE_EVENT_STOPPED, at, UINT32_MAX, text};
+        if (trace_writer_event(t->w, &ev) < 0)
+            rc = lib_fail(t, DIVTRACE_EIO, "divtrace_close: %s", dt_error());
+    }
+    if (rc == DIVTRACE_OK) {
+        struct trace_writer *w = t->w;
+        t->w = NULL; /* freed by its close, failed or not */
+        if (trace_writer_close(w, status) < 0)
+            rc = lib_fail(t, DIVTRACE_EIO, "divtrace_close: %s", dt_error());
+    } else if (t->w) {
+        trace_writer_abandon(t->w);
         t->w = NULL;
     }
     if (rc != DIVTRACE_OK)
-        memcpy(lib_err, t->err, sizeof lib_err); /* the handle is gone: errmsg(NULL) says it */
+        lib_err_keep(t); /* the handle is gone: errmsg(NULL) says it */
     pthread_mutex_unlock(&t->mu);
     lib_free(t);
     return rc;
@@ -293,19 +265,18 @@ int divtrace_close(divtrace *t, int status, const char *why)
 /* ---- steps and tensors --------------------------------------------------- */
 
 /* The start of every call on a handle: DIVTRACE_OK holding t->mu, or a
- * status that ends the call, holding nothing (a NULL handle; a trace file
- * that failed earlier, after which the trace may not be usable any more). */
+ * status that ends the call, holding nothing (a NULL handle; a fault that
+ * stopped the recording, whose status every call returns from then on,
+ * its message kept). */
 int lib_enter(divtrace *t, const char *fn)
 {
     if (!t)
         return lib_fail(NULL, DIVTRACE_EINVAL, "%s: NULL handle", fn);
     pthread_mutex_lock(&t->mu);
-    if (!t->w) {
-        int rc = lib_fail(t, DIVTRACE_EIO, "%s: the trace file failed earlier", fn);
+    int rc = t->fault;
+    if (rc != DIVTRACE_OK)
         pthread_mutex_unlock(&t->mu);
-        return rc;
-    }
-    return DIVTRACE_OK;
+    return rc;
 }
 
 int divtrace_step_begin(divtrace *t, uint64_t step)
@@ -366,16 +337,16 @@ static int lib_grow_rec(divtrace *t)
     uint32_t cap = t->rcap ? 2 * t->rcap : 64;
     if (t->fixed && cap > t->nops)
         cap = t->nops;
-    struct trace_oprec *rec = realloc(t->rec, cap * sizeof *rec);
+    struct trace_oprec *rec = lib_realloc(t, t->rec, cap * sizeof *rec);
     if (rec)
         t->rec = rec;
-    char *on_dev = realloc(t->on_dev, cap);
+    char *on_dev = lib_realloc(t, t->on_dev, cap);
     if (on_dev)
         t->on_dev = on_dev;
-    struct trace_oprec *tmp = realloc(t->tmp, cap * sizeof *tmp);
+    struct trace_oprec *tmp = lib_realloc(t, t->tmp, cap * sizeof *tmp);
     if (tmp)
         t->tmp = tmp;
-    uint64_t *hashes = realloc(t->hashes, cap * sizeof *hashes);
+    uint64_t *hashes = lib_realloc(t, t->hashes, cap * sizeof *hashes);
     if (hashes)
         t->hashes = hashes;
     if (!rec || !on_dev || !tmp || !hashes)
@@ -459,11 +430,11 @@ static int lib_add_op(divtrace *t, const char *name, const char *type, int kind,
     struct trace_opdef o = {.kind = (uint8_t)kind, .ndim = (uint8_t)ndim, .ninputs = (uint32_t)ninputs};
     memcpy(o.shape, shape, sizeof o.shape);
     char **unres = NULL;
-    o.name = strdup(name);
-    o.type = strdup(type);
+    o.name = lib_strdup(t, name);
+    o.type = lib_strdup(t, type);
     if (ninputs > 0) {
-        o.inputs = calloc((size_t)ninputs, sizeof *o.inputs);
-        unres = calloc((size_t)ninputs, sizeof *unres);
+        o.inputs = lib_calloc(t, (size_t)ninputs, sizeof *o.inputs);
+        unres = lib_calloc(t, (size_t)ninputs, sizeof *unres);
     }
     int ok = o.name && o.type && (ninputs == 0 || (o.inputs && unres));
     for (int k = 0; ok && k < ninputs; k++) {
@@ -471,7 +442,7 @@ static int lib_add_op(divtrace *t, const char *name, const char *type, int kind,
         if (j >= 0)
             o.inputs[k] = (uint32_t)j;
         else
-            ok = (unres[k] = strdup(inputs[k])) != NULL; /* a later tensor: the previous step's */
+            ok = (unres[k] = lib_strdup(t, inputs[k])) != NULL; /* a later tensor: the previous step's */
     }
     t->ops[t->nops] = o;
     t->unres[t->nops] = unres;
@@ -540,7 +511,7 @@ static int lib_record(divtrace *t, const char *fn, const char *name, const char 
     if (where != DIVTRACE_HOST) {
         char msg[LIB_MSG];
         if (!t->gpu && count > 0)
-            rc = lib_gpu_new(&t->gpu, data, msg, sizeof msg);
+            rc = lib_gpu_new(&t->gpu, data, &t->inj, msg, sizeof msg);
         if (rc == DIVTRACE_OK && count > 0)
             rc = where == DIVTRACE_DEVICE
                      ? lib_gpu_enqueue(t->gpu, data, count, stream, t->nrec, msg, sizeof msg)
@@ -603,6 +574,8 @@ int divtrace_sync(divtrace *t)
         ;
     else if (trace_writer_sync(t->w) < 0)
         rc = lib_fail(t, DIVTRACE_EIO, "divtrace_sync: %s", dt_error());
+    else
+        rc = lib_watch(t, "divtrace_sync");
     pthread_mutex_unlock(&t->mu);
     return rc;
 }
@@ -669,7 +642,7 @@ static int lib_write_step(divtrace *t, const char *fn, uint64_t step, double los
     int gfinite = 1;
     uint32_t nkeep = 0, turn = (uint32_t)t->oturn;
     if (t->ocap[turn] < nrec) {
-        struct trace_oprec *o = realloc(t->out[turn], (size_t)nrec * sizeof *o);
+        struct trace_oprec *o = lib_realloc(t, t->out[turn], (size_t)nrec * sizeof *o);
         if (!o) {
             rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory for %u records", fn, nrec);
             goto out;
@@ -705,7 +678,8 @@ static int lib_write_step(divtrace *t, const char *fn, uint64_t step, double los
         goto out;
     }
     t->oturn = !t->oturn;
-    rc = lib_carry(t, fn, step, rec, nrec);
+    if ((rc = lib_carry(t, fn, step, rec, nrec)) == DIVTRACE_OK)
+        rc = lib_watch_due(t, fn);
 out:
     return rc;
 }
@@ -762,7 +736,7 @@ static int lib_step_end(divtrace *t, const char *fn, double loss, const float *d
     if (dloss) {
         char msg[LIB_MSG];
         if (!t->gpu)
-            rc = lib_gpu_new(&t->gpu, dloss, msg, sizeof msg);
+            rc = lib_gpu_new(&t->gpu, dloss, &t->inj, msg, sizeof msg);
         if (rc == DIVTRACE_OK)
             rc = lib_gpu_fetch(t->gpu, dloss, stream, msg, sizeof msg);
         if (rc != DIVTRACE_OK) {
@@ -850,15 +824,15 @@ int divtrace_step_end_async(divtrace *t, const float *loss, void *stream)
     }
     if ((rc = lib_pend_finish(t, fn)) != DIVTRACE_OK)
         goto out;
-    if (!t->gpu && (rc = lib_gpu_new(&t->gpu, loss, msg, sizeof msg)) != DIVTRACE_OK) {
+    if (!t->gpu && (rc = lib_gpu_new(&t->gpu, loss, &t->inj, msg, sizeof msg)) != DIVTRACE_OK) {
         lib_fail(t, rc, "%s: step %" PRIu64 ": the loss: %s", fn, t->step, msg);
         goto out;
     }
     if (t->pend_cap < t->nrec) {
-        struct trace_oprec *r = realloc(t->pend_rec, (size_t)t->nrec * sizeof *r);
+        struct trace_oprec *r = lib_realloc(t, t->pend_rec, (size_t)t->nrec * sizeof *r);
         if (r)
             t->pend_rec = r;
-        char *d = realloc(t->pend_on_dev, t->nrec);
+        char *d = lib_realloc(t, t->pend_on_dev, t->nrec);
         if (d)
             t->pend_on_dev = d;
         if (!r || !d) {

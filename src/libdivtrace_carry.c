@@ -21,7 +21,7 @@ int lib_carry(divtrace *t, const char *fn, uint64_t step, const struct trace_opr
                      uint32_t nrec)
 {
     if (!t->carry_prev) {
-        t->carry_prev = calloc(t->nops ? t->nops : 1, sizeof *t->carry_prev);
+        t->carry_prev = lib_calloc(t, t->nops ? t->nops : 1, sizeof *t->carry_prev);
         if (!t->carry_prev)
             return lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory", fn);
     }

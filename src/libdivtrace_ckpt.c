@@ -36,8 +36,8 @@ int divtrace_checkpoint_begin(divtrace *t, uint64_t step)
                       PRIu64 " has ended", fn, step, t->last);
     else if (!t->fixed && t->have_early)
         rc = lib_fail(t, DIVTRACE_ESTATE, "%s: a second checkpoint before the first step", fn);
-    else
-        rc = lib_pend_finish(t, fn); /* the step before goes first in the file */
+    else if ((rc = lib_pend_finish(t, fn)) == DIVTRACE_OK) /* the step before goes first in the file */
+        rc = lib_watch(t, fn); /* no checkpoint into a file that is gone */
     if (rc != DIVTRACE_OK)
         goto out;
     trace_ckpt_free(&t->ck);
@@ -76,7 +76,7 @@ int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data,
     }
     if (t->ck.ntensors == t->ck_cap) {
         uint32_t cap = t->ck_cap ? 2 * t->ck_cap : 16;
-        struct trace_tensor *tt = realloc(t->ck.t, cap * sizeof *tt);
+        struct trace_tensor *tt = lib_realloc(t, t->ck.t, cap * sizeof *tt);
         if (!tt) {
             rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: out of memory", fn);
             goto out;
@@ -84,8 +84,8 @@ int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data,
         t->ck.t = tt;
         t->ck_cap = cap;
     }
-    copy = malloc(count ? count * sizeof *copy : 1);
-    char *nm = strdup(name);
+    copy = lib_malloc(t, count ? count * sizeof *copy : 1);
+    char *nm = copy ? lib_strdup(t, name) : NULL;
     if (!copy || !nm) {
         free(nm);
         rc = lib_fail(t, DIVTRACE_ENOMEM, "%s: '%s': out of memory for %zu floats", fn, name, count);
@@ -93,7 +93,7 @@ int divtrace_checkpoint_add(divtrace *t, const char *name, const float *data,
     }
     if (where != DIVTRACE_HOST && count > 0) {
         char msg[LIB_MSG];
-        rc = lib_gpu_download(t->gpu, copy, data, count, msg, sizeof msg);
+        rc = lib_gpu_download(&t->inj, copy, data, count, msg, sizeof msg);
         if (rc != DIVTRACE_OK) {
             free(nm);
             lib_fail(t, rc, "%s: '%s': %s", fn, name, msg);

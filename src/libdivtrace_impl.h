@@ -1,6 +1,7 @@
 /* libdivtrace_impl.h: what the files of libdivtrace share (libdivtrace.c:
- * opening, steps and tensors, closing; libdivtrace_ckpt.c: checkpoints):
- * the handle and the helpers every API function uses. Not installed. */
+ * opening, steps and tensors, closing; libdivtrace_ckpt.c: checkpoints;
+ * libdivtrace_fault.c: errors and faults): the handle and the helpers
+ * every API function uses. Not installed. */
 #ifndef DT_LIBDIVTRACE_IMPL_H
 #define DT_LIBDIVTRACE_IMPL_H
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 
 #include "divtrace.h"
+#include "lib_gpu.h"
 #include "trace.h"
 
 #define LIB_MSG 512
@@ -63,7 +65,44 @@ struct divtrace {
     int carry_have;
     uint64_t carry_step;
     uint32_t carry_events;
+    /* Faults (libdivtrace_fault.c): the status of the one that stopped the
+     * recording (0: none). From then on the file is closed (a readable
+     * prefix), every call but divtrace_close is a no-op that returns it,
+     * and err keeps its message. */
+    int fault;
+    char *path;
+    int watch_fd;            /* the trace file read-only, to notice its deletion; -1: none */
+    uint64_t watch_next;     /* when a step's end looks next (CLOCK_MONOTONIC ns) */
+    struct lib_fault inj;    /* test-only fault injection */
 };
+
+/* Errors and faults (libdivtrace_fault.c). DIVTRACE_EIO, _ENOMEM and
+ * _ECUDA are faults: lib_fail with one of them on a handle stops its
+ * recording (lib_stop). */
+void lib_err_clear(void);               /* the thread's message (errmsg(NULL)) emptied */
+void lib_err_keep(const divtrace *t);   /* t's message as the thread's (t is going) */
+/* Stop t's recording for a fault (t->mu held; t->err says why): one line
+ * on stderr, a STOPPED event where the file can still take one, the file
+ * closed as a readable prefix. */
+void lib_stop(divtrace *t, int status);
+/* Allocations of the recording path (counted for DIVTRACE_TEST_FAIL_ALLOC). */
+void *lib_malloc(divtrace *t, size_t n);
+void *lib_calloc(divtrace *t, size_t n, size_t size);
+void *lib_realloc(divtrace *t, void *p, size_t n);
+char *lib_strdup(divtrace *t, const char *s);
+/* At divtrace_open, the writer open: the path, the watch, the test hooks;
+ * DIVTRACE_OK or ENOMEM. */
+int lib_fault_open(divtrace *t, const char *path);
+void lib_watch_start(divtrace *t); /* once the file exists */
+void lib_fault_free(divtrace *t);
+/* Whether the trace file is still there (not unlinked, nor its folder
+ * removed): DIVTRACE_OK, or EIO after lib_fail (a fault). lib_watch_due
+ * looks only when the last look is WATCH_NS old (a step's end). */
+int lib_watch(divtrace *t, const char *fn);
+int lib_watch_due(divtrace *t, const char *fn);
+/* Once a process, before the first handle: the lazily built tables of
+ * the statistics and the hash, so that threads never race to build them. */
+void lib_warm(void);
 
 /* The carry faults of a step just written (libdivtrace_carry.c): one event
  * for the step, naming its first changed leaf; DIVTRACE_OK or a status. */

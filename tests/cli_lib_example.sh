@@ -5,12 +5,16 @@
 # that sums one gradient in reverse order differs, first and at its origin
 # exactly in that op; `show` and `escape` read them, and a trace the program
 # stops early (killed, or closed with a nonzero status) stays readable.
+# Under a fault of the recording (an unwritable trace, the disk full, an
+# allocation that fails) the program trains on to the same result, the
+# library says so in one line on stderr, and the trace keeps its steps.
 set -u
 NAME=cli_lib_example.sh
 . "$(dirname "$0")/cli_lib.sh"
 EX=${MLP_EXAMPLE:-$(dirname "$DT")/../tests/lib/mlp_example}
 
 expect 0 "example run A" -- "$EX" -o "$T/a.dtr" --steps 60
+cp "$T/out" "$T/a.out"
 expect 0 "example run B, the same" -- "$EX" -o "$T/b.dtr" --steps 60
 expect 0 "example run C, b1.grad summed in reverse" -- "$EX" -o "$T/c.dtr" --steps 60 --reverse-sum
 
@@ -65,4 +69,21 @@ head -c 20000 "$T/k.dtr" >"$T/cut.dtr"
 expect 0 "show a trace cut short" -- "$DT" show "$T/cut.dtr"
 has "$T/out" "^# cut short after step [0-9]+ " "show: cut short"
 expect 0 "diff of the whole trace and the cut one: the common steps match" -- "$DT" diff "$T/k.dtr" "$T/cut.dtr"
+# faults: the training goes on to the same loss; one line on stderr
+expect 0 "a run into /dev/full: no trace, the training goes on" -- "$EX" -o /dev/full --steps 60
+if cmp -s "$T/out" "$T/a.out"; then ok "/dev/full: the run's result unchanged"; else bad "/dev/full: the result changed"; fi
+one_line "/dev/full"
+has "$T/err" "^libdivtrace: divtrace_open: /dev/full: .*nothing is recorded" "/dev/full: the library says why"
+expect 0 "the disk full after a few steps (ulimit -f)" -- sh -c 'trap "" XFSZ; ulimit -f 40; exec "$0" -o "$1" --steps 60' "$EX" "$T/full.dtr"
+if cmp -s "$T/out" "$T/a.out"; then ok "disk full: the run's result unchanged"; else bad "disk full: the result changed"; fi
+one_line "disk full"
+has "$T/err" "^libdivtrace: recording to .*full\.dtr stopped .*write failed" "disk full: the library says why"
+expect 0 "show the trace the full disk cut" -- "$DT" show --summary "$T/full.dtr"
+has "$T/out" "^# cut short after step [0-9]+ " "disk full: the steps before it, the trace not complete"
+expect 0 "an allocation that fails (DIVTRACE_TEST_FAIL_ALLOC)" -- env DIVTRACE_TEST_FAIL_ALLOC=300 "$EX" -o "$T/nomem.dtr" --steps 60
+if cmp -s "$T/out" "$T/a.out"; then ok "no memory: the run's result unchanged"; else bad "no memory: the result changed"; fi
+one_line "no memory"
+expect 0 "show the trace the failed allocation stopped" -- "$DT" show "$T/nomem.dtr"
+has "$T/out" "^# cut short after step [0-9]+ " "no memory: the steps before it, the trace not complete"
+has "$T/out" "recording stopped: .*out of memory" "no memory: the trace says why"
 finish

@@ -1,6 +1,6 @@
 #!/bin/sh
-# cli_torch.sh: the PyTorch adapter's tests (tests/torch/test_torch.py) from
-# make check. Skips (77) when python3 cannot import torch, when libdivtrace
+# cli_torch.sh: the PyTorch adapter's tests (tests/torch/test_torch.py, and
+# tests/torch/test_faults.py: the adapter under faults) from make check. Skips (77) when python3 cannot import torch, when libdivtrace
 # was built without a shared library, or when it is built with
 # AddressSanitizer (whose runtime cannot be loaded into an uninstrumented
 # python3; the plain build runs these tests).
@@ -38,5 +38,6 @@ rc=0
 for core in $cores; do
     echo "## adapter core: $core"
     DIVTRACE_ADAPTER_CORE=$core "$PY" -W ignore::UserWarning "$top/tests/torch/test_torch.py" || rc=1
+    DIVTRACE_ADAPTER_CORE=$core "$PY" -W ignore::UserWarning "$top/tests/torch/test_faults.py" || rc=1
 done
 exit $rc

@@ -10,7 +10,9 @@
  * are handed out from chunks that never move while a step is queued; only
  * the record array, when a first step outgrows it, waits for the queued
  * work before it is moved. Every CUDA failure comes back as a status and
- * one line, never an abort. */
+ * one line, never an abort. The CUDA calls and host allocations whose
+ * failure is an error are counted for the test-only fault injection
+ * (lib_fault_cuda, lib_fault_alloc): the one it names fails, not made. */
 #include "config.h"
 
 #include <math.h>
@@ -42,6 +44,7 @@ static void lg_pool_free(struct lg_pool *p);
 
 struct lib_gpu {
     int device;
+    struct lib_fault *fault;    /* the handle's counters (may be NULL) */
     struct lg_pool scratch;     /* device scratch of the queued records */
     struct lg_pool staging;     /* pinned: the deferred batches' descriptors */
     /* deferred records not yet queued (one stream) */
@@ -83,12 +86,24 @@ static int lg_fail(char *msg, size_t n, int status, const char *what, cudaError_
     snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
     return status;
 }
-#define LG_CHECK(call)                                                                      \
+/* A counted CUDA call: made, or the injected failure (LG_INJECTED, which
+ * CUDA's own unknown errors share: both are CUDA faults, never the caller's). */
+#define LG_INJECTED cudaErrorUnknown
+#define LG_CUDA(f, call) (lib_fault_cuda(f) ? LG_INJECTED : (call))
+#define LG_CHECKF(f, call)                                                                  \
     do {                                                                                    \
-        cudaError_t lg_e_ = (call);                                                         \
+        cudaError_t lg_e_ = LG_CUDA(f, (call));                                             \
         if (lg_e_ != cudaSuccess)                                                           \
             return lg_fail(msg, n, DIVTRACE_ECUDA, #call, lg_e_);                           \
     } while (0)
+/* in a function of g (and msg, n) */
+#define LG_CHECK(call) LG_CHECKF(g->fault, call)
+
+/* A counted host allocation. */
+static void *lg_realloc(struct lib_fault *f, void *p, size_t size)
+{
+    return lib_fault_alloc(f) ? NULL : realloc(p, size);
+}
 
 /* The device of a call, the caller's current device restored after it. */
 struct lg_on {
@@ -107,12 +122,14 @@ struct lg_on {
 };
 
 /* Whether CUDA has a device here; ENOCUDA with the reason otherwise. */
-static int lg_have_device(char *msg, size_t n)
+static int lg_have_device(struct lib_fault *f, char *msg, size_t n)
 {
     int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
+    cudaError_t e = LG_CUDA(f, cudaGetDeviceCount(&ndev));
     if (e != cudaSuccess) {
         cudaGetLastError();
+        if (e == LG_INJECTED)
+            return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaGetDeviceCount", e);
         return lg_fail(msg, n, DIVTRACE_ENOCUDA, "a device pointer, but no CUDA device is usable "
                        "(cudaGetDeviceCount)", e);
     }
@@ -124,12 +141,14 @@ static int lg_have_device(char *msg, size_t n)
 }
 
 /* The device of ptr, which must be device (or managed) memory. */
-static int lg_device_of(const void *ptr, int *dev, char *msg, size_t n)
+static int lg_device_of(struct lib_fault *f, const void *ptr, int *dev, char *msg, size_t n)
 {
     cudaPointerAttributes a;
-    cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+    cudaError_t e = LG_CUDA(f, cudaPointerGetAttributes(&a, ptr));
     if (e != cudaSuccess) {
         cudaGetLastError();
+        if (e == LG_INJECTED)
+            return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaPointerGetAttributes", e);
         return lg_fail(msg, n, DIVTRACE_EINVAL, "not a pointer CUDA knows (cudaPointerGetAttributes)", e);
     }
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
@@ -140,23 +159,24 @@ static int lg_device_of(const void *ptr, int *dev, char *msg, size_t n)
     return DIVTRACE_OK;
 }
 
-int lib_gpu_new(struct lib_gpu **gp, const void *ptr, char *msg, size_t n)
+int lib_gpu_new(struct lib_gpu **gp, const void *ptr, struct lib_fault *f, char *msg, size_t n)
 {
     *gp = NULL;
-    int rc = lg_have_device(msg, n), dev = 0;
+    int rc = lg_have_device(f, msg, n), dev = 0;
     if (rc == DIVTRACE_OK)
-        rc = lg_device_of(ptr, &dev, msg, n);
+        rc = lg_device_of(f, ptr, &dev, msg, n);
     if (rc != DIVTRACE_OK)
         return rc;
     lg_on on(dev);
     if (!on.ok)
         return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
-    struct lib_gpu *g = (struct lib_gpu *)calloc(1, sizeof *g);
+    struct lib_gpu *g = (struct lib_gpu *)(lib_fault_alloc(f) ? NULL : calloc(1, sizeof *g));
     if (!g) {
         snprintf(msg, n, "out of memory");
         return DIVTRACE_ENOMEM;
     }
     g->device = dev;
+    g->fault = f;
     g->staging.pinned = 1;
     *gp = g;
     return DIVTRACE_OK;
@@ -222,7 +242,7 @@ static void lg_pool_free(struct lg_pool *p)
 }
 
 /* bytes (a multiple of 256) from a chunk that stays where it is. */
-static int lg_take(struct lg_pool *p, size_t bytes, void **out, char *msg, size_t n)
+static int lg_take(struct lib_fault *f, struct lg_pool *p, size_t bytes, void **out, char *msg, size_t n)
 {
     for (int i = 0; i < p->n; i++) {
         struct lg_chunk *c = &p->chunk[i];
@@ -234,7 +254,7 @@ static int lg_take(struct lg_pool *p, size_t bytes, void **out, char *msg, size_
     }
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 8;
-        struct lg_chunk *ch = (struct lg_chunk *)realloc(p->chunk, (size_t)cap * sizeof *ch);
+        struct lg_chunk *ch = (struct lg_chunk *)lg_realloc(f, p->chunk, (size_t)cap * sizeof *ch);
         if (!ch) {
             snprintf(msg, n, "out of memory");
             return DIVTRACE_ENOMEM;
@@ -249,7 +269,7 @@ static int lg_take(struct lg_pool *p, size_t bytes, void **out, char *msg, size_
     if (size < bytes)
         size = bytes;
     struct lg_chunk *c = &p->chunk[p->n];
-    cudaError_t e = lg_chunk_alloc(p, &c->p, size);
+    cudaError_t e = LG_CUDA(f, lg_chunk_alloc(p, &c->p, size));
     if (e != cudaSuccess) {
         cudaGetLastError();
         return lg_fail(msg, n, DIVTRACE_ECUDA, p->pinned ? "cudaMallocHost of hash staging"
@@ -295,13 +315,13 @@ static int lg_reserve_rec(struct lib_gpu *g, uint32_t need, char *msg, size_t n)
     struct trace_oprec *h = NULL, *d = NULL;
     unsigned *ctr = NULL;
     LG_CHECK(cudaHostAlloc((void **)&h, (size_t)cap * sizeof *h, cudaHostAllocMapped | cudaHostAllocPortable));
-    cudaError_t e = cudaHostGetDevicePointer((void **)&d, h, 0);
+    cudaError_t e = LG_CUDA(g->fault, cudaHostGetDevicePointer((void **)&d, h, 0));
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&ctr, (size_t)cap * sizeof *ctr);
+        e = LG_CUDA(g->fault, cudaMalloc((void **)&ctr, (size_t)cap * sizeof *ctr));
     if (e == cudaSuccess)
-        e = cudaMemset(ctr, 0, (size_t)cap * sizeof *ctr);
+        e = LG_CUDA(g->fault, cudaMemset(ctr, 0, (size_t)cap * sizeof *ctr));
     if (e == cudaSuccess)
-        e = cudaDeviceSynchronize(); /* the zeros are there before a record counts on them */
+        e = LG_CUDA(g->fault, cudaDeviceSynchronize()); /* the zeros are there before a record counts on them */
     if (e != cudaSuccess) {
         cudaFreeHost(h);
         if (ctr)
@@ -337,7 +357,7 @@ static int lg_check_ptr(struct lib_gpu *g, const float **row, const float *x, ch
     for (int i = 0; row && i < LG_KNOWN && !seen; i++)
         seen = row[i] == x;
     if (!seen) {
-        int dev, rc = lg_device_of(x, &dev, msg, n);
+        int dev, rc = lg_device_of(g->fault, x, &dev, msg, n);
         if (rc != DIVTRACE_OK)
             return rc;
         if (dev != g->device) {
@@ -370,7 +390,8 @@ static int lg_check_tensor(struct lib_gpu *g, const float *x, size_t count, uint
         uint32_t cap = g->nknown ? g->nknown : 256;
         while (cap <= slot)
             cap *= 2;
-        const float *(*k)[LG_KNOWN] = (const float *(*)[LG_KNOWN])realloc(g->known, (size_t)cap * sizeof *k);
+        const float *(*k)[LG_KNOWN] =
+            (const float *(*)[LG_KNOWN])lg_realloc(g->fault, g->known, (size_t)cap * sizeof *k);
         if (k) { /* without room, the slot's pointer is asked of CUDA every time */
             memset(k + g->nknown, 0, (size_t)(cap - g->nknown) * sizeof *k);
             g->known = k;
@@ -396,7 +417,7 @@ static int lg_stream_room(struct lib_gpu *g, cudaStream_t s, int *known, char *m
         *known = g->streams[i] == s;
     if (!*known && g->nstreams == g->cstreams) {
         int cap = g->cstreams ? 2 * g->cstreams : 4;
-        cudaStream_t *st = (cudaStream_t *)realloc(g->streams, (size_t)cap * sizeof *st);
+        cudaStream_t *st = (cudaStream_t *)lg_realloc(g->fault, g->streams, (size_t)cap * sizeof *st);
         if (!st) {
             snprintf(msg, n, "out of memory");
             return DIVTRACE_ENOMEM;
@@ -429,7 +450,7 @@ int lib_gpu_enqueue(struct lib_gpu *g, const float *x, size_t count, void *strea
     cudaStream_t s = (cudaStream_t)stream;
     void *scratch;
     if ((rc = lg_stream_room(g, s, &known, msg, n)) != DIVTRACE_OK ||
-        (rc = lg_take(&g->scratch, gpu_trace_one_bytes(count), &scratch, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_take(g->fault, &g->scratch, gpu_trace_one_bytes(count), &scratch, msg, n)) != DIVTRACE_OK ||
         (rc = lg_reserve_rec(g, slot + 1, msg, n)) != DIVTRACE_OK)
         return rc;
     LG_CHECK(gpu_trace_one(scratch, x, count, g->drec + slot, g->dctr + slot, s));
@@ -449,13 +470,13 @@ int lib_gpu_defer(struct lib_gpu *g, const float *x, size_t count, void *stream,
         return rc; /* one stream a batch: the batch runs after what its stream queued */
     if (g->ndef == g->cdef) {
         int cap = g->cdef ? 2 * g->cdef : 256;
-        const float **p = (const float **)realloc(g->dptr, (size_t)cap * sizeof *p);
+        const float **p = (const float **)lg_realloc(g->fault, g->dptr, (size_t)cap * sizeof *p);
         if (p)
             g->dptr = p;
-        size_t *c = (size_t *)realloc(g->dcount, (size_t)cap * sizeof *c);
+        size_t *c = (size_t *)lg_realloc(g->fault, g->dcount, (size_t)cap * sizeof *c);
         if (c)
             g->dcount = c;
-        uint32_t *sl = (uint32_t *)realloc(g->dslot, (size_t)cap * sizeof *sl);
+        uint32_t *sl = (uint32_t *)lg_realloc(g->fault, g->dslot, (size_t)cap * sizeof *sl);
         if (sl)
             g->dslot = sl;
         if (!p || !c || !sl) {
@@ -515,8 +536,8 @@ int lib_gpu_flush(struct lib_gpu *g, char *msg, size_t n)
     int rc, known;
     void *scratch, *staging;
     if ((rc = lg_stream_room(g, g->dstream, &known, msg, n)) != DIVTRACE_OK ||
-        (rc = lg_take(&g->scratch, dev_bytes, &scratch, msg, n)) != DIVTRACE_OK ||
-        (rc = lg_take(&g->staging, host_bytes, &staging, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_take(g->fault, &g->scratch, dev_bytes, &scratch, msg, n)) != DIVTRACE_OK ||
+        (rc = lg_take(g->fault, &g->staging, host_bytes, &staging, msg, n)) != DIVTRACE_OK ||
         (rc = lg_reserve_rec(g, top, msg, n)) != DIVTRACE_OK)
         return rc;
     /* the slots' first words as not written: the kernel writes them last */
@@ -648,19 +669,31 @@ void lib_gpu_discard(struct lib_gpu *g)
     lg_reset(g);
 }
 
-int lib_gpu_download(struct lib_gpu *g, float *dst, const float *x, size_t count, char *msg, size_t n)
+int lib_gpu_settle(struct lib_gpu *g, char *msg, size_t n)
 {
-    int dev, rc = lg_have_device(msg, n);
+    if (!g)
+        return DIVTRACE_OK;
+    lg_on on(g->device);
+    if (!on.ok)
+        return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
+    LG_CHECK(cudaDeviceSynchronize());
+    g->nstreams = 0;          /* all written: nothing to wait for */
+    g->loss_stream = 0;       /* a loss not copied yet: on the default stream */
+    return DIVTRACE_OK;
+}
+
+int lib_gpu_download(struct lib_fault *f, float *dst, const float *x, size_t count, char *msg, size_t n)
+{
+    int dev, rc = lg_have_device(f, msg, n);
     if (rc == DIVTRACE_OK)
-        rc = lg_device_of(x, &dev, msg, n);
+        rc = lg_device_of(f, x, &dev, msg, n);
     if (rc != DIVTRACE_OK)
         return rc;
-    (void)g;
     lg_on on(dev);
     if (!on.ok)
         return lg_fail(msg, n, DIVTRACE_ECUDA, "cudaSetDevice", cudaGetLastError());
     /* the tensor's producers may be on any stream: wait for all of them */
-    LG_CHECK(cudaDeviceSynchronize());
-    LG_CHECK(cudaMemcpy(dst, x, count * sizeof *dst, cudaMemcpyDeviceToHost));
+    LG_CHECKF(f, cudaDeviceSynchronize());
+    LG_CHECKF(f, cudaMemcpy(dst, x, count * sizeof *dst, cudaMemcpyDeviceToHost));
     return DIVTRACE_OK;
 }

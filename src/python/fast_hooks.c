@@ -76,9 +76,11 @@ static int hook_fast(Hook *h, PyObject *output)
             rc = PYERR;
         Py_XDECREF(k1);
         if (rc < 0 && rc != PYERR) {
+            /* fail raises, or (a fault) stops the recording and returns:
+             * the output is done with, as if buffered */
             PyObject *r = PyObject_CallFunction(h->fail, "i", rc);
+            rc = r ? 1 : PYERR;
             Py_XDECREF(r);
-            rc = PYERR; /* fail raises */
         }
     }
     Py_DECREF(name);

@@ -14,14 +14,15 @@ static PyObject *call3(PyObject *f, PyObject *a, PyObject *b, PyObject *d)
     return PyObject_CallFunctionObjArgs(f, a, b, d, NULL);
 }
 
-/* a library status < 0: the Recorder's fail(status) raises it */
+/* a library status < 0: the Recorder's fail(status) raises it (NULL), or
+ * (a fault) stops the recording and returns: the hook is done (None) */
 static PyObject *failed(Core *c, int rc)
 {
     PyObject *r = PyObject_CallFunction(c->arm.fail, "i", rc);
-    Py_XDECREF(r);
-    if (!PyErr_Occurred())
-        PyErr_Format(PyExc_RuntimeError, "divtrace: library status %d", rc);
-    return NULL;
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
 }
 
 /* 1 when recording is on (not paused; gradients enabled or no_grad passes
@@ -125,7 +126,8 @@ PyObject *fast_root_pre(Core *c, PyObject *module, PyObject *args, PyObject *kwa
 
 /* r: what group_flush or grads_flush returned (a new reference): None when
  * the group was recorded and flushed, NULL to take the slow path, else the
- * Recorder's flush_failed(r) raises */
+ * Recorder's flush_failed(r) raises (NULL) or, a fault, stops the
+ * recording (None) */
 static PyObject *group_done(Core *c, PyObject *r, int *slow)
 {
     *slow = 0;
@@ -141,10 +143,10 @@ static PyObject *group_done(Core *c, PyObject *r, int *slow)
     }
     PyObject *x = PyObject_CallFunctionObjArgs(c->arm.flush_failed, r, NULL);
     Py_DECREF(r);
-    Py_XDECREF(x);
-    if (x && !PyErr_Occurred())
-        PyErr_SetString(PyExc_RuntimeError, "divtrace: a flush failed");
-    return NULL;
+    if (!x)
+        return NULL;
+    Py_DECREF(x);
+    Py_RETURN_NONE;
 }
 
 PyObject *fast_opt_pre(Core *c, PyObject *opt, PyObject *args, PyObject *kwargs)

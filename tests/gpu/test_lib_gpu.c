@@ -13,8 +13,14 @@
  * two streams, in batches of every size around the one-launch limit, and
  * are hashed at the flush: bytes changed before it are
  * what is recorded, bytes changed after it are not. A loss in device
- * memory is read in stream order with the step's records. Skips (exit 77)
- * where no GPU is usable. */
+ * memory is read in stream order with the step's records. Under faults
+ * (divtrace_record(3), FAULTS) every CUDA call of the recording path failing
+ * in turn (DIVTRACE_TEST_FAIL_CUDA), and every allocation
+ * (DIVTRACE_TEST_FAIL_ALLOC), in a loop of device records, deferred ones,
+ * asynchronous step ends and device checkpoints: the training's host and
+ * device values bit for bit those of the run that records nothing, one
+ * report line, later calls no-ops, the close's status, the file a prefix
+ * of the clean recording. Skips (exit 77) where no GPU is usable. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <cuda_runtime.h>
@@ -623,6 +630,224 @@ static void test_step_end_async(void **state)
     free(junk);
 }
 
+/* ---- faults ---- */
+
+#define LF_N 3000
+#define LF_STEPS 8
+
+struct lf_run {
+    float w[LF_N], loss[LF_STEPS], dev[3][LF_N]; /* the host state; the device buffers at the end */
+};
+/* The loop's own CUDA calls: no assertion while stderr is captured; the
+ * first failure noted (line and CUDA's reason), asserted on afterwards. */
+static char lf_cuda_err[256];
+#define LF_CU(call)                                                                                  \
+    do {                                                                                             \
+        cudaError_t lf_e_ = (call);                                                                  \
+        if (lf_e_ != cudaSuccess && !lf_cuda_err[0])                                                 \
+            snprintf(lf_cuda_err, sizeof lf_cuda_err, "line %d: %s: %s", __LINE__, #call,            \
+                     cudaGetErrorString(lf_e_));                                                     \
+    } while (0)
+
+/* A training loop whose state, kept on the host, is uploaded every step:
+ * the batch x, the parameter w and its gradient g, recorded from the device
+ * (deferred, immediate, a flush), then w after the update (deferred); the
+ * loss read from device memory with no wait (divtrace_step_end_async); a
+ * checkpoint of w from the device every 4 steps. t NULL: nothing recorded;
+ * the calls' statuses are not looked at (the loop goes on as a program that
+ * ignores them would). Its stream is destroyed before the close, which
+ * writes the last step all the same; the device memory stays (the close
+ * reads the last loss). */
+static void lf_train(divtrace *t, struct lf_run *r)
+{
+    static float *d[3], *dl[2];
+    float x[LF_N], g[LF_N];
+    cudaStream_t st;
+    LF_CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int k = 0; k < 3 && !d[k]; k++)
+        LF_CU(cudaMalloc((void **)&d[k], LF_N * sizeof(float)));
+    for (int k = 0; k < 2 && !dl[k]; k++)
+        LF_CU(cudaMalloc((void **)&dl[k], sizeof(float)));
+    int64_t sh[1] = {LF_N};
+    for (int i = 0; i < LF_N; i++)
+        r->w[i] = (float)(i % 17) * 0.25f;
+    for (int s = 0; s < LF_STEPS; s++) {
+        float loss = 0;
+        for (int i = 0; i < LF_N; i++) {
+            x[i] = (float)((i * 7 + s) % 23) * 0.125f;
+            g[i] = r->w[i] - x[i];
+            loss += g[i] * g[i] / LF_N;
+        }
+        r->loss[s] = loss;
+        LF_CU(cudaMemcpyAsync(d[0], x, sizeof x, cudaMemcpyHostToDevice, st));
+        LF_CU(cudaMemcpyAsync(d[1], r->w, sizeof r->w, cudaMemcpyHostToDevice, st));
+        LF_CU(cudaMemcpyAsync(d[2], g, sizeof g, cudaMemcpyHostToDevice, st));
+        LF_CU(cudaMemcpyAsync(dl[s % 2], &loss, sizeof loss, cudaMemcpyHostToDevice, st));
+        if (t && s % 4 == 0) {
+            LF_CU(cudaStreamSynchronize(st));
+            divtrace_checkpoint_begin(t, (uint64_t)s);
+            divtrace_checkpoint_add(t, "w", d[1], DIVTRACE_DEVICE, 1, sh);
+            divtrace_checkpoint_end(t);
+        }
+        if (t) {
+            divtrace_step_begin(t, (uint64_t)s);
+            divtrace_record(t, "x", "data", DIVTRACE_INPUT, d[0], DIVTRACE_DEVICE_DEFERRED, st, 1, sh, NULL, 0);
+            divtrace_record(t, "w", "param", DIVTRACE_PARAM, d[1], DIVTRACE_DEVICE, st, 1, sh, NULL, 0);
+            divtrace_record(t, "g", "sub", DIVTRACE_GRAD, d[2], DIVTRACE_DEVICE_DEFERRED, st, 1, sh, NULL, 0);
+            divtrace_flush(t);
+        }
+        for (int i = 0; i < LF_N; i++)
+            r->w[i] -= 0.5f * g[i];
+        LF_CU(cudaMemcpyAsync(d[1], r->w, sizeof r->w, cudaMemcpyHostToDevice, st));
+        if (t) {
+            divtrace_record(t, "w.new", "sgd", DIVTRACE_OPTIMIZER, d[1], DIVTRACE_DEVICE_DEFERRED, st, 1, sh, NULL, 0);
+            divtrace_step_end_async(t, dl[s % 2], st);
+        }
+    }
+    LF_CU(cudaStreamSynchronize(st));
+    for (int k = 0; k < 3; k++)
+        LF_CU(cudaMemcpy(r->dev[k], d[k], LF_N * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaStreamDestroy(st);
+}
+
+/* stderr while lf_once captures it (-1: not captured); a test's teardown
+ * puts it back after a failed assertion. */
+static int lf_keep = -1;
+static FILE *lf_cap;
+static char lf_msg[1024]; /* the last run's stderr */
+
+static int lf_teardown(void **state)
+{
+    if (lf_keep >= 0) {
+        fflush(stderr);
+        dup2(lf_keep, 2);
+        close(lf_keep);
+        lf_keep = -1;
+    }
+    if (state && lf_cap) { /* a failure while captured: what it wrote */
+        char buf[4096];
+        size_t k;
+        rewind(lf_cap);
+        while ((k = fread(buf, 1, sizeof buf, lf_cap)) > 0)
+            fwrite(buf, 1, k, stderr);
+        fclose(lf_cap);
+        lf_cap = NULL;
+    }
+    return 0;
+}
+
+/* One recorded run with env=n (unset: none), stderr's "libdivtrace:" lines
+ * counted; the handle's status before the close, and the close's. */
+static void lf_once(const char *path, const char *env, unsigned long n, struct lf_run *r, int *status,
+                    int *closed, int *reports, int *noop_bad)
+{
+    char num[32], *err = dt_malloc(65536);
+    snprintf(num, sizeof num, "%lu", n);
+    if (env)
+        setenv(env, num, 1);
+    fflush(stderr);
+    FILE *cap = lf_cap = tmpfile();
+    assert_non_null(cap);
+    lf_keep = dup(2);
+    dup2(fileno(cap), 2);
+    divtrace *t = NULL;
+    int orc = divtrace_open(&t, path, NULL, "op");
+    if (env)
+        unsetenv(env); /* read by the open */
+    lf_train(t, r);
+    *status = t ? divtrace_status(t) : orc;
+    *noop_bad = 0;
+    if (t && *status != DIVTRACE_OK) {
+        float v = 1;
+        int64_t s1[1] = {1};
+        *noop_bad += divtrace_step_begin(t, 100) != *status;
+        *noop_bad += divtrace_record(t, "w", "x", DIVTRACE_PARAM, &v, DIVTRACE_HOST, NULL, 1, s1, NULL, 0) != *status;
+        *noop_bad += divtrace_flush(t) != *status;
+        *noop_bad += divtrace_step_end_async(t, &v, NULL) != *status;
+        *noop_bad += divtrace_sync(t) != *status;
+        *noop_bad += divtrace_checkpoint_begin(t, 101) != *status;
+    }
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", t ? divtrace_errmsg(t) : divtrace_errmsg(NULL));
+    *closed = t ? divtrace_close(t, 0, NULL) : orc;
+    lf_teardown(NULL);
+    if (lf_cuda_err[0])
+        fail_msg("the loop's own CUDA call failed: %s (%s=%lu; divtrace: %s)", lf_cuda_err, env, n, msg);
+    size_t k = fread(err, 1, 65535, (rewind(cap), cap));
+    err[k] = 0;
+    fclose(cap);
+    lf_cap = NULL;
+    *reports = 0;
+    for (const char *p = err; (p = strstr(p, "libdivtrace: ")); p++)
+        *reports += p == err || p[-1] == '\n';
+    snprintf(lf_msg, sizeof lf_msg, "%s", err);
+    if (*status != DIVTRACE_OK && n % 16 == 1) /* a sample of the reports in the log */
+        fprintf(stderr, "%s=%lu: %s", env, n, err);
+    free(err);
+}
+
+/* Every CUDA call (or allocation) of the recording path failing in turn,
+ * until a run makes no more than the failing one. */
+static void lf_sweep(const char *env, int want)
+{
+    static struct lf_run clean, run;
+    int status, closed, reports, bad, fired = 0, quiet = 0;
+    const char *cp = tu_path("clean.dtr");
+    lf_once(cp, NULL, 0, &clean, &status, &closed, &reports, &bad);
+    if (status + closed + reports != 0)
+        fail_msg("the clean run: status %d, close %d, %d reports: %s", status, closed, reports, lf_msg);
+    struct trace_file *ct, *tf;
+    assert_int_equal(trace_open(&ct, cp), 0);
+    assert_int_equal(ct->nsteps, LF_STEPS);
+    lf_train(NULL, &run);
+    if (lf_cuda_err[0])
+        fail_msg("the loop's own CUDA call failed: %s", lf_cuda_err);
+    assert_memory_equal(&run, &clean, sizeof run);
+    for (unsigned long n = 1; n < 2000 && quiet < 8; n++) {
+        const char *path = tu_path("fault.dtr");
+        unlink(path);
+        lf_once(path, env, n, &run, &status, &closed, &reports, &bad);
+        assert_memory_equal(&run, &clean, sizeof run); /* the training as if unrecorded */
+        if (status == DIVTRACE_OK && closed == DIVTRACE_OK) {
+            assert_int_equal(reports, 0);
+            quiet++;
+            continue;
+        }
+        quiet = 0;
+        fired++;
+        /* the fault met by a call in the loop, or by the close (the last step's write) */
+        if (reports != 1 || bad || (status != DIVTRACE_OK && closed != status))
+            fail_msg("%s=%lu: %d reports, %d calls not no-ops, status %d, close %d: %s", env, n, reports, bad,
+                     status, closed, lf_msg);
+        if (closed == DIVTRACE_ENOMEM && access(path, F_OK) != 0)
+            continue; /* the open's own allocation */
+        if (closed != want || trace_open(&tf, path) != 0)
+            fail_msg("%s=%lu: status %d: %s", env, n, closed, lf_msg);
+        assert_false(tf->complete);
+        assert_true(tf->nsteps < LF_STEPS);
+        for (uint64_t s = 0; s < tf->nsteps; s++)
+            assert_true(tf->steps[s].root == ct->steps[s].root && tf->steps[s].loss == ct->steps[s].loss);
+        assert_true(tf->nevents >= 1 && tf->events[tf->nevents - 1].code == TRACE_EVENT_STOPPED);
+        trace_close(tf);
+    }
+    trace_close(ct);
+    printf("%s: %d runs stopped by a fault, each reported once, the training unchanged\n", env, fired);
+    assert_int_equal(quiet, 8);
+    assert_true(fired > 10);
+}
+
+static void test_cuda_faults(void **state)
+{
+    (void)state;
+    lf_sweep("DIVTRACE_TEST_FAIL_CUDA", DIVTRACE_ECUDA);
+}
+
+static void test_alloc_faults(void **state)
+{
+    (void)state;
+    lf_sweep("DIVTRACE_TEST_FAIL_ALLOC", DIVTRACE_ENOMEM);
+}
+
 int main(void)
 {
     struct backend_options opt;
@@ -642,6 +867,8 @@ int main(void)
         cmocka_unit_test(test_deferred_flush),
         cmocka_unit_test(test_loss_on_device),
         cmocka_unit_test(test_step_end_async),
+        cmocka_unit_test_teardown(test_cuda_faults, lf_teardown),
+        cmocka_unit_test_teardown(test_alloc_faults, lf_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     lg_be->free(lg_ctx);

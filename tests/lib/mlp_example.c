@@ -13,6 +13,12 @@
  * after step S as a program that gives up would: the trace is closed with
  * a nonzero status and the reason.
  *
+ * A fault of the recording (the disk full, the trace unwritable or
+ * deleted, no memory: divtrace_record(3), FAULTS) does not end the run:
+ * the library says so in one line on stderr and records nothing more, and
+ * the training goes on to the same result. Any other error is this
+ * program's mistake, and ends it (exit 2).
+ *
  * Dimension letters: B batch, D inputs, H hidden units. */
 #include <math.h>
 #include <stdint.h>
@@ -58,10 +64,19 @@ static struct param params[4] = {
      b2, b2m, b2v, b2g, b2n, b2mn, b2vn},
 };
 
-static divtrace *tr;
+static divtrace *tr; /* NULL: recording nothing (the open met a fault) */
 
+static int is_fault(int status)
+{
+    return status == DIVTRACE_EIO || status == DIVTRACE_ENOMEM || status == DIVTRACE_ECUDA;
+}
+
+/* A call that failed: a fault has stopped the recording (the library said
+ * so; the training goes on, every later call a no-op); else the end. */
 static void die(int status, const char *what)
 {
+    if (is_fault(status) && divtrace_status(tr) == status)
+        return;
     fprintf(stderr, "mlp_example: %s: %s (%s)\n", what, divtrace_errmsg(tr),
             divtrace_strerror(status));
     if (tr)
@@ -97,6 +112,8 @@ static void rec(const char *name, const char *type, enum divtrace_kind kind, con
                 int ndim, int64_t d0, int64_t d1, const char *const *in, int nin)
 {
     int64_t shape[2] = {d0, d1};
+    if (!tr)
+        return;
     int st = divtrace_record(tr, name, type, kind, x, DIVTRACE_HOST, NULL, ndim, shape, in, nin);
     if (st != DIVTRACE_OK)
         die(st, "divtrace_record");
@@ -105,6 +122,8 @@ static void rec(const char *name, const char *type, enum divtrace_kind kind, con
 
 static void checkpoint(uint64_t step)
 {
+    if (!tr)
+        return;
     int st = divtrace_checkpoint_begin(tr, step);
     for (int p = 0; p < 4 && st == DIVTRACE_OK; p++) {
         const struct param *q = &params[p];
@@ -129,7 +148,7 @@ static float step(uint64_t t, int reverse)
         memcpy(x + b * D, data_x[i], sizeof data_x[i]);
         y[b] = data_y[i];
     }
-    int st = divtrace_step_begin(tr, t);
+    int st = tr ? divtrace_step_begin(tr, t) : DIVTRACE_OK;
     if (st != DIVTRACE_OK)
         die(st, "divtrace_step_begin");
     rec("x", "data", DIVTRACE_INPUT, x, 2, B, D, NULL, 0);
@@ -226,7 +245,7 @@ static float step(uint64_t t, int reverse)
         rec(q->newname, "adam", DIVTRACE_OPTIMIZER, q->wn, q->ndim, q->shape[0], q->shape[1],
             IN(q->name, q->mnew, q->vnew));
     }
-    if ((st = divtrace_step_end(tr, loss[0])) != DIVTRACE_OK)
+    if (tr && (st = divtrace_step_end(tr, loss[0])) != DIVTRACE_OK)
         die(st, "divtrace_step_end");
     for (int p = 0; p < 4; p++) {
         struct param *q = &params[p];
@@ -275,7 +294,7 @@ int main(int argc, char **argv)
                             "optimizer", "adam", "lr", "0.01", "seed", "1",
                             "b1_grad_sum", reverse ? "reverse" : "forward", NULL};
     int st = divtrace_open(&tr, out, config, "op");
-    if (st != DIVTRACE_OK) {
+    if (st != DIVTRACE_OK && !is_fault(st)) {
         fprintf(stderr, "mlp_example: %s\n", divtrace_errmsg(NULL));
         return 2;
     }
@@ -289,7 +308,7 @@ int main(int argc, char **argv)
             char why[64];
             snprintf(why, sizeof why, "stopped after step %llu (--stop-after)", (unsigned long long)t);
             steps = t + 1;
-            if ((st = divtrace_close(tr, 1, why)) != DIVTRACE_OK) {
+            if (tr && (st = divtrace_close(tr, 1, why)) != DIVTRACE_OK && !is_fault(st)) {
                 fprintf(stderr, "mlp_example: %s\n", divtrace_errmsg(NULL));
                 return 2;
             }
@@ -298,7 +317,7 @@ int main(int argc, char **argv)
         }
     }
     checkpoint(steps);
-    if ((st = divtrace_close(tr, 0, NULL)) != DIVTRACE_OK) {
+    if (tr && (st = divtrace_close(tr, 0, NULL)) != DIVTRACE_OK && !is_fault(st)) {
         fprintf(stderr, "mlp_example: %s\n", divtrace_errmsg(NULL));
         return 2;
     }

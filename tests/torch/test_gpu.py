@@ -9,13 +9,17 @@
 # hashed at once (defer=False), also when a module's output is changed in
 # place by the next module, and a tensor changed in place before its
 # deferred hash in a later step stops the run with a clear error; the C
-# core's traces are the Python core's.
+# core's traces are the Python core's; a CUDA call or an allocation of the
+# library that fails (DIVTRACE_TEST_FAIL_CUDA, _ALLOC) stops the recording
+# with one DivtraceWarning and leaves the training's losses as unrecorded.
 # Exit 77 (skip) without a CUDA device. Run by tests/torch/gpu_checks.sh.
 import os
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before torch is imported
 
+import contextlib  # noqa: E402
 import sys  # noqa: E402
+import warnings  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -174,6 +178,59 @@ def test_capture():
     check_captures(C, DEV, p, [("mlp", MLP, None), ("inplace", InplaceNet, None)])
 
 
+def fault_loop(path, env=None, n=0):
+    """An MLP trained with Adam on the device, recorded to path (None: not
+    recorded) with env=n set while the trace opens. Returns the losses and
+    the DivtraceWarnings; an exception goes to the caller."""
+    torch.manual_seed(0)
+    model = MLP().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    if env:
+        os.environ[env] = str(n)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ctx = contextlib.nullcontext() if path is None else \
+                divtrace.record(model, path, optimizer=opt, checkpoint_every=2)
+            with ctx as rec:
+                for x, y in batches(6, device=DEV):
+                    opt.zero_grad()
+                    loss = F.mse_loss(model(x), y)
+                    loss.backward()
+                    opt.step()
+                    if rec is not None:
+                        rec.step(loss)
+                    losses.append(loss.item())
+    finally:
+        if env:
+            del os.environ[env]
+    return losses, [str(w.message) for w in caught if issubclass(w.category, divtrace.DivtraceWarning)]
+
+
+def test_faults():
+    """The library's CUDA calls, then its allocations, failing at a few
+    places of a GPU run."""
+    arithmetic(True)
+    plain, _ = fault_loop(None)
+    for env, what in (("DIVTRACE_TEST_FAIL_CUDA", "a CUDA call"), ("DIVTRACE_TEST_FAIL_ALLOC", "an allocation")):
+        fired = 0
+        for n in (1, 2, 5, 12, 30, 70, 150, 400, 10 ** 6):
+            path = p("fault-%s-%d.dtr" % (env[-4:].lower(), n))
+            losses, ws = fault_loop(path, env, n)
+            C.ok(losses == plain, "%s %d fails: the losses of the run unrecorded" % (what, n))
+            C.ok(len(ws) <= 1, "%s %d fails: at most one warning" % (what, n), str(ws))
+            if not ws:
+                continue
+            fired += 1
+            if os.path.exists(path):
+                js = show_json(path)
+                steps = [st["loss"] for st in js["steps"]]
+                C.ok(not js["complete"] and steps == plain[:len(steps)],
+                     "%s %d fails: the trace a readable prefix" % (what, n), "%s %s" % (js["note"], ws))
+        C.ok(fired >= 4, "%s failing: %d runs stopped, each with one warning" % (what, fired))
+
+
 def main():
     if DEV == "cuda" and not torch.cuda.is_available():
         print("test_gpu.py: torch sees no CUDA device; skipping")
@@ -181,7 +238,8 @@ def main():
     print("divtrace %s, libdivtrace %s, torch %s, %s, adapter core %s" % (
         DT, divtrace.library_path(), torch.__version__, torch.cuda.get_device_name() if DEV == "cuda" else DEV,
         divtrace.record(MLP(), p("x.dtr")).core))
-    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats, test_deferred, test_cores, test_capture):
+    for t in (test_det_nondet, test_cpu_vs_gpu, test_gpu_stats, test_deferred, test_cores, test_capture,
+              test_faults):
         try:
             t()
         except Exception as e:

@@ -4,7 +4,8 @@
 # identical traces; a module that computes differently is named as the first
 # divergence and the only origin; every record of a trace read back with
 # `divtrace show --json` matches what torch computes by itself; an exception
-# leaves an incomplete but readable trace; library errors reach Python;
+# leaves an incomplete but readable trace; library errors reach Python
+# (faults with strict=True: tests/torch/test_faults.py has the rest);
 # deferred records (hashed a run at a time at the flush points) equal
 # records made at once, also with an output changed in place by the next
 # module, and a change the first step did not show stops the run.
@@ -567,12 +568,12 @@ def test_errors():
     C.ok(len(js["steps"]) == 2 and any("DivtraceError" in e["text"] for e in js["events"]),
          "op list changes: 2 steps kept, the error in the trace", str(js["events"]))
     try:
-        with divtrace.record(MLP(), os.path.join(T, "no", "such", "dir", "x.dtr")):
+        with divtrace.record(MLP(), os.path.join(T, "no", "such", "dir", "x.dtr"), strict=True):
             pass
-        C.ok(False, "unwritable path: DivtraceError")
+        C.ok(False, "unwritable path, strict: DivtraceError")
     except divtrace.DivtraceError as e:
         C.ok(e.status_name == "DIVTRACE_EIO" and "divtrace_open" in str(e),
-             "unwritable path: DivtraceError from divtrace_open", str(e))
+             "unwritable path, strict: DivtraceError from divtrace_open", str(e))
     try:
         divtrace.record(MLP(), p("x.dtr"), level="everything")
         C.ok(False, "bad level: ValueError")

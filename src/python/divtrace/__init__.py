@@ -12,11 +12,13 @@
 Then `divtrace show run.dtr`, `divtrace diff a.dtr b.dtr` and `divtrace escape
 run.dtr` work on the run as on the divtrace program's own. The recording is
 done by libdivtrace (found through DIVTRACE_LIB, the build tree next to this
-package, or the system's library path). The API is documented in
-divtrace-python(7).
+package, or the system's library path). A fault (the disk full, the trace
+file unwritable or deleted, no memory, a CUDA error) stops the recording
+with one DivtraceWarning and the training goes on (strict=True raises a
+DivtraceError instead). The API is documented in divtrace-python(7).
 """
-from ._lib import DivtraceError, library_path
+from ._lib import DivtraceError, DivtraceWarning, library_path
 from ._record import Recorder, record
 
 __version__ = "0.1.0"
-__all__ = ["record", "Recorder", "DivtraceError", "library_path", "__version__"]
+__all__ = ["record", "Recorder", "DivtraceError", "DivtraceWarning", "library_path", "__version__"]

@@ -244,7 +244,7 @@ class PyCore:
         single tensor output that is the first step's deferred record at
         this place goes into the buffer here; anything else goes to
         fallback(module, args, kwargs, output). fail(status) raises a
-        library error."""
+        library error, or (a fault) stops the recording and returns."""
         names = [mname]     # the module's k-th call's record name: mname, mname.1, ...
         core = self
         Tensor = self._tensor

@@ -1,6 +1,8 @@
 # _lib.py: ctypes bindings of libdivtrace (src/divtrace.h, API version 1):
 # finding the shared object, declaring the functions, and turning a negative
-# status into a DivtraceError that carries divtrace_errmsg()'s text.
+# status into a DivtraceError that carries divtrace_errmsg()'s text; which
+# statuses are faults (what the library stops a trace for, and the
+# Recorder warns of instead of raising).
 import ctypes
 import ctypes.util
 import os
@@ -16,6 +18,11 @@ _STATUS_NAMES = {
     -1: "DIVTRACE_EINVAL", -2: "DIVTRACE_EIO", -3: "DIVTRACE_ENOMEM", -4: "DIVTRACE_ESTATE",
     -5: "DIVTRACE_EOPS", -6: "DIVTRACE_ENOCUDA", -7: "DIVTRACE_ECUDA",
 }
+# Faults: the trace file not written (disk full, unwritable, deleted), no
+# memory, a CUDA call that failed, and device tensors with a library that
+# has no CUDA: the environment's, not the program's. The rest (EINVAL,
+# ESTATE, EOPS) are a program's mistakes.
+FAULTS = frozenset((-2, -3, -7, -6))
 
 
 class DivtraceError(RuntimeError):
@@ -26,6 +33,11 @@ class DivtraceError(RuntimeError):
         super().__init__(message)
         self.status = status
         self.status_name = _STATUS_NAMES.get(status, str(status))
+
+
+class DivtraceWarning(RuntimeWarning):
+    """A fault stopped the recording (see divtrace-python(7), FAULTS); the
+    training goes on, the trace keeps the steps before it."""
 
 
 class Tensor(ctypes.Structure):
@@ -86,6 +98,13 @@ def _declare(lib):
         f = getattr(lib, name)
         f.restype = res
         f.argtypes = args
+    # newer than the first API 1 libraries: optional
+    for name, (res, args) in {"divtrace_status": (c_int, [c_void_p]),
+                              "divtrace_report_faults": (c_int, [c_int])}.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.restype = res
+            f.argtypes = args
     # divtrace_record once more, without argtypes, for the recorder's per-record
     # call: ctypes' argtypes conversion costs more than the call (about 1.7 us
     # against 1 us for its 11 arguments). Without argtypes each argument must be
@@ -121,6 +140,8 @@ def load():
             errors.append("%s: API version %d, this package needs %d" % (p, v, API_VERSION))
             continue
         _lib, _lib_path = lib, p
+        if hasattr(lib, "divtrace_report_faults"):
+            lib.divtrace_report_faults(0)  # the Recorder warns of a fault: no second line from the library
         return lib
     if from_env:
         why = "DIVTRACE_LIB=%s cannot be loaded: %s" % (paths[0], "; ".join(errors))
@@ -211,17 +232,23 @@ def library_path():
     return _lib_path
 
 
-def check(status, handle=None):
-    """Raise DivtraceError for a negative status, with the handle's message
-    (or, with no handle, divtrace_open's message for this thread)."""
-    if status >= 0:
-        return status
+def error(status, handle=None):
+    """The DivtraceError of a negative status, with the handle's message
+    (or, with no handle, divtrace_open's or divtrace_close's message for
+    this thread)."""
     msg = _lib.divtrace_errmsg(handle)
     text = msg.decode("utf-8", "replace") if msg else ""
     if not text:
         s = _lib.divtrace_strerror(status)
         text = s.decode("utf-8", "replace") if s else "error %d" % status
-    raise DivtraceError(status, text)
+    return DivtraceError(status, text)
+
+
+def check(status, handle=None):
+    """Raise error(status, handle) for a negative status."""
+    if status >= 0:
+        return status
+    raise error(status, handle)
 
 
 def strv(items):

@@ -34,6 +34,9 @@
 # it loads, else its Python twin, with the same calls in the same order; the
 # Recorder keeps the first step, the general path and the names.
 import ctypes
+import os
+import sys
+import warnings
 
 import torch
 from torch import nn
@@ -55,6 +58,7 @@ _HOST, _DEVICE = _lib.HOST, _lib.DEVICE
 _TENSOR_SIZE = ctypes.sizeof(_lib.Tensor)
 _raw_stream = _capture.raw_stream
 _PARAM, _GRAD, _UPDATE = 0, 1, 2  # the core's groups
+_INSIDE = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(torch.__file__) + os.sep)
 
 
 def _shape(t):
@@ -83,7 +87,7 @@ class Recorder:
     """A training run being written to a trace; made by :func:`record`."""
 
     def __init__(self, model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-                 record_no_grad=False, defer=True, capture="wrap"):
+                 record_no_grad=False, defer=True, capture="wrap", strict=False):
         if level not in LEVELS:
             raise ValueError("level %r: expected one of %s" % (level, ", ".join(LEVELS)))
         if capture not in CAPTURES:
@@ -100,6 +104,8 @@ class Recorder:
         self.checkpoint_every = int(checkpoint_every)
         self.defer = bool(defer)
         self.capture = capture
+        self.strict = bool(strict)
+        self.stopped = None         # the DivtraceError of the fault that stopped the recording
         # per record slot, learnt in the first step: whether the tensor was
         # unchanged at its flush point (so may be deferred)
         self._deferrable = []
@@ -252,8 +258,10 @@ class Recorder:
         arr[:len(items)] = [s.encode("utf-8") for s in items]
         arr[len(items)] = None
         h = ctypes.c_void_p()
-        _lib.check(lib.divtrace_open(ctypes.byref(h), self.path.encode("utf-8"), arr,
-                                     self.level.encode()))
+        rc = lib.divtrace_open(ctypes.byref(h), self.path.encode("utf-8"), arr, self.level.encode())
+        if rc < 0:
+            self._fail(rc, opening=True)
+            return self             # stopped: the with-block runs, nothing is recorded
         self._h = h
         self._rec_fn = lib.record_untyped
         self._install_hooks()
@@ -268,7 +276,7 @@ class Recorder:
         self._remove_hooks()
         err = None
         if status == 0 and not self._st.in_step and self.checkpoint_every and self.steps > 0 \
-                and self._last_ckpt != self.steps:
+                and self._last_ckpt != self.steps and self.stopped is None:
             try:
                 self._checkpoint(self.steps)
             except DivtraceError as e:
@@ -281,7 +289,30 @@ class Recorder:
             raise err
         if rc < 0:
             # the handle is freed: the message is the thread's last one
-            _lib.check(rc, None)
+            self._fail(rc, opening=True)
+
+    def _fail(self, rc, opening=False):
+        """A library status: False when it is not an error. A fault (see
+        _lib.FAULTS) stops the recording with one DivtraceWarning and returns
+        True, the training going on; with strict=True, and for any other
+        error, DivtraceError is raised. A stopped trace's later calls are
+        quiet no-ops (True). opening: the status of divtrace_open or
+        divtrace_close (the message is the thread's)."""
+        if rc >= 0:
+            return False
+        if self.stopped is not None and not self.strict:
+            return True
+        err = _lib.error(rc, None if opening else self._h)
+        if self.strict or rc not in _lib.FAULTS:
+            raise err
+        self.stopped = err
+        self._st.paused += 1        # every hook a no-op from now on
+        level, f = 1, sys._getframe(0)  # the warning at the program's line: past this package's and torch's
+        while f is not None and f.f_code.co_filename.startswith(_INSIDE):
+            f, level = f.f_back, level + 1
+        warnings.warn(_lib.DivtraceWarning("divtrace: recording to %s stopped, the training goes on: %s"
+                                           % (self.path, err)), stacklevel=level)
+        return True
 
     def __enter__(self):
         if self._h is None:
@@ -312,7 +343,7 @@ class Recorder:
         m, opt = self.model, self.optimizer
         root_pre, opt_pre, opt_post = self._fns
         if self._st.kind == "c":
-            self._st.paths(lambda rc: _lib.check(rc, self._h), self._flush_failed, self._root_pre_hook,
+            self._st.paths(self._fail, self._flush_failed, self._root_pre_hook,
                            self._begin_params, self._record_input, self._opt_pre_hook, self._opt_post_hook)
         if self.level == "op":
             for mname, mod in m.named_modules():
@@ -348,6 +379,8 @@ class Recorder:
             return None
         if not st.in_step:
             self._begin()
+            if st.paused:
+                return None         # stopped by a fault
         if not kwargs and plain(args):
             ts = args       # the usual call, model(x): what tensors() would list
         else:
@@ -377,9 +410,7 @@ class Recorder:
         def slow(module, args, kwargs, output):
             forward(mname, mtype_b, own_params, args, kwargs, output)
 
-        def fail(rc):
-            _lib.check(rc, self._h)
-        return self._st.hook(slow, fail, mname, mtype_b)
+        return self._st.hook(slow, self._fail, mname, mtype_b)
 
     def _opt_pre_hook(self, optimizer, args, kwargs):
         st = self._st
@@ -393,7 +424,8 @@ class Recorder:
             if r == 1:
                 return
             if r != 0:
-                self._flush_failed(r)
+                self._flush_failed(r)   # raises, or a fault stopped the recording
+                return
         self._record_grads()
         self._flush_point(True)  # before the optimizer changes parameters in place
 
@@ -407,7 +439,8 @@ class Recorder:
             if r == 1:
                 return
             if r != 0:
-                self._flush_failed(r)
+                self._flush_failed(r)   # raises, or a fault stopped the recording
+                return
         self._begin()
         t = self._opt_type_b
         record = self._record
@@ -451,7 +484,8 @@ class Recorder:
         s = self.steps
         if self.checkpoint_every and s % self.checkpoint_every == 0 and self._last_ckpt != s:
             self._checkpoint(s)
-        _lib.check(self._lib.divtrace_step_begin(self._h, s), self._h)
+        if self._fail(self._lib.divtrace_step_begin(self._h, s)):
+            return
         st.begun()
         st.in_step = True
         if self.level == "step":
@@ -479,17 +513,19 @@ class Recorder:
         once per training step, after optimizer.step()."""
         st = self._st
         if st.paused:
+            if self.stopped is not None and st.in_step:
+                st.in_step = False  # the step a fault cut short: its tensors let go
+                self._reset_step_state()
             return
         if self._armed:
             r = st.end_step(loss)   # the usual step: the C core's path (fast_step.c)
             if r is not None:
-                if r == 0:
+                if r == 0 or (self._fail(r) if isinstance(r, int) else self._flush_failed(r)):
                     return
-                if isinstance(r, int):
-                    _lib.check(r, self._h)
-                self._flush_failed(r)
         if not st.in_step:
             self._begin()
+            if self.stopped is not None:
+                return
         if self.optimizer is None and self.level != "step":
             self._record_grads()
         if isinstance(loss, torch.Tensor):
@@ -501,7 +537,8 @@ class Recorder:
         st.in_step = False
         st.last_nrec, st.last_ndef = st.nrec, st.ndef
         self._reset_step_state()
-        _lib.check(rc, self._h)
+        if self._fail(rc):
+            return
         if not self._fixed:
             self._make_fast()
         self._fixed = True
@@ -559,7 +596,7 @@ class Recorder:
             rc = st.try_defer(name, type_b, kind, t) if st.deferring else 0
         if rc:
             if rc < 0:
-                _lib.check(rc, self._h)
+                self._fail(rc)
             return True
         k = st.nrec
         if k != st.pend0:
@@ -598,7 +635,7 @@ class Recorder:
                 else:
                     slots.append(s)
         if rc < 0:
-            _lib.check(rc, self._h)
+            self._fail(rc)
         return True
 
     def _record_input(self, name, t):
@@ -627,12 +664,13 @@ class Recorder:
 
     def _flush_failed(self, r):
         """Raise the error a core reported: a negative status, or
-        flush_point's (what, k)."""
+        flush_point's (what, k); a fault stops the recording instead
+        (True, see _fail)."""
         if isinstance(r, int):
-            _lib.check(r, self._h)
+            return self._fail(r)
         what, k = r
         if what == "lib":
-            _lib.check(k, self._h)
+            return self._fail(k)
         name = self._slots[k][0] if k < len(self._slots) else "#%d" % k
         raise DivtraceError(-1, "divtrace: step %d: '%s' was changed in place after it was "
                                 "recorded, before its deferred hash ran (it was not in the "
@@ -641,9 +679,7 @@ class Recorder:
     def _push(self):
         """The deferred records buffered since the last library call, in one
         call."""
-        rc = self._st.push()
-        if rc < 0:
-            _lib.check(rc, self._h)
+        self._fail(self._st.push())
 
     def _make_fast(self):
         """After the first step: divtrace_record_many's arguments for every
@@ -682,18 +718,14 @@ class Recorder:
         """The core's group gid (recorded: True; False: take them one by
         one)."""
         rc = self._st.group(gid, tensors, owners)
-        if rc < 0:
-            _lib.check(rc, self._h)
-        return rc > 0
+        return self._fail(rc) or rc > 0
 
     def _record_grads(self):
         last = self._last_forward
         record = self._record
         if self._fixed:
             rc = self._st.grads(_GRAD, self._grad_params)
-            if rc < 0:
-                _lib.check(rc, self._h)
-            if rc > 0:
+            if self._fail(rc) or rc > 0:
                 return
             for name, p, gname in self._grad_recs:
                 g = p.grad
@@ -823,8 +855,8 @@ class Recorder:
         elif t.device.type != "cpu":
             t = t.cpu()
         shape = _shape(t)
-        _lib.check(self._lib.divtrace_checkpoint_add(self._h, name.encode("utf-8"), t.data_ptr(), where,
-                                                     len(shape), _lib.shape_array(shape)), self._h)
+        self._fail(self._lib.divtrace_checkpoint_add(self._h, name.encode("utf-8"), t.data_ptr(), where,
+                                                     len(shape), _lib.shape_array(shape)))
 
     def _checkpoint(self, s):
         """Parameters and optimizer state before step s, by the names the
@@ -832,7 +864,8 @@ class Recorder:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         lib, h = self._lib, self._h
-        _lib.check(lib.divtrace_checkpoint_begin(h, s), h)
+        if self._fail(lib.divtrace_checkpoint_begin(h, s)):
+            return
         for name, p in self._params:
             self._ckpt_add(name, p)
         if self.optimizer is not None:
@@ -844,17 +877,19 @@ class Recorder:
                     v = st[key]
                     if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.dim() == 0):
                         self._ckpt_add("%s.%s" % (name, key), v)
-        _lib.check(lib.divtrace_checkpoint_end(h), h)
+        self._fail(lib.divtrace_checkpoint_end(h))
         self._last_ckpt = s
 
 
 def record(model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-           record_no_grad=False, defer=True, capture="wrap"):
+           record_no_grad=False, defer=True, capture="wrap", strict=False):
     """Record the training of model to the trace file path.
 
     Use it as ``with divtrace.record(model, "run.dtr", optimizer=opt) as rec:``
-    and call ``rec.step(loss)`` after each ``optimizer.step()``. See
-    divtrace-python(7)."""
+    and call ``rec.step(loss)`` after each ``optimizer.step()``. A fault
+    (disk full, the path unwritable, the trace deleted, no memory, a CUDA
+    error) stops the recording with one DivtraceWarning, the training going
+    on; strict=True raises DivtraceError instead. See divtrace-python(7)."""
     return Recorder(model, path, config=config, optimizer=optimizer, level=level,
                     checkpoint_every=checkpoint_every, record_no_grad=record_no_grad, defer=defer,
-                    capture=capture)
+                    capture=capture, strict=strict)
