@@ -416,8 +416,9 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
             int t = diff_time_step(o->name, NULL);
             if (t >= 0)
                 printf(", \"time_step\": %d", t);
-            printf(", \"kind\": \"%s\", \"type\": \"%s\", \"shape\": [",
-                   trace_kind_name((enum trace_kind)o->kind), o->type);
+            printf(", \"kind\": \"%s\", \"type\": ", trace_kind_name((enum trace_kind)o->kind));
+            json_put_str(stdout, o->type);
+            printf(", \"shape\": [");
             for (int d = 0; d < o->ndim; d++)
                 printf("%s%u", d ? ", " : "", o->shape[d]);
             putchar(']');

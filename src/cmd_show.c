@@ -97,8 +97,9 @@ static void show_json(const struct trace_file *tf, int has_step, uint64_t only, 
         const struct trace_opdef *o = &tf->ops[i];
         fprintf(f, "%s\n  {\"index\": %u, \"name\": ", i ? "," : "", i);
         json_put_str(f, o->name);
-        fprintf(f, ", \"type\": \"%s\", \"kind\": \"%s\", \"shape\": [", o->type,
-                trace_kind_name((enum trace_kind)o->kind));
+        fputs(", \"type\": ", f);
+        json_put_str(f, o->type); /* a trace's strings are any bytes but NUL */
+        fprintf(f, ", \"kind\": \"%s\", \"shape\": [", trace_kind_name((enum trace_kind)o->kind));
         for (int d = 0; d < o->ndim; d++)
             fprintf(f, "%s%u", d ? ", " : "", o->shape[d]);
         fputs("], \"inputs\": [", f);

@@ -18,6 +18,8 @@
 /* Far above any image set this tool trains on; rejects absurd headers before
  * they turn into absurd allocations. */
 #define IDX_MAX_PAYLOAD ((uint64_t)1 << 31)
+/* The payload buffer's first size; it doubles as the data arrives. */
+#define IDX_FIRST_READ ((size_t)1 << 20)
 /* gzread takes an unsigned and returns an int: read in slices below INT_MAX. */
 #define IDX_READ_SLICE ((size_t)1 << 30)
 
@@ -116,15 +118,29 @@ static int idx_read_body(gzFile f, const char *path, struct idx_images *out)
     size_t payload = (size_t)(image * n);
 
     /* Header and payload in one buffer so the hash covers the file's bytes as
-     * they are; the payload then moves to the front to become pix. */
-    unsigned char *buf = dt_malloc(IDX_HEADER_BYTES + payload);
+     * they are; the payload then moves to the front to become pix. The
+     * buffer grows as the data arrives, never ahead of it: a header that
+     * claims 2 GB costs no 2 GB when the file holds a few bytes. */
+    size_t cap = IDX_HEADER_BYTES + (payload < IDX_FIRST_READ ? payload : IDX_FIRST_READ);
+    size_t have = 0;
+    unsigned char *buf = dt_malloc(cap);
     memcpy(buf, hdr, IDX_HEADER_BYTES);
-    if (idx_read(f, path, buf + IDX_HEADER_BYTES, payload, &got, &mid) < 0)
-        goto fail;
-    if (got < payload) {
+    while (have < payload) {
+        if (IDX_HEADER_BYTES + have == cap) {
+            cap = payload - have > cap ? 2 * cap : IDX_HEADER_BYTES + payload;
+            buf = dt_realloc(buf, cap);
+        }
+        size_t want = cap - IDX_HEADER_BYTES - have;
+        if (idx_read(f, path, buf + IDX_HEADER_BYTES + have, want, &got, &mid) < 0)
+            goto fail;
+        have += got;
+        if (got < want)
+            break;
+    }
+    if (have < payload) {
         dt_error_set("%s: truncated%s: header says %u images of %ux%u (%zu bytes) but the %s "
                      "holds %zu", path, mid ? " gzip stream" : "", n, rows, cols, payload,
-                     mid ? "stream" : "file", got);
+                     mid ? "stream" : "file", have);
         goto fail;
     }
 

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,6 +435,15 @@ out:
     return rc;
 }
 
+/* FNV-1a of a condition name, for the duplicate check of sweep_expand. */
+static size_t sweep_name_hash(const char *name)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *q = (const unsigned char *)name; *q; q++)
+        h = (h ^ *q) * 16777619u;
+    return h;
+}
+
 /* Expand the explicit conditions (or one unnamed) crossed with the factors. */
 static int sweep_expand(struct sweep_parser *p, struct sweep_spec *s)
 {
@@ -446,6 +456,14 @@ static int sweep_expand(struct sweep_parser *p, struct sweep_spec *s)
     }
     s->cond = dt_calloc((size_t)total, sizeof *s->cond);
     int *lines = dt_calloc((size_t)total, sizeof *lines);
+    /* the conditions made so far by name (open addressing, at most half
+     * full): the duplicate check stays linear up to SWEEP_MAX_CONDS */
+    size_t nslot = 2;
+    while (nslot < 2 * (size_t)total)
+        nslot *= 2;
+    long *slot = dt_malloc(nslot * sizeof *slot);
+    for (size_t i = 0; i < nslot; i++)
+        slot[i] = -1;
     int rc = DT_OK;
     int lvl[SWEEP_MAX_FACTORS];
     for (long k = 0; k < total && rc == DT_OK; k++) {
@@ -498,15 +516,18 @@ static int sweep_expand(struct sweep_parser *p, struct sweep_spec *s)
         sweep_words_push(&args, NULL);
         c->args = args.w;
         lines[k] = line;
-        for (long j = 0; j < k; j++)
-            if (strcmp(s->cond[j].name, name) == 0) {
-                rc = sweep_fail(p, line, "condition name '%s' given twice (also on line %d)",
-                                name, lines[j]);
-                break;
-            }
+        size_t h = sweep_name_hash(name) & (nslot - 1);
+        while (slot[h] >= 0 && strcmp(s->cond[slot[h]].name, name) != 0)
+            h = (h + 1) & (nslot - 1);
+        if (slot[h] >= 0)
+            rc = sweep_fail(p, line, "condition name '%s' given twice (also on line %d)",
+                            name, lines[slot[h]]);
+        else
+            slot[h] = k;
         if (rc == DT_OK && c->nargs == 0)
             rc = sweep_fail(p, line, "condition '%s' has no record options", name);
     }
+    free(slot);
     free(lines);
     return rc;
 }
@@ -765,13 +786,20 @@ static int sweep_sel_names(const char *sel, const char *key)
 
 int sweep_pair_conditions(const struct sweep_spec *s, const struct sweep_pair *p, int (**out)[2])
 {
-    int n = 0, cap = 0;
+    int n = 0, cap = 0, nb = 0;
     *out = NULL;
+    /* the conditions the second selector picks, found once, not once for
+     * every condition the first picks (up to SWEEP_MAX_CONDS each) */
+    int *pick = dt_malloc((size_t)(s->ncond ? s->ncond : 1) * sizeof *pick);
+    for (int b = 0; b < s->ncond; b++)
+        if (sweep_cond_matches(&s->cond[b], p->sel[1]))
+            pick[nb++] = b;
     for (int a = 0; a < s->ncond; a++) {
         if (!sweep_cond_matches(&s->cond[a], p->sel[0]))
             continue;
-        for (int b = 0; b < s->ncond; b++) {
-            if (b == a || !sweep_cond_matches(&s->cond[b], p->sel[1]))
+        for (int i = 0; i < nb; i++) {
+            int b = pick[i];
+            if (b == a)
                 continue;
             const struct sweep_cond *ca = &s->cond[a], *cb = &s->cond[b];
             int agree = 1;
@@ -794,5 +822,6 @@ int sweep_pair_conditions(const struct sweep_spec *s, const struct sweep_pair *p
             n++;
         }
     }
+    free(pick);
     return n;
 }
