@@ -40,7 +40,9 @@ void train_config_defaults(struct train_config *tc)
     tc->init_scale = 1.0;
     tc->backend = "cpu";
     tc->threads = 1;
-    tc->data_dir = "/usr/share/datasets/fashion-mnist";
+    /* DIVTRACE_DATA, when set, replaces the default directory of --data */
+    const char *data = getenv("DIVTRACE_DATA");
+    tc->data_dir = data && *data ? data : "/usr/share/datasets/fashion-mnist";
     tc->level = TRACE_LEVEL_OP;
 }
 
