@@ -209,9 +209,7 @@ int prednet_build(struct graph *g, const struct model_spec *s)
     }
     DT_ASSERT(loss >= 0, "prednet: no loss term");
     /* the final sum is the loss: give it the name every model's loss has */
-    if (last_sum[0]) {
-        free(g->nodes[loss].name);
-        g->nodes[loss].name = dt_strdup("loss");
-    }
+    if (last_sum[0])
+        graph_rename(g, loss, "loss");
     return loss;
 }

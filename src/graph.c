@@ -20,15 +20,64 @@ void graph_free(struct graph *g)
     for (int i = 0; i < g->n; i++)
         free(g->nodes[i].name);
     free(g->nodes);
+    free(g->slots);
     graph_init(g);
+}
+
+/* FNV-1a: names are short, and any spread will do */
+static unsigned graph_hash(const char *name)
+{
+    unsigned h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+/* The slot holding name, or the empty slot where it would go. */
+static unsigned graph_slot(const struct graph *g, const char *name)
+{
+    unsigned mask = g->nslots - 1, k = graph_hash(name) & mask;
+    while (g->slots[k] && strcmp(g->nodes[g->slots[k] - 1].name, name) != 0)
+        k = (k + 1) & mask;
+    return k;
+}
+
+/* Index node i by its name, growing the table to stay at most half full. */
+static void graph_index(struct graph *g, int i)
+{
+    if (2 * (unsigned)(i + 1) > g->nslots) {
+        free(g->slots);
+        g->nslots = g->nslots ? 2 * g->nslots : 256;
+        g->slots = dt_calloc(g->nslots, sizeof *g->slots);
+        for (int j = 0; j < i; j++)
+            g->slots[graph_slot(g, g->nodes[j].name)] = j + 1;
+    }
+    g->slots[graph_slot(g, g->nodes[i].name)] = i + 1;
 }
 
 int graph_find(const struct graph *g, const char *name)
 {
-    for (int i = 0; i < g->n; i++)
-        if (strcmp(g->nodes[i].name, name) == 0)
-            return i;
-    return -1;
+    if (!g->nslots)
+        return -1;
+    unsigned k = graph_slot(g, name);
+    return g->slots[k] - 1;
+}
+
+void graph_rename(struct graph *g, int i, const char *name)
+{
+    DT_ASSERT(graph_find(g, name) < 0, "duplicate op name '%s'", name);
+    /* Remove node i's entry, then re-place the entries of its probe run
+     * that follow it (backward-shift deletion), and index the new name. */
+    unsigned mask = g->nslots - 1, k = graph_slot(g, g->nodes[i].name);
+    g->slots[k] = 0;
+    for (unsigned j = (k + 1) & mask; g->slots[j]; j = (j + 1) & mask) {
+        int e = g->slots[j];
+        g->slots[j] = 0;
+        g->slots[graph_slot(g, g->nodes[e - 1].name)] = e;
+    }
+    free(g->nodes[i].name);
+    g->nodes[i].name = dt_strdup(name);
+    g->slots[graph_slot(g, name)] = i + 1;
 }
 
 static int graph_push(struct graph *g, enum op_type type, enum trace_kind kind,
@@ -65,6 +114,7 @@ static int graph_push(struct graph *g, enum op_type type, enum trace_kind kind,
     }
     nd->next = -1;
     nd->grad = -1;
+    graph_index(g, g->n);
     return g->n++;
 }
 

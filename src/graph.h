@@ -31,12 +31,18 @@ struct graph {
     struct node *nodes;
     int n, cap;
     int loss;                   /* node index of the scalar loss, or -1 */
+    /* names to nodes: open addressing, node index + 1 (0: empty), at most
+     * half full, so building a graph of n ops takes O(n), not O(n^2) */
+    int *slots;
+    unsigned nslots;            /* a power of two, or 0 */
 };
 
 void graph_init(struct graph *g);
 void graph_free(struct graph *g);
 /* Index of the node with this name, or -1. */
 int graph_find(const struct graph *g, const char *name);
+/* Give node i another name (not one already in the graph). */
+void graph_rename(struct graph *g, int i, const char *name);
 
 /* Leaves. shape has ndim entries. */
 int graph_input(struct graph *g, const char *name, int ndim, const uint32_t *shape);

@@ -442,6 +442,48 @@ static void test_init_param(void **state)
     graph_free(&g2);
 }
 
+/* ---- names: graph_find and graph_rename over the name index ------------ */
+
+static void test_graph_names(void **state)
+{
+    (void)state;
+    struct graph g;
+    graph_init(&g);
+    const uint32_t shape[] = {2};
+    char name[32];
+    enum { N = 5000 }; /* the index grows several times */
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "x%d", i);
+        assert_int_equal(graph_input(&g, name, 1, shape), i);
+    }
+    /* every name found by a linear scan is found by the index, and the
+     * other way round */
+    for (int i = 0; i < N; i += 7) {
+        snprintf(name, sizeof name, "x%d", i);
+        int linear = -1;
+        for (int j = 0; j < g.n && linear < 0; j++)
+            if (strcmp(g.nodes[j].name, name) == 0)
+                linear = j;
+        assert_int_equal(graph_find(&g, name), linear);
+    }
+    assert_int_equal(graph_find(&g, "nobody"), -1);
+    /* renames: the old name is gone, the new one found, the others intact */
+    for (int i = 0; i < N; i += 3) {
+        snprintf(name, sizeof name, "y%d", i);
+        graph_rename(&g, i, name);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "x%d", i);
+        assert_int_equal(graph_find(&g, name), i % 3 ? i : -1);
+        snprintf(name, sizeof name, "y%d", i);
+        assert_int_equal(graph_find(&g, name), i % 3 ? -1 : i);
+        snprintf(name, sizeof name, "%c%d", i % 3 ? 'x' : 'y', i);
+        assert_string_equal(g.nodes[i].name, name);
+    }
+    graph_free(&g);
+    assert_int_equal(graph_find(&g, "x1"), -1);
+}
+
 /* ---- (d) shape checks ------------------------------------------------------ */
 
 static void ae_expect_reject(const uint32_t *layers, int nlayers, uint32_t features)
@@ -497,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_init_param),
         cmocka_unit_test(test_build_rejects),
+        cmocka_unit_test(test_graph_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
