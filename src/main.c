@@ -67,6 +67,7 @@ int main(int argc, char **argv)
          * getopt's messages name it. */
         char prog[64];
         snprintf(prog, sizeof prog, "divtrace %s", cmd);
+        dt_oom_exits(prog);
         char **sub = dt_calloc((size_t)argc, sizeof *sub);
         sub[0] = prog;
         for (int k = 2; k < argc; k++)

@@ -33,24 +33,46 @@ void dt_panic(const char *file, int line, const char *fmt, ...)
     abort();
 }
 
+static char dt_oom_prog[64];
+
+void dt_oom_exits(const char *prog)
+{
+    snprintf(dt_oom_prog, sizeof dt_oom_prog, "%s", prog);
+}
+
+/* An allocation of n x size bytes failed. */
+static _Noreturn void dt_oom(size_t n, size_t size)
+{
+    if (dt_oom_prog[0]) {
+        if (size > 1 && n <= SIZE_MAX / size)
+            n *= size;
+        fprintf(stderr, "%s: out of memory (%zu bytes asked)\n", dt_oom_prog, n);
+        exit(2);
+    }
+    dt_panic(__FILE__, __LINE__, "out of memory allocating %zu x %zu bytes", n, size);
+}
+
 void *dt_malloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    DT_ASSERT(p, "out of memory allocating %zu bytes", n);
+    if (!p)
+        dt_oom(n, 1);
     return p;
 }
 
 void *dt_calloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    DT_ASSERT(p, "out of memory allocating %zu x %zu bytes", n, size);
+    if (!p)
+        dt_oom(n, size);
     return p;
 }
 
 void *dt_realloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
-    DT_ASSERT(q, "out of memory reallocating %zu bytes", n);
+    if (!q)
+        dt_oom(n, 1);
     return q;
 }
 

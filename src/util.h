@@ -26,7 +26,11 @@ void dt_panic(const char *file, int line, const char *fmt, ...)
 #define DT_ASSERT(cond, ...) \
     do { if (!(cond)) dt_panic(__FILE__, __LINE__, __VA_ARGS__); } while (0)
 
-/* Allocation that aborts on exhaustion (an invariant of the host, not input). */
+/* Allocation that never returns NULL. On exhaustion it aborts, except in
+ * the program once dt_oom_exits(PROG) was called: then it prints
+ * "PROG: out of memory (N bytes asked)" and exits 2, as for any trouble
+ * (a trace being written is left without its end, so it reads as cut). */
+void dt_oom_exits(const char *prog);
 void *dt_malloc(size_t n);
 void *dt_calloc(size_t n, size_t size);
 void *dt_realloc(void *p, size_t n);

@@ -158,6 +158,18 @@ if ! ldd "$DT" 2>/dev/null | grep -q libasan; then
         has "$T/err" "^divtrace record: out of memory: the cpu backend could not allocate " "record $big: says what it could not allocate"
         [ ! -e "$T/oom.dtr" ] && ok "record $big: no trace left" || bad "record $big: a trace was left"
     done
+    # a graph of 50000 time steps: the host's own structures run out first
+    # (the graph's build is linear in its ops, so this takes seconds)
+    big="--model prednet --nt 50000 --size 32x32 --stack 1,4"
+    ( ulimit -v 500000 2>/dev/null || exit 77
+      exec "$DT" record --steps 1 $big -o "$T/oom.dtr" ) >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ $rc -ne 77 ]; then
+        [ $rc -eq 2 ] && ok "record $big beyond memory: exit 2" || bad "record $big beyond memory: exit $rc"
+        one_line "record $big beyond memory"
+        has "$T/err" "^divtrace record: out of memory" "record $big: says so"
+        [ ! -e "$T/oom.dtr" ] && ok "record $big: no trace left" || bad "record $big: a trace was left"
+    fi
 fi
 
 # --- corrupt and foreign files
