@@ -32,6 +32,19 @@ static void main_usage(FILE *f)
           f);
 }
 
+/* Output that never reached standard output (a full disk, a closed pipe's
+ * EPIPE when SIGPIPE is ignored) turns a success or a finding into trouble:
+ * one line, exit 2. A command that already said so (exit 2) is left as it
+ * is. */
+static int main_stdout(const char *prog, int rc)
+{
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    if (rc != CLI_EXIT_TROUBLE)
+        fprintf(stderr, "%s: write error on standard output\n", prog);
+    return CLI_EXIT_TROUBLE;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -41,10 +54,10 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
         main_usage(stdout);
-        return 0;
+        return main_stdout("divtrace", 0);
     }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
-        return cli_version();
+        return main_stdout("divtrace", cli_version());
     }
     static const struct {
         const char *name;
@@ -72,7 +85,7 @@ int main(int argc, char **argv)
         sub[0] = prog;
         for (int k = 2; k < argc; k++)
             sub[k - 1] = argv[k];
-        int rc = cmds[i].run(argc - 1, sub);
+        int rc = main_stdout(prog, cmds[i].run(argc - 1, sub));
         free(sub);
         return rc;
     }

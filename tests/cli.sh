@@ -139,6 +139,14 @@ if [ -w /dev/full ]; then
     has "$T/err" "writing the summary to standard output: No space left on device" "the write error is named"
     expect 0 "its trace is complete nonetheless" -- "$DT" show --summary "$T/full.dtr"
     has "$T/out" "^# complete$" "the trace says complete"
+    # every command's output, help and version included
+    for c in "--help" "--version" "record --help" "show $T/a.dtr" "diff $T/a.dtr $T/a.dtr" \
+        "replay $T/a.dtr --step 1" "escape $T/a.dtr" "explain $T/a.dtr $T/a.dtr" "sweep --help" "report --help"; do
+        "$DT" $c >/dev/full 2>"$T/err"
+        rc=$?
+        [ $rc -eq 2 ] && ok "$c > /dev/full: exit 2" || bad "$c > /dev/full: exit $rc"
+        has "$T/err" "^divtrace( [a-z]+)?: .*(write error on standard output|No space left on device)" "$c > /dev/full: says so"
+    done
 fi
 
 # sizes the options accept but memory does not hold: one line, exit 2, no
