@@ -168,11 +168,16 @@ if ! ldd "$DT" 2>/dev/null | grep -q libasan; then
     done
     # a graph of 50000 time steps: the host's own structures run out first
     # (the graph's build is linear in its ops, so this takes seconds)
+    # (500 MB of address space: too little for a build linked to the CUDA
+    # libraries even to start, so there it is skipped)
     big="--model prednet --nt 50000 --size 32x32 --stack 1,4"
     ( ulimit -v 500000 2>/dev/null || exit 77
+      "$DT" --version >/dev/null 2>&1 || exit 77
       exec "$DT" record --steps 1 $big -o "$T/oom.dtr" ) >"$T/out" 2>"$T/err"
     rc=$?
-    if [ $rc -ne 77 ]; then
+    if [ $rc -eq 77 ]; then
+        echo "# skip: the program does not start in 500 MB of address space"
+    else
         [ $rc -eq 2 ] && ok "record $big beyond memory: exit 2" || bad "record $big beyond memory: exit $rc"
         one_line "record $big beyond memory"
         has "$T/err" "^divtrace record: out of memory" "record $big: says so"
