@@ -106,8 +106,14 @@ float rfloat(enum dist d)
     switch (d) {
     case D_UNIT:
         return (float)runif(-1, 1);
-    case D_WIDE:
-        return (float)(ldexp(runif(1, 2), (int)(r64() % 81) - 40) * (r64() & 1 ? -1 : 1));
+    /* one draw a statement: the order in which the operands of one
+     * expression are evaluated is the compiler's choice, and gcc and clang
+     * choose differently, which would give each its own cases */
+    case D_WIDE: {
+        double m = runif(1, 2);
+        int e = (int)(r64() % 81) - 40;
+        return (float)(ldexp(m, e) * (r64() & 1 ? -1 : 1));
+    }
     case D_ALL: {
         uint32_t b;
         do
@@ -115,12 +121,17 @@ float rfloat(enum dist d)
         while (((b >> 23) & 0xff) == 0xff);
         return bits32(b);
     }
-    case D_FEW:
-        return (float)ldexp((double)((int)(r64() % 511) - 255), (int)(r64() % 21) - 10);
+    case D_FEW: {
+        int m = (int)(r64() % 511) - 255;
+        int e = (int)(r64() % 21) - 10;
+        return (float)ldexp((double)m, e);
+    }
     case D_POS:
         return (float)runif(0x1p-20, 1);
-    case D_MANT:
-        return (float)runif(1, 2) * (r64() & 1 ? -1.0f : 1.0f);
+    case D_MANT: {
+        float m = (float)runif(1, 2);
+        return m * (r64() & 1 ? -1.0f : 1.0f);
+    }
     default:
         return 0;
     }
@@ -409,10 +420,16 @@ void tg_make(struct tg *t, enum op_type ty, enum dist d, uint32_t n)
         tg_fill(t, 0, d == D_ALL || d == D_FEW ? d : D_POS);
         break;
     case OP_TANH_BWD: /* y a tanh output, some near +-1 where 1 - y^2 cancels */
-        for (size_t i = 0; i < n; i++)
-            t->val[0][i] = d == D_ALL || d == D_FEW ? t->val[0][i]
-                         : r64() % 3 ? (float)runif(-1, 1)
-                                     : (1 - (float)(r64() % 64) * 0x1p-24f) * (r64() % 2 ? 1 : -1);
+        for (size_t i = 0; i < n; i++) {
+            if (d == D_ALL || d == D_FEW)
+                continue;
+            if (r64() % 3) {
+                t->val[0][i] = (float)runif(-1, 1);
+            } else {
+                float y = 1 - (float)(r64() % 64) * 0x1p-24f;
+                t->val[0][i] = y * (r64() % 2 ? 1 : -1);
+            }
+        }
         break;
     case OP_ADAM_V:
         for (size_t i = 0; i < n; i++)

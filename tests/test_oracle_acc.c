@@ -107,8 +107,10 @@ static void test_acc_random(void **state)
     }
     for (int c = 0; c < 2000; c++) { /* sums of float products: the dot product's terms */
         size_t n = 1 + r64() % 50;
-        for (size_t i = 0; i < n; i++)
-            x[i] = (double)rfloat((enum dist)(r64() % D_NDIST)) * rfloat(D_ALL);
+        for (size_t i = 0; i < n; i++) {
+            float a = rfloat((enum dist)(r64() % D_NDIST)); /* one draw a statement */
+            x[i] = (double)a * rfloat(D_ALL);
+        }
         acc_check(x, n, "float products");
     }
 }

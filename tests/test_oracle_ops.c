@@ -622,8 +622,10 @@ static void test_ops_ties(void **state)
             if (ty == OP_MEAN_BWD)
                 nd->p.mean.scale = 1.5f;
             if (ty == OP_HARD_SIGMOID) /* 0.2f x + 0.5 for x = 2 is a midpoint */
-                for (size_t i = 0; i < tg_count(&t, 0); i++)
-                    t.val[0][i] = (float)ldexp((double)(int)(r64() % 33) - 16, -(int)(r64() % 4));
+                for (size_t i = 0; i < tg_count(&t, 0); i++) {
+                    int m = (int)(r64() % 33) - 16; /* one draw a statement */
+                    t.val[0][i] = (float)ldexp((double)m, -(int)(r64() % 4));
+                }
             if (ty == OP_SGD)
                 nd->p.sgd.lr = -1.0f;
             if (ty == OP_MOMENTUM)

@@ -129,7 +129,8 @@ static int tv_case_sum(struct tg *t, enum op_type ty, int kind)
     case OP_BIAS_GRAD:
         if (kind % 2) { /* (N,C,H,W) */
             uint32_t c = tv_dim(1, 4);
-            tg_image(t, tv_dim(1, 2), c, tv_dim(2, 8), kind == 5 ? 64 : tv_dim(2, 8), d);
+            uint32_t N = tv_dim(1, 2), H = tv_dim(2, 8), W = kind == 5 ? 64 : tv_dim(2, 8);
+            tg_image(t, N, c, H, W, d); /* the draws in order (see rfloat) */
             tg_opn(t, ty, NULL, 1, &c);
         } else {
             uint32_t f = tv_dim(1, 7);
@@ -266,7 +267,8 @@ static int tv_case(struct tg *t, enum op_type ty, int kind)
                                (ty == OP_TANH_BWD && i % 2 ? -1 : 1);
         if (kind == 5) /* tiny y with large dy: products in the subnormal range */
             for (size_t i = 0; i < n; i++) {
-                t->val[0][i] = (float)ldexp(runif(0, 1), -(int)(r64() % 150));
+                double m = runif(0, 1); /* one draw a statement */
+                t->val[0][i] = (float)ldexp(m, -(int)(r64() % 150));
                 t->val[1][i] = rfloat(D_WIDE);
             }
         tg_op(t, ty, NULL, n, 0);
@@ -312,6 +314,17 @@ static int tv_case(struct tg *t, enum op_type ty, int kind)
     if (kind == 7 && ty == OP_SGD) /* p and lr g of one size: cancellation */
         for (size_t i = 0; i < tg_count(t, 0); i++)
             t->val[0][i] = tg_node(t)->p.sgd.lr * t->val[1][i] * (1 + (float)runif(-1e-3, 1e-3));
+    if (ty == OP_ADAM_P) {
+        /* Without the bias corrections the update is lr m / (sqrt v + eps)
+         * instead of lr (sqrt c2 / c1) m / (sqrt v + eps sqrt c2): the same
+         * where sqrt c2 = c1 and eps is small, as for b1 0.9 and b2 0.99 at
+         * the first step (sqrt 0.01 = 0.1) */
+        const struct node *nd = tg_node(t);
+        double st = (double)t->step + 1;
+        double c1 = 1 - pow(nd->p.adam.b1, st), c2 = 1 - pow(nd->p.adam.b2, st);
+        if (fabs(sqrt(c2) / c1 - 1) < 1e-3 && nd->p.adam.eps < 1e-6f)
+            return 0;
+    }
     return kind != 5 && !(kind == 6 && ty == OP_ADAM_P);
 }
 
