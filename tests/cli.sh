@@ -152,7 +152,7 @@ fi
 # sizes the options accept but memory does not hold: one line, exit 2, no
 # trace (under an address-space limit; not for a sanitizer build, whose
 # runtime reserves more address space than any limit leaves)
-if ! ldd "$DT" 2>/dev/null | grep -q libasan; then
+if ! sanitized "$DT"; then
     for big in "--layers 784,1048576,784" "--batch 1048576"; do
         ( ulimit -v 3000000 2>/dev/null || exit 77
           exec "$DT" record --steps 1 $big -o "$T/oom.dtr" ) >"$T/out" 2>"$T/err"

@@ -91,7 +91,7 @@ sys.exit(1 if lib.divtrace_close(t, 0, None) != 0 else 0)
 PY
 # (not with a library built with AddressSanitizer, whose runtime cannot be
 # loaded into an uninstrumented python3)
-if command -v python3 >/dev/null && [ -r "$LIB" ] && ! ldd "$LIB" 2>/dev/null | grep -q libasan; then
+if command -v python3 >/dev/null && [ -r "$LIB" ] && ! sanitized "$LIB"; then
     expect 0 "libdivtrace: a one-step trace" -- python3 "$T/open.py" "$LIB" "$T/e1.dtr"
     expect 0 "libdivtrace: one that says build_modified = patched" -- \
         python3 "$T/open.py" "$LIB" "$T/e2.dtr" build_modified patched

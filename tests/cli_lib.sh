@@ -28,6 +28,10 @@ one_line() {
     n=$(wc -l <"$T/err")
     if [ "$n" -eq 1 ]; then ok "$1: one line on stderr"; else bad "$1: $n lines on stderr"; cat "$T/err"; fi
 }
+# sanitized FILE: FILE (a program or a shared library) is built with
+# AddressSanitizer: gcc links its runtime as a shared library, clang into
+# the program, so look for the runtime's entry point, not for libasan
+sanitized() { grep -aq '__asan_init' "$1" 2>/dev/null; }
 # finish: the summary line; the exit status says whether every check passed
 finish() {
     echo "$pass passed, $fail failed"

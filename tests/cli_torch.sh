@@ -21,7 +21,7 @@ if [ ! -r "$DIVTRACE_LIB" ]; then
     echo "$NAME: no $DIVTRACE_LIB (configured with --disable-shared?); skipping" >&2
     exit 77
 fi
-if ldd "$DIVTRACE_LIB" 2>/dev/null | grep -q 'libasan'; then
+if grep -aq '__asan_init' "$DIVTRACE_LIB" 2>/dev/null; then  # gcc's shared runtime or clang's
     echo "$NAME: $DIVTRACE_LIB is built with AddressSanitizer; skipping" >&2
     exit 77
 fi
