@@ -2,8 +2,9 @@
 # cut_points.sh: a recording stopped at any byte of its trace, killed
 # (DIVTRACE_TEST_CUT_AT) or out of disk (DIVTRACE_TEST_ENOSPC_AT), leaves the
 # bytes of an uncut run up to there, which show and diff read to the last
-# step complete before the cut. Every block boundary, the bytes around it,
-# each block's middle and a seeded sample, for both models (at once, one
+# step complete before the cut. Every block boundary, and inside each block
+# the byte after its head, its middle and the byte before its CRC, and a
+# seeded sample, for both models (at once, one
 # core each), on a generated 8-image IDX set (fast, and no dataset needed).
 set -u
 DT=${DIVTRACE:-$(dirname "$0")/../../build/src/divtrace}
@@ -90,19 +91,17 @@ walk() {
     nckpt=$(awk '$3 == "CKPT" { n++ } END { print n + 0 }' "$W/blocks")
     [ "$nsteps" -ge 3 ] && [ "$nckpt" -ge 2 ] || bad "$name: the reference has $nsteps steps, $nckpt checkpoints"
     read_ok "$W/ref.dtr" "$total" "$nsteps" "$nckpt" 1 "$name reference"
-    # Cut points: each block's first byte, the next one, after its head,
-    # its middle, before its CRC, its last byte, its end; and 16 more from a
-    # seeded generator. The plan, one line a cut point N: N, then K and C
+    # Cut points: each block's first byte, after its head, its middle,
+    # before its CRC, its end; and 8 more from a seeded generator. The plan, one line a cut point N: N, then K and C
     # (steps and checkpoints whose blocks end by N), then U, the end of the
     # last whole write by N (the header goes with the CONF block, the
     # trailer with the INDX block), and K and C by U.
     awk -v seed="$seed" -v total="$total" '
         { s[NR] = $1; e[NR] = $2; tag[NR] = $3
-          pt[$1]; pt[$1 + 1]; pt[$1 + 16]; pt[int(($1 + $2) / 2)]
-          pt[$2 - 4]; pt[$2 - 1]; pt[$2] }
+          pt[$1]; pt[$1 + 16]; pt[int(($1 + $2) / 2)]; pt[$2 - 4]; pt[$2] }
         END {
             x = seed
-            for (i = 0; i < 16; i++) { x = (x * 69069 + 1) % 4294967296; pt[x % (total + 1)] }
+            for (i = 0; i < 8; i++) { x = (x * 69069 + 1) % 4294967296; pt[x % (total + 1)] }
             for (n in pt) {
                 if (n + 0 < 0 || n + 0 > total) continue
                 k = c = u = 0
