@@ -21,9 +21,8 @@ import tempfile
 import warnings
 
 import torch
-import torch.nn.functional as F
 
-from torch_testlib import MLP, Checks, batches, divtrace, run_dt, tmpdir
+from torch_testlib import MLP, Checks, batches, divtrace, run_dt, tmpdir, train_step
 
 STEPS = 8
 C = Checks()
@@ -70,14 +69,7 @@ def loop(path, fault=None, **kw):
                 for s in range(STEPS):
                     if fault is not None:
                         fault(s)
-                    x, y = data[s]
-                    opt.zero_grad()
-                    loss = F.mse_loss(model(x), y)
-                    loss.backward()
-                    opt.step()
-                    if rec is not None:
-                        rec.step(loss)
-                    losses.append(loss.item())
+                    losses.append(train_step(model, opt, *data[s], rec).item())
         except Exception as e:  # what must not happen without strict
             exc = e
     texts = [str(w.message) for w in caught if issubclass(w.category, divtrace.DivtraceWarning)]
@@ -218,14 +210,7 @@ def main():
     print("libdivtrace %s, adapter core %s" % (divtrace.library_path(), divtrace.record(MLP(), p("x.dtr")).core))
     torch.set_num_threads(1)
     PLAIN = loop(None)
-    for t in (test_unwritable, test_deleted, test_alloc, test_disk_full):
-        try:
-            t()
-        except Exception as e:  # a test that crashes is a failed check, and the rest still run
-            import traceback
-            traceback.print_exc()
-            C.ok(False, "%s ran to its end" % t.__name__, repr(e))
-    return C.finish()
+    return C.run((test_unwritable, test_deleted, test_alloc, test_disk_full))
 
 
 if __name__ == "__main__":

@@ -591,15 +591,8 @@ def main():
     print("divtrace %s, libdivtrace %s, torch %s, adapter core %s" % (
         DT, divtrace.library_path(), torch.__version__, divtrace.record(MLP(), p("x.dtr")).core))
     torch.set_num_threads(1)
-    for t in (test_identical, test_divergent_module, test_against_torch, test_exception, test_levels,
-              test_errors, test_deferred, test_cores, test_shim, test_capture):
-        try:
-            t()
-        except Exception as e:  # a test that crashes is a failed check, and the rest still run
-            import traceback
-            traceback.print_exc()
-            C.ok(False, "%s ran to its end" % t.__name__, repr(e))
-    return C.finish()
+    return C.run((test_identical, test_divergent_module, test_against_torch, test_exception, test_levels,
+                  test_errors, test_deferred, test_cores, test_shim, test_capture))
 
 
 if __name__ == "__main__":

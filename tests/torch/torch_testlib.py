@@ -42,6 +42,30 @@ class Checks:
         print("%d passed, %d failed" % (self.passed, self.failed))
         return 0 if self.failed == 0 and self.passed > 0 else 1
 
+    def run(self, tests):
+        """Run each test function; one that crashes is a failed check, and
+        the rest still run. Returns finish()'s exit status."""
+        for t in tests:
+            try:
+                t()
+            except Exception as e:
+                import traceback
+                traceback.print_exc()
+                self.ok(False, "%s ran to its end" % t.__name__, repr(e))
+        return self.finish()
+
+
+def train_step(model, opt, x, y, rec=None):
+    """One step of the tests' training loops (MSE, backward, the
+    optimizer), given to the recorder rec when there is one; the loss."""
+    opt.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    if rec is not None:
+        rec.step(loss)
+    return loss
+
 
 def tmpdir():
     return tempfile.mkdtemp(prefix="divtrace-torch-", dir=os.environ.get("TMPDIR"))
