@@ -16,6 +16,7 @@ int cmd_escape(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 /* The whole command line, for re-executing the program. */
 extern char **cli_argv;

@@ -71,6 +71,7 @@ int main(int argc, char **argv)
         {"sweep", cmd_sweep},
         {"report", cmd_report},
         {"explain", cmd_explain},
+        {"run", cmd_run},
     };
     cli_argv = argv;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

@@ -1,0 +1,2 @@
+/* ranks.c: (being written) */
+#include "ranks.h"

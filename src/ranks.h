@@ -1,0 +1,4 @@
+/* ranks.h: (being written) */
+#ifndef DT_RANKS_H
+#define DT_RANKS_H
+#endif
