@@ -47,6 +47,29 @@ static const char *explain_class_text(const struct replay_opcheck *c, char *buf,
     return buf;
 }
 
+/* A PyTorch adapter trace's side: its modules checked from their stored
+ * data, and those that could not be. */
+static void explain_text_torch(const struct explain_result *res, const struct explain_side *s)
+{
+    const struct trace_file *tf = s->tf;
+    char buf[EXPLAIN_TEXT];
+    if (s->replayed) {
+        printf("%s: %s; against the exact oracle:\n", s->label, s->source);
+        for (int k = 0; k < s->rr.ncheck; k++) {
+            const struct replay_opcheck *c = &s->rr.check[k];
+            char name[160];
+            snprintf(name, sizeof name, "%s (%s)", tf->ops[c->op].name, tf->ops[c->op].type);
+            printf("  %-28s %s%s%s\n", name, explain_class_text(c, buf, sizeof buf),
+                   c->algorithm[0] ? ", worst in " : "", c->algorithm);
+        }
+        printf("  %d modules checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64 " SEMANTIC\n",
+               s->rr.ncheck, s->rr.nexact, s->rr.nrounding, s->rr.nsemantic);
+    }
+    if (s->not_checked[0])
+        printf("%s: not checked: %s\n", s->label, s->not_checked);
+    (void)res;
+}
+
 static void explain_text_side(const struct explain_result *res, const struct explain_side *s)
 {
     const struct trace_file *tf = s->tf;
@@ -63,6 +86,10 @@ static void explain_text_side(const struct explain_result *res, const struct exp
         printf("%s: graph: %s%s\n", s->label, s->graph_checked ? "" : "not checked: ", s->graph);
     if (!res->checked_step)
         return;
+    if (s->torch) {
+        explain_text_torch(res, s);
+        return;
+    }
     if (s->not_checked[0]) {
         printf("%s: ops of step %" PRIu64 " not checked: %s\n", s->label, res->step, s->not_checked);
         return;

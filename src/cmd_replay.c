@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "diff.h"
 #include "replay.h"
+#include "torchcheck.h"
 #include "trace.h"
 #include "util.h"
 
@@ -229,6 +230,12 @@ int cmd_replay(int argc, char **argv)
         return CLI_EXIT_TROUBLE;
     }
     opt.label = tf->path;
+    if (tcheck_is_torch(tf) && fd < 0) {
+        /* a PyTorch run: its recorded command and its module data */
+        int trc = replay_torch(tf, &opt, all);
+        trace_close(tf);
+        return trc;
+    }
     struct replay_result r;
     int rc;
     if (replay_run(tf, &opt, cli_argv, &r) < 0) {

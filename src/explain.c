@@ -1,5 +1,6 @@
 /* explain.c: the verdict behind `divtrace explain` (see explain.h). */
 #include "explain.h"
+#include "torchcheck.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -508,12 +509,17 @@ int explain_run(struct trace_file *a, struct trace_file *b, const struct explain
     if (!nbug && d->values_differ) {
         res->step = d->first_step;
         res->checked_step = 1;
-        for (int x = 0; x < 2; x++) {
-            char what[64];
-            snprintf(what, sizeof what, "replaying %s's step %" PRIu64, res->side[x].label, res->step);
-            explain_phase(opt, what);
-            explain_check_side(res, opt, x);
-            nbug += res->side[x].bug;
+        if (tcheck_is_torch(a) && tcheck_is_torch(b)) {
+            explain_torch(res, opt);
+            nbug += res->side[0].bug + res->side[1].bug + (res->either[0] != 0);
+        } else {
+            for (int x = 0; x < 2; x++) {
+                char what[64];
+                snprintf(what, sizeof what, "replaying %s's step %" PRIu64, res->side[x].label, res->step);
+                explain_phase(opt, what);
+                explain_check_side(res, opt, x);
+                nbug += res->side[x].bug;
+            }
         }
     }
 
@@ -524,6 +530,8 @@ int explain_run(struct trace_file *a, struct trace_file *b, const struct explain
         res->verdict = EXPLAIN_BUG;
         if (A->bug && B->bug)
             snprintf(res->line, sizeof res->line, "bug in A: %s; bug in B: %s", A->finding, B->finding);
+        else if (!A->bug && !B->bug)
+            snprintf(res->line, sizeof res->line, "bug in A or B: %s", res->either);
         else
             snprintf(res->line, sizeof res->line, "bug in %s: %s", A->bug ? "A" : "B",
                      A->bug ? A->finding : B->finding);
@@ -554,9 +562,11 @@ int explain_run(struct trace_file *a, struct trace_file *b, const struct explain
                      a->nsteps > b->nsteps ? a->nsteps - d->common : b->nsteps - d->common);
     } else if (A->not_checked[0] || B->not_checked[0]) {
         res->verdict = EXPLAIN_UNKNOWN;
-        snprintf(text, sizeof text, "%s%s%s%s%s%s", A->not_checked[0] ? "A's ops were not checked: " : "",
-                 A->not_checked, A->not_checked[0] && B->not_checked[0] ? "; " : "",
-                 B->not_checked[0] ? "B's ops were not checked: " : "", B->not_checked, "");
+        const char *ta = A->torch ? "A: not checked: " : "A's ops were not checked: ";
+        const char *tb = B->torch ? "B: not checked: " : "B's ops were not checked: ";
+        snprintf(text, sizeof text, "%s%s%s%s%s", A->not_checked[0] ? ta : "", A->not_checked,
+                 A->not_checked[0] && B->not_checked[0] ? "; " : "", B->not_checked[0] ? tb : "",
+                 B->not_checked);
         snprintf(res->line, sizeof res->line, "no verdict: %s", text);
     } else {
         res->verdict = EXPLAIN_ROUNDING;

@@ -41,6 +41,8 @@ struct explain_side {
     int nondet;                     /* it ran kernels whose bits change from run to run */
     int nondet_checked;             /* ops whose recorded outputs, which re-execution does not
                                      * give again, were checked by their statistics */
+    int torch;                      /* a PyTorch adapter trace: checked from its module data */
+    char source[192];               /* where its module data came from */
 };
 
 struct explain_options {
@@ -57,6 +59,8 @@ struct explain_result {
     struct explain_side side[2];
     uint64_t step;                  /* the step the oracle checked (first divergent) */
     int checked_step;               /* an oracle check ran for that step */
+    char either[EXPLAIN_TEXT];      /* a bug in A or in B, which one unknown (a custom module
+                                     * that computes another function in each), or "" */
     double seconds;
 };
 
@@ -69,6 +73,10 @@ const char *explain_verdict_name(enum explain_verdict v);
 /* A progress line on stderr (opt->progress): what explain is doing, or
  * NULL to clear it. */
 void explain_phase(const struct explain_options *opt, const char *what);
+
+/* Step 3 for two PyTorch adapter traces (explain_torch.c): the origin ops
+ * of res->step checked from the module data the adapter stored. */
+void explain_torch(struct explain_result *res, const struct explain_options *opt);
 
 /* How tf's op list departs from the graph its model builds from the header
  * (out "" when it does not). 1 when the model could be built, 0 when not

@@ -34,6 +34,7 @@
 # it loads, else its Python twin, with the same calls in the same order; the
 # Recorder keeps the first step, the general path and the names.
 import ctypes
+import fnmatch
 import os
 import sys
 import warnings
@@ -41,7 +42,7 @@ import warnings
 import torch
 from torch import nn
 
-from . import _capture, _lib, _shim
+from . import _capture, _check, _lib, _shim
 from ._capture import Wrapped, flatten, make_core, plain, tensors
 from ._lib import DivtraceError, FORWARD, GRAD, INPUT, OPTIMIZER, PARAM
 
@@ -75,6 +76,15 @@ def _shape(t):
     return s
 
 
+def _dist_config():
+    """The header keys of a torch.distributed job (divtrace._dist), or {}."""
+    try:
+        from . import _dist
+    except ImportError:
+        return {}
+    return _dist.config()
+
+
 def _config_value(v):
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -87,7 +97,8 @@ class Recorder:
     """A training run being written to a trace; made by :func:`record`."""
 
     def __init__(self, model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-                 record_no_grad=False, defer=True, capture="wrap", strict=False):
+                 record_no_grad=False, defer=True, capture="wrap", strict=False, modules=None,
+                 check_steps=(), check_bytes=64 << 20):
         if level not in LEVELS:
             raise ValueError("level %r: expected one of %s" % (level, ", ".join(LEVELS)))
         if capture not in CAPTURES:
@@ -97,6 +108,17 @@ class Recorder:
                              "replicas would call the wrapped module's forward); use capture='hooks'")
         if checkpoint_every < 0:
             raise ValueError("checkpoint_every must be >= 0")
+        if isinstance(modules, str):
+            modules = [m for m in modules.split(",") if m]
+        self._patterns = list(modules) if modules else None
+        self._check_steps = frozenset(int(s) for s in check_steps)
+        if any(s < 0 for s in self._check_steps):
+            raise ValueError("check_steps must be >= 0")
+        if check_steps and level != "op":
+            raise ValueError("check_steps needs level='op' (module outputs are what is checked)")
+        self.check_bytes = int(check_bytes)
+        self._check = None          # the CheckCapture of the step running, if it is a check step
+        self._extra = []            # (name, module) added with add_module
         self.model = model
         self.path = str(path)
         self.optimizer = optimizer
@@ -241,9 +263,16 @@ class Recorder:
             cfg["module_capture"] = self.capture
         cfg["deferred_records"] = _config_value(self.defer)
         cfg["checkpoint_every"] = str(self.checkpoint_every)
+        if self._patterns:
+            cfg["modules"] = ",".join(self._patterns)
+        if self._check_steps:
+            cfg["check_steps"] = ",".join(str(s) for s in sorted(self._check_steps))
+            cfg["check_bytes"] = str(self.check_bytes)
         cfg["adapter"] = "divtrace-python"
         cfg["adapter_core"] = self._st.kind
         cfg["adapter_tensor_queries"] = ("python", "torch-c-shim", "torch-c-shim+cuda")[getattr(self._st, "shim", 0)]
+        for k, v in _dist_config().items():   # a data-parallel job's rank, world size, job
+            cfg[k] = _config_value(v)
         for k, v in self._user_config.items():
             cfg[str(k)] = _config_value(v)
         return cfg
@@ -265,6 +294,8 @@ class Recorder:
         self._h = h
         self._rec_fn = lib.record_untyped
         self._install_hooks()
+        if self._check_steps and self.level == "op":
+            self._check_end()       # step 0's capture, if it is a check step
         return self
 
     def close(self, status=0, why=None):
@@ -274,6 +305,9 @@ class Recorder:
         if self._closed or self._h is None:
             return
         self._remove_hooks()
+        if self._check is not None:
+            self._check.remove()
+            self._check = None
         err = None
         if status == 0 and not self._st.in_step and self.checkpoint_every and self.steps > 0 \
                 and self._last_ckpt != self.steps and self.stopped is None:
@@ -346,10 +380,10 @@ class Recorder:
             self._st.paths(self._fail, self._flush_failed, self._root_pre_hook,
                            self._begin_params, self._record_input, self._opt_pre_hook, self._opt_post_hook)
         if self.level == "op":
-            for mname, mod in m.named_modules():
+            for mname, mod in self.recorded_modules():
                 own = tuple(self._pname[id(p)] for _, p in mod.named_parameters(recurse=False)
                             if id(p) in self._pname)
-                hook = self._make_forward_hook(mname or ROOT_NAME, type(mod).__name__.lower(), own)
+                hook = self._make_forward_hook(mname, type(mod).__name__.lower(), own)
                 pre = root_pre if mod is m else None
                 if self.capture == "wrap":
                     try:
@@ -364,9 +398,69 @@ class Recorder:
                 if pre is not None:
                     self._hooks.append(m.register_forward_pre_hook(pre, with_kwargs=True))
                 self._hooks.append(mod.register_forward_hook(hook, with_kwargs=True))
+            if not any(mod is m for _, mod in self.recorded_modules()):
+                # the model itself is not recorded (modules=): its forward
+                # still begins the step and records the inputs
+                self._hooks.append(m.register_forward_pre_hook(root_pre, with_kwargs=True))
         if opt is not None and self.level != "step":
             self._hooks.append(opt.register_step_pre_hook(opt_pre))
             self._hooks.append(opt.register_step_post_hook(opt_post))
+
+    def recorded_modules(self):
+        """(record name, module) of every module recorded at level op: the
+        model's (named as in named_modules(), the model itself as "model"),
+        those modules= selects, then the ones added with add_module."""
+        out = []
+        for mname, mod in self.model.named_modules():
+            name = mname or ROOT_NAME
+            if self._patterns is None or any(fnmatch.fnmatchcase(name, p) for p in self._patterns):
+                out.append((name, mod))
+        return out + list(self._extra)
+
+    def add_module(self, name, module):
+        """Record module too, under name, though the model does not hold it
+        (a loss module the training calls on the model's output). Before
+        the first step only."""
+        if self._fixed or self._st.in_step:
+            raise RuntimeError("divtrace: add_module(%r) after the first step began" % name)
+        if not isinstance(module, nn.Module):
+            raise TypeError("add_module: %r is not a torch.nn.Module" % (module,))
+        if any(n == name for n, _ in self.recorded_modules()):
+            raise ValueError("add_module: a module is already recorded as %r" % name)
+        self._extra.append((name, module))
+        if self._h is not None and self.level == "op":
+            hook = self._make_forward_hook(name, type(module).__name__.lower(), ())
+            w = None
+            if self.capture == "wrap":
+                try:
+                    w = Wrapped(module, self._wrap_type(module, module.forward, hook, None))
+                except (AttributeError, TypeError, RuntimeError):
+                    w = None
+                if w is not None and not w.active():
+                    w.remove()
+                    w = None
+            self._hooks.append(w if w is not None else module.register_forward_hook(hook, with_kwargs=True))
+            if self._check is not None:
+                self._check.remove()
+                self._check_start(self._check.step)
+
+    def _check_start(self, s):
+        """Catch the data of step s's oracle checks while it runs."""
+        opt = self.optimizer if self.level != "step" else None
+        self._check = _check.CheckCapture(self, s, self.recorded_modules(), opt, self.check_bytes).install()
+
+    def _check_end(self):
+        """After a check step: its data into the checkpoint before the next
+        step, with the parameters and the optimizer's state (the values
+        after the step's update), then the next check step's capture."""
+        c = self._check
+        if c is not None and self.steps > c.step:
+            c.remove()
+            self._check = None
+            if self.stopped is None:
+                self._checkpoint(self.steps, c.items)
+        if self._check is None and self.steps in self._check_steps and self.stopped is None:
+            self._check_start(self.steps)
 
     def _remove_hooks(self):
         for h in self._hooks:
@@ -511,6 +605,11 @@ class Recorder:
     def step(self, loss):
         """End the current step with its loss (a tensor or a number); call it
         once per training step, after optimizer.step()."""
+        self._step(loss)
+        if self._check_steps:
+            self._check_end()
+
+    def _step(self, loss):
         st = self._st
         if st.paused:
             if self.stopped is not None and st.in_step:
@@ -858,9 +957,10 @@ class Recorder:
         self._fail(self._lib.divtrace_checkpoint_add(self._h, name.encode("utf-8"), t.data_ptr(), where,
                                                      len(shape), _lib.shape_array(shape)))
 
-    def _checkpoint(self, s):
+    def _checkpoint(self, s, extra=()):
         """Parameters and optimizer state before step s, by the names the
-        records use; optimizer state as PARAM.KEY (fc1.weight.exp_avg)."""
+        records use; optimizer state as PARAM.KEY (fc1.weight.exp_avg); then
+        extra (name, host tensor) pairs: the data of oracle checks."""
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         lib, h = self._lib, self._h
@@ -877,12 +977,15 @@ class Recorder:
                     v = st[key]
                     if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.dim() == 0):
                         self._ckpt_add("%s.%s" % (name, key), v)
+        for name, t in extra:
+            self._ckpt_add(name, t)
         self._fail(lib.divtrace_checkpoint_end(h))
         self._last_ckpt = s
 
 
 def record(model, path, config=None, optimizer=None, level="op", checkpoint_every=0,
-           record_no_grad=False, defer=True, capture="wrap", strict=False):
+           record_no_grad=False, defer=True, capture="wrap", strict=False, modules=None,
+           check_steps=(), check_bytes=64 << 20):
     """Record the training of model to the trace file path.
 
     Use it as ``with divtrace.record(model, "run.dtr", optimizer=opt) as rec:``
@@ -892,4 +995,5 @@ def record(model, path, config=None, optimizer=None, level="op", checkpoint_ever
     on; strict=True raises DivtraceError instead. See divtrace-python(7)."""
     return Recorder(model, path, config=config, optimizer=optimizer, level=level,
                     checkpoint_every=checkpoint_every, record_no_grad=record_no_grad, defer=defer,
-                    capture=capture, strict=strict)
+                    capture=capture, strict=strict, modules=modules, check_steps=check_steps,
+                    check_bytes=check_bytes)
