@@ -23,6 +23,7 @@ static void main_usage(FILE *f)
           "  escape   plateaus of each run's loss curve and the steps that escape them\n"
           "  sweep    run a study's grid of trials (or emit a Makefile or Slurm array)\n"
           "  report   tables, tests and plots of a sweep's trials\n"
+          "  run      record an unchanged PyTorch training script as a trace\n"
           "\n"
           "Options:\n"
           "  -h, --help     show this help and exit\n"
