@@ -18,7 +18,15 @@ with one DivtraceWarning and the training goes on (strict=True raises a
 DivtraceError instead). The API is documented in divtrace-python(7).
 """
 from ._lib import DivtraceError, DivtraceWarning, library_path
-from ._record import Recorder, record
 
 __version__ = "0.1.0"
 __all__ = ["record", "Recorder", "DivtraceError", "DivtraceWarning", "library_path", "__version__"]
+
+
+def __getattr__(name):
+    # record and Recorder need torch, imported on their first use: the
+    # divtrace command (_cli.py) and python -m divtrace start without it
+    if name in ("record", "Recorder"):
+        from . import _record
+        return getattr(_record, name)
+    raise AttributeError("module 'divtrace' has no attribute %r" % name)

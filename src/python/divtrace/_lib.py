@@ -50,18 +50,30 @@ class Tensor(ctypes.Structure):
 _lib = None
 _lib_path = None
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# Where pip's build (setup.py) puts the divtrace program, libdivtrace.so and
+# the C core (_fast.so, which _fast_candidates finds as the library's
+# neighbour): an installed package needs no environment variable.
+BUNDLE = os.path.join(_HERE, "_bin")
+
+
+def build_dirs():
+    """The build trees next to the source tree that holds this package
+    (src/python/divtrace): build/ as ./bootstrap makes it, then an in-tree
+    build. In an installed package they do not exist."""
+    top = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
+    return [os.path.join(top, "build"), top]
+
 
 def _candidates():
-    """Where to look, in order: DIVTRACE_LIB, the build trees next to this
-    source tree (build/ as ./bootstrap makes it, then an in-tree build), and
-    the system's library path."""
+    """Where to look, in order: DIVTRACE_LIB, the library pip's build
+    bundled, the build trees next to this source tree, and the system's
+    library path."""
     env = os.environ.get("DIVTRACE_LIB")
     if env:
         return [env], True
-    here = os.path.dirname(os.path.abspath(__file__))
-    top = os.path.normpath(os.path.join(here, "..", "..", ".."))  # src/python/divtrace -> top
-    out = [os.path.join(top, "build", "src", ".libs", "libdivtrace.so"),
-           os.path.join(top, "src", ".libs", "libdivtrace.so")]
+    out = [os.path.join(BUNDLE, "libdivtrace.so")]
+    out += [os.path.join(b, "src", ".libs", "libdivtrace.so") for b in build_dirs()]
     out = [p for p in out if os.path.exists(p)]
     found = ctypes.util.find_library("divtrace")
     if found:
@@ -179,7 +191,7 @@ def _fast_candidates():
     """Where the C core (divtrace._fast, src/python/fast.c) may be, beside
     the loaded library: DIVTRACE_FAST; the build tree (src/.libs ->
     src/python/.libs); an install (LIBDIR/divtrace/); the same folder (a
-    packed build)."""
+    packed build, and pip's bundle)."""
     env = os.environ.get("DIVTRACE_FAST")
     if env:
         return [env]
