@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "diff.h"
 #include "escape.h"
+#include "ranks.h"
 #include "trace.h"
 #include "util.h"
 
@@ -17,11 +18,15 @@ static void diff_usage(FILE *f)
 {
     fputs("Usage: divtrace diff [OPTION]... A.dtr B.dtr\n"
           "  or:  divtrace diff --reference REF.dtr A.dtr [B.dtr]\n"
+          "  or:  divtrace diff [OPTION]... RANK.dtr RANK.dtr [RANK.dtr]...\n"
           "Compare two traces: how their configurations differ, how their op lists differ\n"
           "(ops are matched by name: ops in one trace only, or of another type, kind,\n"
           "shape or inputs), the first step and op where the ops both hold stop being\n"
           "bitwise identical, the origin ops of that step (inputs identical, output\n"
           "different), the growth of the parameter distance, and the final losses.\n"
+          "Traces of distinct ranks of one torch.distributed job compare as replicas:\n"
+          "parameters, gradients, updates, optimizer state and checkpoints must be\n"
+          "bitwise equal across ranks; the first step, rank and tensor where they part.\n"
           "\n"
           "  -r, --reference REF  each run's distance from the reference trajectory REF\n"
           "                   (e.g. recorded with --backend mpfr) at every checkpoint,\n"
@@ -32,7 +37,8 @@ static void diff_usage(FILE *f)
           "  -V, --version    show the version and exit\n"
           "\n"
           "Exit status: 0 identical over the common steps (with --reference: every run\n"
-          "equals the reference at every shared checkpoint), 1 different, 2 trouble.\n",
+          "equals the reference at every shared checkpoint; ranks: the replicas agree),\n"
+          "1 different, 2 trouble.\n",
           f);
 }
 
@@ -622,6 +628,68 @@ out:
     return rc;
 }
 
+/* A damaged trace was compared as its readable prefix: say so, and that
+ * this is trouble, after the comparison; and a failed write of the report. */
+static int diff_finish(struct trace_file *const *tf, int n, int quiet, int rc)
+{
+    for (int k = 0; k < n; k++)
+        if (strstr(tf[k]->note, "corrupt")) {
+            cli_error("diff", "%s: %s", tf[k]->path, tf[k]->note);
+            rc = CLI_EXIT_TROUBLE;
+            break;
+        }
+    if (!quiet && (fflush(stdout) != 0 || ferror(stdout))) {
+        cli_error("diff", "write error on standard output");
+        rc = CLI_EXIT_TROUBLE;
+    }
+    return rc;
+}
+
+static int diff_two(struct trace_file *a, struct trace_file *b, int json, int quiet)
+{
+    struct diff_result r;
+    int rc;
+    if (diff_traces(a, b, &r) < 0) {
+        cli_error("diff", "%s", dt_error());
+        rc = CLI_EXIT_TROUBLE;
+    } else {
+        if (!quiet && json)
+            diff_json(a, b, &r);
+        else if (!quiet)
+            diff_text(a, b, &r);
+        struct trace_file *ab[2] = {a, b};
+        rc = diff_finish(ab, 2, quiet, r.diverged ? 1 : 0);
+    }
+    diff_result_free(&r);
+    return rc;
+}
+
+/* Distinct ranks of one job, compared as replicas (ranks.h). */
+static int diff_ranks(struct trace_file **tf, int n, int json, int quiet)
+{
+    struct ranks_result r;
+    int rc;
+    if (ranks_compare(tf, n, &r) < 0) {
+        cli_error("diff", "%s", dt_error());
+        rc = CLI_EXIT_TROUBLE;
+    } else {
+        if (!quiet && json) {
+            putchar('{');
+            ranks_print_json(stdout, &r);
+            printf("}\n");
+        } else if (!quiet) {
+            ranks_print_text(stdout, &r, 1);
+        }
+        rc = r.agree ? 0 : r.compared ? CLI_EXIT_FINDING : CLI_EXIT_TROUBLE;
+        if (!r.compared)
+            cli_error("diff", "the ranks' traces keep no records of parameters, gradients or updates and "
+                      "share no checkpoint: nothing to compare");
+        rc = diff_finish(tf, n, quiet, rc);
+    }
+    ranks_result_free(&r);
+    return rc;
+}
+
 int cmd_diff(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -647,46 +715,26 @@ int cmd_diff(int argc, char **argv)
     }
     if (reference)
         return diff_with_reference(reference, argv + optind, argc - optind, json, quiet);
-    if (argc - optind != 2) {
+    int n = argc - optind;
+    if (n < 2) {
         cli_error("diff", "expected two trace files");
         return cli_usage_error("diff");
     }
-    struct trace_file *a = NULL, *b = NULL;
-    if (trace_open(&a, argv[optind]) < 0 || trace_open(&b, argv[optind + 1]) < 0 ||
-        diff_has_steps(a) < 0 || diff_has_steps(b) < 0) {
+    struct trace_file **tf = dt_calloc((size_t)n, sizeof *tf);
+    int rc = CLI_EXIT_TROUBLE, k, mode = -1;
+    for (k = 0; k < n; k++)
+        if (trace_open(&tf[k], argv[optind + k]) < 0 || diff_has_steps(tf[k]) < 0)
+            break;
+    if (k == n)
+        mode = ranks_detect(tf, n);
+    if (mode < 0)
         cli_error("diff", "%s", dt_error());
-        trace_close(a);
-        trace_close(b);
-        return CLI_EXIT_TROUBLE;
-    }
-    struct diff_result r;
-    int rc;
-    if (diff_traces(a, b, &r) < 0) {
-        cli_error("diff", "%s", dt_error());
-        rc = CLI_EXIT_TROUBLE;
-    } else {
-        if (!quiet && json)
-            diff_json(a, b, &r);
-        else if (!quiet)
-            diff_text(a, b, &r);
-        rc = r.diverged ? 1 : 0;
-        /* A damaged trace was compared as its readable prefix: say so, and
-         * that this is trouble, after the comparison. */
-        for (int k = 0; k < 2; k++) {
-            const struct trace_file *t = k ? b : a;
-            if (strstr(t->note, "corrupt")) {
-                cli_error("diff", "%s: %s", t->path, t->note);
-                rc = CLI_EXIT_TROUBLE;
-                break;
-            }
-        }
-        if (!quiet && (fflush(stdout) != 0 || ferror(stdout))) {
-            cli_error("diff", "write error on standard output");
-            rc = CLI_EXIT_TROUBLE;
-        }
-    }
-    diff_result_free(&r);
-    trace_close(a);
-    trace_close(b);
+    else if (mode == 1)
+        rc = diff_ranks(tf, n, json, quiet);
+    else
+        rc = diff_two(tf[0], tf[1], json, quiet);
+    for (k = 0; k < n; k++)
+        trace_close(tf[k]);
+    free(tf);
     return rc;
 }

@@ -6,23 +6,28 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "explain.h"
+#include "ranks.h"
 #include "trace.h"
 #include "util.h"
 
 static void explain_usage(FILE *f)
 {
     fputs("Usage: divtrace explain [OPTION]... A.dtr B.dtr\n"
+          "  or:  divtrace explain [OPTION]... RANK.dtr RANK.dtr [RANK.dtr]...\n"
           "Why do two runs differ? Diff the traces, check each for state changed between\n"
           "steps (carry faults) and for a graph that is not its model's, replay the\n"
           "origin ops of the first divergent step of each against the exact oracle, and\n"
           "end with one verdict line: identical; rounding only, with the configuration\n"
           "keys that explain it; or bug in A or B, with the op, the tensor changed\n"
           "between steps, or the op wired wrongly, and its step, layer and time step.\n"
+          "Distinct ranks of one torch.distributed job are held to bitwise equal\n"
+          "replicas: the verdict names the first step, rank and tensor where they part.\n"
           "\n"
           "      --all        check every op of the first divergent step, not only the\n"
           "                   origin ops\n"
@@ -212,6 +217,142 @@ static void explain_json(const struct explain_result *res)
     printf("}\n");
 }
 
+static int explain_two(struct trace_file *a, struct trace_file *b, const struct explain_options *opt, int json,
+                       int quiet)
+{
+    struct explain_result res;
+    int rc;
+    if (explain_run(a, b, opt, &res) < 0) {
+        explain_phase(opt, NULL);
+        cli_error("explain", "%s", dt_error());
+        rc = CLI_EXIT_TROUBLE;
+    } else {
+        if (!quiet && json)
+            explain_json(&res);
+        else if (!quiet)
+            explain_text(&res);
+        if (res.verdict == EXPLAIN_BUG || res.side[0].mismatch || res.side[1].mismatch)
+            rc = CLI_EXIT_FINDING;
+        else if (res.verdict == EXPLAIN_UNKNOWN)
+            rc = CLI_EXIT_TROUBLE;
+        else
+            rc = 0;
+        if (!quiet && fflush(stdout) != 0) {
+            cli_error("explain", "writing the report: %s", strerror(errno));
+            rc = CLI_EXIT_TROUBLE;
+        }
+    }
+    explain_result_free(&res);
+    return rc;
+}
+
+/* ---- the ranks of one job (ranks.h) ---- */
+
+/* The verdict line for ranks: a replica that parts from the others, else
+ * carry faults (in every rank alike), else identical. */
+static enum explain_verdict explain_ranks_verdict(const struct ranks_result *r, const struct carry_scan *carry,
+                                                  char *line, size_t n)
+{
+    size_t len = 0;
+    if (r->cause != RANKS_AGREE) {
+        int o = ranks_first_odd(r);
+        len = (size_t)snprintf(line, n, "bug in %s: %s", r->label[o], r->text);
+        for (int k = 0; k < r->n && len < n; k++)
+            if (r->odd[k] && k != o)
+                len += (size_t)snprintf(line + len, n - len, "; bug in %s: rank %" PRId64 "'s %s too", r->label[k],
+                                        r->rank[k], r->cause == RANKS_CAUSE_OPS ? "op list" : r->name);
+        return EXPLAIN_BUG;
+    }
+    for (int k = 0; k < r->n && len < n; k++) {
+        const struct carry_scan *c = &carry[k];
+        const struct trace_file *t = r->tf[k];
+        if (c->n)
+            len += (size_t)snprintf(line + len, n - len, "%sbug in %s: %s changed between steps %" PRIu64 " and %"
+                                    PRIu64 " in rank %" PRId64 ": it is not what %s wrote (%" PRIu64 " step%s "
+                                    "began with a changed leaf)", len ? "; " : "", r->label[k],
+                                    t->ops[c->f[0].leaf].name, c->f[0].step - 1, c->f[0].step, r->rank[k],
+                                    t->ops[c->f[0].writer].name, c->nsteps, c->nsteps == 1 ? "" : "s");
+    }
+    if (len)
+        return EXPLAIN_BUG;
+    if (!r->compared) {
+        snprintf(line, n, "no verdict: the ranks' traces keep no records of parameters, gradients or updates "
+                 "and share no checkpoint (record at level param or op, or with checkpoints)");
+        return EXPLAIN_UNKNOWN;
+    }
+    int longest = 0;
+    for (int k = 1; k < r->n; k++)
+        if (r->tf[k]->nsteps > r->tf[longest]->nsteps)
+            longest = k;
+    if (r->tf[longest]->nsteps == r->common)
+        snprintf(line, n, "identical");
+    else
+        snprintf(line, n, "identical (the %" PRIu64 " steps every rank holds; %s has %" PRIu64 " more)",
+                 r->common, r->label[longest], r->tf[longest]->nsteps - r->common);
+    return EXPLAIN_IDENTICAL;
+}
+
+static int explain_ranks(struct trace_file **tf, int n, int json, int quiet)
+{
+    double t0 = dt_now();
+    struct ranks_result r;
+    struct carry_scan *carry = dt_calloc((size_t)n, sizeof *carry);
+    for (int k = 0; k < n; k++)
+        carry_scan_trace(tf[k], &carry[k]);
+    int rc = CLI_EXIT_TROUBLE;
+    if (ranks_compare(tf, n, &r) < 0) {
+        cli_error("explain", "%s", dt_error());
+        goto out;
+    }
+    char line[4 * EXPLAIN_TEXT], buf[EXPLAIN_TEXT];
+    enum explain_verdict v = explain_ranks_verdict(&r, carry, line, sizeof line);
+    if (!quiet && json) {
+        printf("{\"verdict\": \"%s\", \"line\": ", explain_verdict_name(v));
+        json_put_str(stdout, line);
+        printf(", \"keys\": \"\", ");
+        ranks_print_json(stdout, &r);
+        printf(",\n \"carry\": [");
+        for (int k = 0; k < n; k++) {
+            printf("%s{\"label\": \"%s\", \"checkable\": %s, \"steps\": %" PRIu64 ", \"first\": ",
+                   k ? ", " : "", r.label[k], carry[k].checkable ? "true" : "false", carry[k].nsteps);
+            if (carry[k].n) {
+                carry_describe(tf[k], &carry[k].f[0], buf, sizeof buf);
+                json_put_str(stdout, buf);
+            } else {
+                fputs("null", stdout);
+            }
+            putchar('}');
+        }
+        printf("], \"seconds\": ");
+        json_put_num(stdout, dt_now() - t0);
+        printf("}\n");
+    } else if (!quiet) {
+        ranks_print_text(stdout, &r, 0);
+        int any = 0;
+        for (int k = 0; k < n; k++)
+            if (carry[k].n) {
+                carry_describe(tf[k], &carry[k].f[0], buf, sizeof buf);
+                printf("%s: carry faults in %" PRIu64 " step%s; the first: %s\n", r.label[k], carry[k].nsteps,
+                       carry[k].nsteps == 1 ? "" : "s", buf);
+                any = 1;
+            }
+        if (!any)
+            printf("carry faults: none in any rank\n");
+        printf("%s\n", line);
+    }
+    rc = v == EXPLAIN_BUG ? CLI_EXIT_FINDING : v == EXPLAIN_UNKNOWN ? CLI_EXIT_TROUBLE : 0;
+    if (!quiet && fflush(stdout) != 0) {
+        cli_error("explain", "writing the report: %s", strerror(errno));
+        rc = CLI_EXIT_TROUBLE;
+    }
+out:
+    ranks_result_free(&r);
+    for (int k = 0; k < n; k++)
+        carry_scan_free(&carry[k]);
+    free(carry);
+    return rc;
+}
+
 int cmd_explain(int argc, char **argv)
 {
     enum { OPT_ALL = 256, OPT_JSON };
@@ -236,45 +377,33 @@ int cmd_explain(int argc, char **argv)
         default: return cli_usage_error("explain");
         }
     }
-    if (argc - optind != 2) {
+    int n = argc - optind;
+    if (n < 2) {
         cli_error("explain", "expected two trace files");
         return cli_usage_error("explain");
     }
     opt.progress = !quiet && isatty(STDERR_FILENO);
-    struct trace_file *tf[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        explain_phase(&opt, k ? "reading B" : "reading A");
+    struct trace_file **tf = dt_calloc((size_t)n, sizeof *tf);
+    int rc = CLI_EXIT_TROUBLE;
+    for (int k = 0; k < n; k++) {
+        explain_phase(&opt, k == 0 ? "reading A" : k == 1 ? "reading B" : "reading the ranks");
         if (trace_open(&tf[k], argv[optind + k]) < 0) {
             explain_phase(&opt, NULL);
             cli_error("explain", "%s", dt_error());
-            trace_close(tf[0]);
-            return CLI_EXIT_TROUBLE;
+            goto out;
         }
     }
-    struct explain_result res;
-    int rc;
-    if (explain_run(tf[0], tf[1], &opt, &res) < 0) {
-        explain_phase(&opt, NULL);
+    explain_phase(&opt, NULL);
+    int mode = ranks_detect(tf, n);
+    if (mode < 0)
         cli_error("explain", "%s", dt_error());
-        rc = CLI_EXIT_TROUBLE;
-    } else {
-        if (!quiet && json)
-            explain_json(&res);
-        else if (!quiet)
-            explain_text(&res);
-        if (res.verdict == EXPLAIN_BUG || res.side[0].mismatch || res.side[1].mismatch)
-            rc = CLI_EXIT_FINDING;
-        else if (res.verdict == EXPLAIN_UNKNOWN)
-            rc = CLI_EXIT_TROUBLE;
-        else
-            rc = 0;
-        if (!quiet && fflush(stdout) != 0) {
-            cli_error("explain", "writing the report: %s", strerror(errno));
-            rc = CLI_EXIT_TROUBLE;
-        }
-    }
-    explain_result_free(&res);
-    trace_close(tf[0]);
-    trace_close(tf[1]);
+    else if (mode == 1)
+        rc = explain_ranks(tf, n, json, quiet);
+    else
+        rc = explain_two(tf[0], tf[1], &opt, json, quiet);
+out:
+    for (int k = 0; k < n; k++)
+        trace_close(tf[k]);
+    free(tf);
     return rc;
 }
