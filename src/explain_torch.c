@@ -73,8 +73,8 @@ static int et_load(struct explain_result *res, const struct explain_options *opt
     char what[96];
     snprintf(what, sizeof what, "re-running %s's command for step %" PRIu64 "'s module data", s->label, step);
     explain_phase(opt, what);
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/divtrace-explain-%d-%c.dtr", (int)getpid(), s->label[0]);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/divtrace-explain-%d-%c.dtr", tcheck_tmpdir(), (int)getpid(), s->label[0]);
     double t0 = dt_now();
     if (tcheck_rerun(s->tf, step, opt->self, path, !opt->progress) < 0) {
         snprintf(s->not_checked, sizeof s->not_checked, "%s", dt_error());
@@ -87,7 +87,6 @@ static int et_load(struct explain_result *res, const struct explain_options *opt
         unlink(path);
         return DT_ERR;
     }
-    unlink(path);   /* read whole already, but for its checkpoints: the open file keeps them */
     uint64_t bad;
     int same = tcheck_same_steps(s->tf, tf, step, &bad);
     if (same != 1) {
@@ -97,9 +96,11 @@ static int et_load(struct explain_result *res, const struct explain_options *opt
                  "module data of a re-run that parts from the recording are not the recording's",
                  s->label, bad, trace_config_get(&s->tf->cfg, "run_cwd"));
         trace_close(tf);
+        unlink(path);
         return DT_ERR;
     }
     rc = tcheck_load(tf, step, d);
+    unlink(path);   /* its checkpoint is read: the file is needed no more */
     if (rc != 0) {
         snprintf(s->not_checked, sizeof s->not_checked, "the re-run recorded no module data for step %"
                  PRIu64 "%s%s", step, rc < 0 ? ": " : "", rc < 0 ? dt_error() : "");

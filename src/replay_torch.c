@@ -15,19 +15,26 @@
 #include "torchcheck.h"
 #include "util.h"
 
+static void rt_unlink(void)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/divtrace-replay-%d.dtr", tcheck_tmpdir(), (int)getpid());
+    unlink(path);
+}
+
 /* A re-run of tf's command up to `step` (recording its module data), or
  * NULL with a message printed. */
 static struct trace_file *rt_rerun(struct trace_file *tf, uint64_t step, int quiet)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/divtrace-replay-%d.dtr", (int)getpid());
+    char path[4200];
+    snprintf(path, sizeof path, "%s/divtrace-replay-%d.dtr", tcheck_tmpdir(), (int)getpid());
     struct trace_file *r = NULL;
     if (tcheck_rerun(tf, step, "/proc/self/exe", path, quiet) < 0 || trace_open(&r, path) < 0) {
         cli_error("replay", "%s", dt_error());
+        unlink(path);
         r = NULL;
     }
-    unlink(path);
-    return r;
+    return r;   /* the caller unlinks it once its checkpoints are read */
 }
 
 int replay_torch(struct trace_file *tf, const struct replay_options *opt, int all)
@@ -46,6 +53,7 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
         uint64_t bad;
         int same = tcheck_same_steps(tf, rerun, step, &bad);
         trace_close(rerun);
+        rt_unlink();
         if (!opt->quiet && same)
             printf("%s: its command re-run (%.1f s): steps 0 to %" PRIu64 " match the recording bitwise\n"
                    "reproduced: every replayed step matches the recording bitwise\n", tf->path,
@@ -68,6 +76,7 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
                 printf("%s: its command re-run parts from the recording at step %" PRIu64 ": the re-run's "
                        "module data are not the recording's\n", tf->path, bad);
                 trace_close(rerun);
+                rt_unlink();
                 return CLI_EXIT_FINDING;
             }
             from = "from re-running its command";
@@ -125,7 +134,9 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
         if (rc == CLI_EXIT_TROUBLE)
             break;
     }
-    if (rerun)
+    if (rerun) {
         trace_close(rerun);
+        rt_unlink();
+    }
     return rc;
 }

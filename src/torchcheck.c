@@ -15,6 +15,12 @@
 
 #include "util.h"
 
+const char *tcheck_tmpdir(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && *t && strlen(t) < 4000 ? t : "/tmp";
+}
+
 int tcheck_is_torch(const struct trace_file *tf)
 {
     const char *fw = trace_config_get(&tf->cfg, "framework");
@@ -299,10 +305,21 @@ int tcheck_rerun(const struct trace_file *tf, uint64_t step, const char *self, c
     snprintf(steps, sizeof steps, "%" PRIu64, step);
     snprintf(nstep, sizeof nstep, "%" PRIu64, step + 1);
     size_t len = strlen(argv_text) + 256;
-    char *script = dt_malloc(len);
     /* run_argv is the command as divtrace run quoted it for a shell */
-    snprintf(script, len, "cd \"$1\" || exit 2; exec \"$2\" run -q --check-steps \"$3\" --steps \"$4\" "
-             "--exit-after \"$4\" -o \"$5\" -- %s", argv_text);
+    /* the options that shaped the records (--modules, --level, ...),
+     * then this re-run's: later options win */
+    const char *shaping = trace_config_get(&tf->cfg, "run_options");
+    len += shaping ? strlen(shaping) : 0;
+    char *script = dt_malloc(len);
+    snprintf(script, len, "cd \"$1\" || exit 2; exec \"$2\" run -q %s --check-steps \"$3\" --steps \"$4\" "
+             "--exit-after \"$4\" -o \"$5\" -- %s", shaping ? shaping : "", argv_text);
+    /* in the shell, /proc/self/exe would be the shell */
+    char exe[4096];
+    ssize_t el = readlink(self, exe, sizeof exe - 1);
+    if (el > 0) {
+        exe[el] = 0;
+        self = exe;
+    }
     pid_t pid = fork();
     if (pid < 0) {
         free(script);

@@ -34,6 +34,9 @@ struct tcheck_data {
     struct tcheck_item *items;
 };
 
+/* Where re-runs write their traces: $TMPDIR, else /tmp. */
+const char *tcheck_tmpdir(void);
+
 /* Whether tf was written by the PyTorch adapter (framework = pytorch). */
 int tcheck_is_torch(const struct trace_file *tf);
 /* Load the check data of step `step`: 0 with d filled, 1 when tf holds

@@ -1,6 +1,7 @@
 #!/bin/sh
 # cli_torch.sh: the PyTorch adapter's tests (tests/torch/test_torch.py, and
-# tests/torch/test_faults.py: the adapter under faults) from make check. Skips (77) when python3 cannot import torch, when libdivtrace
+# tests/torch/test_faults.py: the adapter under faults; tests/torch/test_run.py:
+# divtrace run) from make check. Skips (77) when python3 cannot import torch, when libdivtrace
 # was built without a shared library, or when it is built with
 # AddressSanitizer (whose runtime cannot be loaded into an uninstrumented
 # python3; the plain build runs these tests).
@@ -39,5 +40,13 @@ for core in $cores; do
     echo "## adapter core: $core"
     DIVTRACE_ADAPTER_CORE=$core "$PY" -W ignore::UserWarning "$top/tests/torch/test_torch.py" || rc=1
     DIVTRACE_ADAPTER_CORE=$core "$PY" -W ignore::UserWarning "$top/tests/torch/test_faults.py" || rc=1
+    # divtrace run: every check with the first core, the core's own paths with the others
+    only=
+    [ "$core" = "${cores%% *}" ] || only="test_records test_evaluation"
+    DIVTRACE_ADAPTER_CORE=$core "$PY" -W ignore::UserWarning "$top/tests/torch/test_run.py" $only || rc=1
 done
+# explain and replay of PyTorch traces: the module oracle's verdicts, once
+"$PY" -W ignore::UserWarning "$top/tests/torch/test_explain.py" || rc=1
+# one trace per data-parallel rank (torch.distributed on gloo), once; 77: no gloo
+"$PY" -W ignore::UserWarning "$top/tests/torch/test_ddp.py"; case $? in 0|77) ;; *) rc=1 ;; esac
 exit $rc

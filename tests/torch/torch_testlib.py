@@ -386,3 +386,61 @@ def check_captures(C, device, p, cases, steps=3):
         nrec = len(js["wrap"]["steps"][0]["records"]) if js["wrap"]["steps"] else 0
         C.ok(not diff and nrec > 0, "%s on %s: forward wrappers record what forward hooks record, %d records "
              "a step" % (name, device, nrec), "differ: %s" % diff)
+
+
+class ConvNet(nn.Module):
+    """Every module type the oracle checks, in one small net."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.act1 = nn.ReLU()
+        self.conv2 = nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=2)
+        self.act2 = nn.Tanh()
+        self.conv3 = nn.Conv1d(8, 4, 3, padding="same")
+        self.norm = nn.LayerNorm(64)
+        self.gelu = nn.GELU()
+        self.fc1 = nn.Linear(64, 32)
+        self.hs = nn.Hardsigmoid()
+        self.fc2 = nn.Linear(32, 10)
+        self.sig = nn.Sigmoid()
+        self.soft = nn.Softmax(dim=1)
+
+    def forward(self, x):
+        h = self.act2(self.conv2(self.act1(self.conv1(x))))        # (N, 8, 8, 8)
+        h = self.conv3(h.flatten(2))                                 # (N, 4, 64)
+        h = self.gelu(self.norm(h)).mean(1)                          # (N, 64)
+        h = self.fc2(self.hs(self.fc1(h)))
+        return self.sig(h) + self.soft(h)
+
+
+def train_convnet(path, opt_name="adam", plant=None, steps=3, check_steps=(0, 2), device="cpu"):
+    """ConvNet trained a few steps with check data at check_steps
+    (test_explain.py, test_explain_gpu.py); plant: "module" (fc1 adds 1e-3)
+    or "update" (fc2.bias moved inside step 0)."""
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+    if opt_name == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    elif opt_name == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3)
+    if plant == "module":
+        fc1 = model.fc1
+        fc1.forward = lambda x: F.linear(x, fc1.weight, fc1.bias) + 1e-3
+    g = torch.Generator().manual_seed(1)
+    with divtrace.record(model, path, optimizer=opt, check_steps=check_steps) as rec:
+        rec.add_module("crossentropyloss", crit)
+        for s in range(steps):
+            x, y = torch.randn(16, 3, 16, 16, generator=g), torch.randint(0, 10, (16,), generator=g)
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad()
+            loss = crit(model(x), y)
+            loss.backward()
+            opt.step()
+            if plant == "update" and s == 0:
+                with torch.no_grad():
+                    model.fc2.bias[3] += 1e-3       # inside the step: its update is not the optimizer's
+            rec.step(loss)

@@ -316,6 +316,7 @@ class Recorder:
             except DivtraceError as e:
                 err = e
         self._closed = True
+        self._st.paused += 1        # a wrapper fetched before the close does nothing after it
         h, self._h = self._h, None
         rc = self._lib.divtrace_close(h, int(status), why.encode("utf-8", "replace") if why else None)
         self._reset_step_state()
