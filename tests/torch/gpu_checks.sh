@@ -1,8 +1,10 @@
 #!/bin/bash
 # gpu_checks.sh: the PyTorch adapter on a GPU machine: the GPU tests
 # (tests/torch/test_gpu.py, with the C core and with the Python core), the
-# CPU tests (tests/torch/test_torch.py) and the overhead benchmark
-# (tests/bench/torch_adapter_bench.py), each with its log in OUTDIR, and a
+# CPU tests (tests/torch/test_torch.py), the module oracle and explain on
+# CUDA (tests/torch/test_explain_gpu.py), the overhead benchmark
+# (tests/bench/torch_adapter_bench.py) and divtrace run's against the
+# hand-edited loop (tests/bench/torch_run_bench.py), each with its log in OUTDIR, and a
 # summary last.
 # Usage: tests/torch/gpu_checks.sh OUTDIR [BUILD]
 #   BUILD  a build directory made with --with-cuda (src/divtrace,
@@ -78,6 +80,10 @@ fi
 run gpu_tests_python_core torch-gpu-tests-python.log env DIVTRACE_ADAPTER_CORE=python "$PY" \
     -W ignore::UserWarning "$top/tests/torch/test_gpu.py"
 run cpu_tests torch-cpu-tests.log "$PY" -W ignore::UserWarning "$top/tests/torch/test_torch.py"
+# the module oracle on cuDNN and cuBLAS outputs, explain of CUDA traces
+run explain_gpu torch-explain-gpu.log "$PY" -W ignore::UserWarning "$top/tests/torch/test_explain_gpu.py"
+# divtrace run against the hand-edited loop, side by side
+run run_bench torch-run-bench.md "$PY" -W ignore::UserWarning "$top/tests/bench/torch_run_bench.py" --device cuda
 # shellcheck disable=SC2086
 run overhead_bench torch-adapter-bench.md "$PY" -W ignore::UserWarning "$top/tests/bench/torch_adapter_bench.py" ${BENCH_ARGS:-}
 echo

@@ -346,6 +346,8 @@ class CheckCapture:
                 pname = rec._pname[id(p)]
                 state = optimizer.state.get(p, {})
                 spec = optimizer_spec(optimizer, g, state, p)
+                if p.is_cuda:
+                    spec += " gpu=1"     # CUDA's fused and capturable forms: b^t from a float32 beta
                 rname = pname + ".update"
                 ts = [p, p.grad] + [v for v in state.values() if isinstance(v, torch.Tensor)]
                 if spec.split()[0] not in ("sgd", "adam", "adamw"):
