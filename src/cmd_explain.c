@@ -70,6 +70,8 @@ static void explain_text_torch(const struct explain_result *res, const struct ex
         printf("  %d modules checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64 " SEMANTIC\n",
                s->rr.ncheck, s->rr.nexact, s->rr.nrounding, s->rr.nsemantic);
     }
+    if (s->custom[0])
+        printf("%s: modules of your own (no oracle): %s\n", s->label, s->custom);
     if (s->not_checked[0])
         printf("%s: not checked: %s\n", s->label, s->not_checked);
     (void)res;

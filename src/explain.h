@@ -43,6 +43,7 @@ struct explain_side {
                                      * give again, were checked by their statistics */
     int torch;                      /* a PyTorch adapter trace: checked from its module data */
     char source[192];               /* where its module data came from */
+    char custom[EXPLAIN_TEXT];      /* its custom modules checked without an oracle, "" */
 };
 
 struct explain_options {

@@ -165,9 +165,13 @@ void explain_torch(struct explain_result *res, const struct explain_options *opt
                     s->bug = 1;
                     snprintf(s->finding, sizeof s->finding,
                              "module %s (%s)'s backward is not the derivative of its forward (step %" PRIu64
-                             ": its gradients and central differences of its forward in float64 part by "
-                             "%s relative, along every direction tried); gradient %s differs from there",
-                             bb->name, tcheck_class(bb), res->step, err, od->name);
+                             ": in float64, its gradients and central differences of its forward part by "
+                             "%.3g relative along every direction tried); the gradients where the runs "
+                             "part (%s first) flow through it", bb->name, tcheck_class(bb), res->step,
+                             atof(err), od->name);
+                    snprintf(text, sizeof text, "%s (%s): its backward fails the check against central "
+                             "differences", bb->name, tcheck_class(bb));
+                    et_append(s->custom, sizeof s->custom, text);
                 } else if (!bb && !bad_backward_told) {
                     snprintf(text, sizeof text, "gradient (%s): gradients are checked only through custom "
                              "modules' backward", od->name);
@@ -201,6 +205,10 @@ void explain_torch(struct explain_result *res, const struct explain_options *opt
                 char cmp[EXPLAIN_TEXT / 2];
                 int rc = x == 0 ? tcheck_custom_compare(it, other, cmp, sizeof cmp)
                                 : tcheck_custom_compare(other, it, cmp, sizeof cmp);
+                snprintf(text, sizeof text, "%s (%s): its float64 re-evaluation %s the other run's", od->name,
+                         tcheck_class(it), rc == 1 ? "is another function than" : rc == 0 ? "agrees with"
+                         : "could not be compared with");
+                et_append(s->custom, sizeof s->custom, text);
                 if (rc == 1 && !res->either[0])
                     snprintf(res->either, sizeof res->either, "module %s (%s) computes another function in "
                              "each run (step %" PRIu64 "): %s", od->name, tcheck_class(it), res->step, cmp);
