@@ -184,7 +184,14 @@ static void explain_json_side(const struct explain_result *res, const struct exp
         fputs(k ? ",\n   " : "\n   ", stdout);
         replay_check_json(stdout, tf, &s->rr.check[k]);
     }
-    printf("], \"config_here\": ");
+    if (s->torch) {
+        /* a PyTorch trace: where its module data came from, and its own modules */
+        printf("], \"module_data\": ");
+        json_put_str(stdout, s->source);
+        printf(", \"custom_modules\": ");
+        json_put_str(stdout, s->custom);
+    }
+    printf("%s \"config_here\": ", s->torch ? "," : "],");
     json_put_str(stdout, s->replayed ? s->rr.config_diff : "");
     putchar('}');
     (void)res;
