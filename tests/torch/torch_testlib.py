@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOP = os.environ.get("top_srcdir") or os.path.normpath(os.path.join(HERE, "..", ".."))
+TOP = os.path.realpath(os.environ.get("top_srcdir") or os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(TOP, "src", "python"))
 import divtrace  # noqa: E402
 
