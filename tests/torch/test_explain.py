@@ -34,10 +34,11 @@ def p(name):
     return os.path.join(T, name)
 
 
-def run_script(out, *args):
-    """divtrace run of the unchanged script, one epoch of 8 steps."""
-    r = subprocess.run([DT, "run", "-q",
-                        "-o", out, "--", sys.executable, SCRIPT] + list(args),
+def run_script(out, *args, check=False):
+    """divtrace run of the unchanged script, one epoch of 8 steps (check:
+    with step 0's module data)."""
+    r = subprocess.run([DT, "run", "-q"] + (["--check-steps", "0"] if check else []) +
+                       ["-o", out, "--", sys.executable, SCRIPT] + list(args),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=T)
     return r.returncode, r.stderr
 
@@ -48,7 +49,8 @@ def last_line(out):
 
 
 def test_threads_rounding():
-    rc1, e1 = run_script(p("t1.dtr"), "--threads", "1")
+    # t1 holds step 0's module data; t2 does not, and explain re-runs its command
+    rc1, e1 = run_script(p("t1.dtr"), "--threads", "1", check=True)
     rc2, e2 = run_script(p("t2.dtr"), "--threads", "2")
     if not C.ok(rc1 == 0 and rc2 == 0, "divtrace run traces the unchanged script", e1 + e2):
         return
@@ -58,10 +60,13 @@ def test_threads_rounding():
          "one vs two threads: rounding only, with the thread counts", "exit %d: %s %s" % (rc, out, err))
     C.ok("against the exact oracle" in out and "rounding" in out.split("against the exact oracle")[1],
          "the module where they part is held to the oracle", out)
+    C.ok("A: module data of step 0 stored in the trace" in out and
+         "B: module data of step 0 from re-running its command" in out,
+         "data stored at a check step, or recorded again by re-running the command", out)
 
 
 def test_forward_bug():
-    rc, e = run_script(p("fwd.dtr"), "--bug", "forward")
+    rc, e = run_script(p("fwd.dtr"), "--bug", "forward", check=True)
     if not C.ok(rc == 0, "the script with a forward bug traced", e):
         return
     rc, out, err = run_dt("explain", p("t1.dtr"), p("fwd.dtr"))
@@ -71,7 +76,7 @@ def test_forward_bug():
 
 
 def test_backward_bug():
-    rc, e = run_script(p("bwd.dtr"), "--bug", "backward")
+    rc, e = run_script(p("bwd.dtr"), "--bug", "backward", check=True)
     if not C.ok(rc == 0, "the script with a backward bug traced", e):
         return
     rc, out, err = run_dt("explain", p("t1.dtr"), p("bwd.dtr"))
