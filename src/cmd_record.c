@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "cpu_blas.h"
+#include "fault.h"
 #include "train.h"
 #include "util.h"
 
@@ -93,9 +94,12 @@ static void record_usage(FILE *f)
           "                            with formula or variant OP may be a pattern\n"
           "                            ('L*.t*.[ifo]'); or a fault of state, T:KIND with\n"
           "                            T a parameter, optimizer state or pattern, KIND\n"
-          "                            roundtrip:bf16|half|trunc (after each update) or\n"
-          "                            stale (updates never reach it); or prednet's\n"
-          "                            'L*.init.*:carry' (state carried across sequences)\n"
+          "                            roundtrip:bf16|half|trunc (after each update), drop\n"
+          "                            (zeros come back) or stale (updates never reach\n"
+          "                            it); T may be prednet's recurrent state\n"
+          "                            ('L*.t19.[rce]:drop'); or 'L*.init.*:carry' (state\n"
+          "                            carried across sequences); a final @BACKEND plants\n"
+          "                            it on that backend only ('*.m:drop@cuda')\n"
           "  -h, --help                show this help and exit\n"
           "  -V, --version             show the version and exit\n"
           "\n"
@@ -352,6 +356,9 @@ int cmd_record(int argc, char **argv)
         return CLI_EXIT_TROUBLE;
     }
     tc.progress = !tc.quiet && isatty(STDERR_FILENO);
+    if (tc.inject && !tc.quiet && fault_planted(tc.inject, tc.backend) == 0)
+        fprintf(stderr, "divtrace record: --inject '%s' is for another backend: nothing planted on %s\n",
+                tc.inject, tc.backend);
 
     struct train_result res;
     if (train_run(&tc, &res) < 0) {

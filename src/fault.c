@@ -315,6 +315,8 @@ static void fault_corrupt(void *arg, int i, backend_buf *out)
 
 /* One fault per process: the run's executor points at it until exit. */
 static struct fault fault_active;
+/* The backend the spec being installed is for: its @BACKEND, else the run's. */
+static const char *fault_be;
 
 static int fault_number(const char *spec, const char *s, double lo, double hi, double *out)
 {
@@ -350,7 +352,7 @@ static int fault_install_glob(struct run *r, const char *spec, const char *patte
         dt_error_set("--inject '%s': a pattern of op names takes KIND formula or variant only", spec);
         return DT_ERR;
     }
-    if (strcmp(r->be->name, "cpu") != 0) {
+    if (strcmp(fault_be, "cpu") != 0) {
         dt_error_set("--inject '%s': %s exist for the cpu backend only", spec,
                      variant ? "rewrites" : "wrong formulas");
         return DT_ERR;
@@ -378,21 +380,81 @@ static int fault_install_glob(struct run *r, const char *spec, const char *patte
     return DT_OK;
 }
 
+/* The backend named by spec's "@NAME" ending, or NULL; an '@' followed by
+ * anything but letters and digits is part of an op's name (a variant's
+ * "W.grad@L0.t03.conv_c"). -1 with dt_error set for an unknown backend. */
+static int fault_restriction(const char *spec, const char **out)
+{
+    static const char *const names[] = {"cpu", "mpfr", "cuda", "cudnn"};
+    const char *at = strrchr(spec, '@');
+    *out = NULL;
+    if (!at || !at[1] || at[1 + strspn(at + 1, "abcdefghijklmnopqrstuvwxyz0123456789")])
+        return DT_OK;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (strcmp(at + 1, names[k]) == 0) {
+            *out = names[k];
+            return DT_OK;
+        }
+    dt_error_set("--inject '%s': unknown backend '%s' after '@' (cpu, mpfr, cuda or cudnn)", spec,
+                 at + 1);
+    return DT_ERR;
+}
+
+int fault_planted(const char *spec, const char *backend)
+{
+    const char *only;
+    if (fault_restriction(spec, &only) < 0)
+        return DT_ERR;
+    return !only || strcmp(only, backend) == 0;
+}
+
+static int fault_install_spec(struct run *r, const char *spec, char *buf);
+
 int fault_install(struct run *r, const char *spec)
 {
     char buf[256];
+    const char *only;
+    if (fault_restriction(spec, &only) < 0)
+        return DT_ERR;
     snprintf(buf, sizeof buf, "%s", spec);
+    if (only)
+        *strrchr(buf, '@') = '\0';
+    fault_be = only ? only : r->be->name;
+    if (!only || strcmp(only, r->be->name) == 0)
+        return fault_install_spec(r, spec, buf);
+    /* Another backend's fault: checked against this model as if planted,
+     * then taken out again, so the run is the clean one. */
+    struct exec saved = r->e;
+    size_t bytes = (size_t)r->g.n * sizeof *r->g.nodes;
+    struct node *nodes = dt_malloc(bytes);
+    backend_op_fn *override = dt_malloc((size_t)r->g.n * sizeof *override);
+    memcpy(nodes, r->g.nodes, bytes);
+    memcpy(override, r->e.override, (size_t)r->g.n * sizeof *override);
+    int rc = fault_install_spec(r, spec, buf);
+    memcpy(r->g.nodes, nodes, bytes);
+    memcpy(r->e.override, override, (size_t)r->g.n * sizeof *override);
+    r->e.corrupt = saved.corrupt;
+    r->e.corrupt_arg = saved.corrupt_arg;
+    fault_state_forget(r);
+    free(nodes);
+    free(override);
+    return rc;
+}
+
+/* Install spec, whose fields (its @BACKEND cut off) are in buf. */
+static int fault_install_spec(struct run *r, const char *spec, char *buf)
+{
     char *parts[4] = {NULL};
     int n = 0;
     for (char *save = NULL, *p = strtok_r(buf, ":", &save); p && n < 4; p = strtok_r(NULL, ":", &save))
         parts[n++] = p;
     if (n < 2) {
         dt_error_set("--inject '%s': expected OP:KIND, KIND bitflip, scale, formula, rewire, "
-                     "roundtrip, stale or carry", spec);
+                     "roundtrip, drop, stale or carry", spec);
         return DT_ERR;
     }
     if (strcmp(parts[1], "roundtrip") == 0 || strcmp(parts[1], "stale") == 0 ||
-        strcmp(parts[1], "carry") == 0) {
+        strcmp(parts[1], "carry") == 0 || strcmp(parts[1], "drop") == 0) {
         if (n > 3) {
             dt_error_set("--inject '%s': too many fields", spec);
             return DT_ERR;
@@ -400,7 +462,7 @@ int fault_install(struct run *r, const char *spec)
         return fault_state_install(r, spec, parts[0], parts[1], n > 2 ? parts[2] : NULL);
     }
     if (strcmp(parts[1], "rewire") == 0) {
-        if (strcmp(r->be->name, "cpu") != 0) {
+        if (strcmp(fault_be, "cpu") != 0) {
             dt_error_set("--inject '%s': rewiring exists for the cpu backend only", spec);
             return DT_ERR;
         }
@@ -440,8 +502,8 @@ int fault_install(struct run *r, const char *spec)
     } else if (strcmp(parts[1], "variant") == 0 && n == 2) {
         /* a valid float32 rewrite: a finding only if the bounds are wrong */
         backend_op_fn fn = variant_formula_for(nd->type);
-        if (strcmp(r->be->name, "cpu") != 0 || !fn) {
-            dt_error_set("--inject '%s': %s", spec, strcmp(r->be->name, "cpu") != 0
+        if (strcmp(fault_be, "cpu") != 0 || !fn) {
+            dt_error_set("--inject '%s': %s", spec, strcmp(fault_be, "cpu") != 0
                          ? "rewrites exist for the cpu backend only"
                          : "no rewrite for this op's type (see divtrace record --help)");
             return DT_ERR;
@@ -449,7 +511,7 @@ int fault_install(struct run *r, const char *spec)
         r->e.override[i] = fn;
         return DT_OK;
     } else if (strcmp(parts[1], "formula") == 0 && n == 2) {
-        if (strcmp(r->be->name, "cpu") != 0) {
+        if (strcmp(fault_be, "cpu") != 0) {
             dt_error_set("--inject '%s': wrong formulas exist for the cpu backend only", spec);
             return DT_ERR;
         }
@@ -469,7 +531,8 @@ int fault_install(struct run *r, const char *spec)
     } else {
         dt_error_set("--inject '%s': expected OP:bitflip[:INDEX[:BIT]], OP:scale[:FACTOR], "
                      "OP:formula, OP:rewire:INPUT:TENSOR, TENSOR:roundtrip:bf16|half|trunc, "
-                     "TENSOR:stale or STATE:carry", spec);
+                     "TENSOR:drop, TENSOR:stale or STATE:carry, each with an optional @BACKEND",
+                     spec);
         return DT_ERR;
     }
     r->e.corrupt = fault_corrupt;

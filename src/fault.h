@@ -16,12 +16,19 @@
  *   TENSOR:roundtrip:FMT      after each update, the parameter or optimizer
  *                             state goes through FMT and back: bf16 (round
  *                             to nearest even), half (binary16, the same) or
- *                             trunc (the low 16 bits dropped)
+ *                             trunc (the low 16 bits dropped); a recurrent
+ *                             state (prednet's L<l>.t<k>.r, .c, .e) as its
+ *                             time step hands it on
+ *   TENSOR:drop               the same, with zeros coming back (optimizer
+ *                             state reset, a recurrent state reset)
  *   TENSOR:stale              the updates never reach the tensor the model
  *                             reads: it keeps its value from the run's start
  *   STATE:carry               an initial state (prednet's L<l>.init.r, .c,
  *                             .e) takes the last sequence's final state
  *                             where it should start at zero
+ * Any spec may end in @BACKEND (cpu, mpfr, cuda, cudnn): the fault of one
+ * code path, planted only when the run's backend is BACKEND (checked all
+ * the same).
  */
 #ifndef DT_FAULT_H
 #define DT_FAULT_H
@@ -31,6 +38,9 @@
 /* Parse spec and install it into r's executor. 0, or -1 with dt_error set
  * (unknown op or kind, bad arguments, formula without one for that op). */
 int fault_install(struct run *r, const char *spec);
+/* Whether spec is planted on backend `backend`: 1, 0 (restricted to
+ * another), or -1 with dt_error set (an unknown backend after '@'). */
+int fault_planted(const char *spec, const char *backend);
 
 /* A state fault's work at the start of step `step` (before its checkpoint
  * and its ops; every step, the first of a run or replay included): 1 when
@@ -39,6 +49,8 @@ int fault_between(struct run *r, uint64_t step);
 /* For fault_install: the state faults and the rewiring. */
 int fault_state_install(struct run *r, const char *spec, const char *pattern, const char *kind,
                         const char *arg);
+/* Undo fault_state_install for r (a spec for another backend, checked). */
+void fault_state_forget(struct run *r);
 int fault_rewire(struct run *r, const char *spec, const char *op, const char *which, const char *to);
 
 /* "sigmoid: 0.5 (1 + tanh x), the halving of x forgotten; ..." one line per

@@ -1,8 +1,10 @@
 /* fault_state.c: faults of state rather than of an op's formula, planted on
  * purpose to check that divtrace finds them: a lossy round trip of
- * parameters or optimizer state between steps (the class of the retracted
- * 2021 paper's bug: one code path copied the model to the host and back
- * after each update), updates that never reach the tensor the model reads,
+ * parameters or optimizer state between steps, or one that drops them (the
+ * class of the retracted 2021 paper's bug: one code path copied the model,
+ * and with it the recurrent state, to the host and back after each update),
+ * the same of prednet's recurrent state as one time step hands it to the
+ * next, updates that never reach the tensor the model reads,
  * recurrent state carried from one sequence into the next where it should
  * start at zero, and an op wired to the wrong input (see fault.h). */
 #include "fault.h"
@@ -20,6 +22,7 @@ enum fault_state_kind {
     FAULT_RT_BF16,  /* round to nearest bfloat16, ties to even, and back */
     FAULT_RT_HALF,  /* the same through IEEE binary16 */
     FAULT_RT_TRUNC, /* a truncating copy: the low 16 bits dropped (bfloat16 by truncation) */
+    FAULT_DROP,     /* a copy that loses the tensor: zeros come back */
     FAULT_STALE,    /* the model keeps reading its copy from before the first update */
     FAULT_CARRY,    /* an initial state takes the last sequence's final state */
 };
@@ -28,7 +31,11 @@ struct fault_state {
     struct run *r;
     enum fault_state_kind kind;
     int n;
-    int *node;      /* the leaves (round trips, stale) or the initial states (carry) */
+    int *node;      /* the leaves and recurrent states (round trips, drop), the
+                     * leaves (stale) or the initial states (carry) */
+    int *state;     /* round trips, drop: node[k] is a recurrent state, changed as
+                     * its op runs, not between steps */
+    int nleaves;    /* nodes that are leaves, changed between steps */
     int *src;       /* carry: the node whose output each initial state takes */
     float **saved;  /* stale: each leaf as first seen; carry: each source's last output */
     int *have;
@@ -76,22 +83,44 @@ static float fault_half(float x)
     return copysignf(ldexpf(rintf(ldexpf(a, 11 - e)), e - 11), x);
 }
 
-static void fault_round_trip(struct fault_state *f, int i)
+/* What comes back from the round trip of n values x. */
+static void fault_round_trip(enum fault_state_kind kind, float *x, size_t n)
 {
-    struct run *r = f->r;
-    size_t n = r->g.nodes[i].count;
-    exec_get(&r->e, i, r->host);
     for (size_t k = 0; k < n; k++)
-        r->host[k] = f->kind == FAULT_RT_HALF ? fault_half(r->host[k])
-                                              : fault_bf16(r->host[k], f->kind == FAULT_RT_TRUNC);
-    exec_set(&r->e, i, r->host);
+        x[k] = kind == FAULT_DROP      ? 0.0f
+             : kind == FAULT_RT_HALF ? fault_half(x[k])
+                                     : fault_bf16(x[k], kind == FAULT_RT_TRUNC);
+}
+
+/* Round trips and drop of a recurrent state: after its op ran, before the
+ * next time step (or anything else) reads it. */
+static void fault_state_corrupt(void *arg, int i, backend_buf *out)
+{
+    struct fault_state *f = arg;
+    struct run *r = f->r;
+    for (int k = 0; k < f->n; k++)
+        if (f->node[k] == i && f->state[k]) {
+            size_t n = r->g.nodes[i].count;
+            r->be->download(r->ctx, r->host, out, n);
+            fault_round_trip(f->kind, r->host, n);
+            r->be->upload(r->ctx, out, r->host, n);
+        }
+}
+
+/* Whether a node is a recurrent state one time step hands to the next:
+ * prednet's L<l>.t<k>.r, .c or .e. */
+static int fault_is_recurrent(const char *name)
+{
+    int l, t, end = 0;
+    char what[2];
+    return sscanf(name, "L%d.t%d.%1[rce]%n", &l, &t, what, &end) == 3 && name[end] == '\0';
 }
 
 int fault_between(struct run *r, uint64_t step)
 {
     (void)step;
     struct fault_state *f = fault_state_of(r);
-    if (!f || f->kind == FAULT_CARRY)
+    if (!f || f->kind == FAULT_CARRY || f->nleaves == 0)
         return 0;
     int first = f->calls++ == 0;
     if (first && f->kind != FAULT_STALE)
@@ -99,8 +128,12 @@ int fault_between(struct run *r, uint64_t step)
     tracer_flush(r->tr); /* the last step's records may still read the leaves */
     for (int k = 0; k < f->n; k++) {
         int i = f->node[k];
-        if (f->kind != FAULT_STALE) {
-            fault_round_trip(f, i);
+        if (f->state[k]) {
+            continue;
+        } else if (f->kind != FAULT_STALE) {
+            exec_get(&r->e, i, r->host);
+            fault_round_trip(f->kind, r->host, r->g.nodes[i].count);
+            exec_set(&r->e, i, r->host);
         } else if (first) {
             /* the model's copy: what the leaf holds when the run (or the
              * replay) starts, which under this fault never changes */
@@ -164,7 +197,9 @@ static int fault_state_parse(const char *spec, const char *kind, const char *arg
         dt_error_set("--inject '%s': %s takes no argument", spec, kind);
         return DT_ERR;
     }
-    *out = strcmp(kind, "stale") == 0 ? FAULT_STALE : FAULT_CARRY;
+    *out = strcmp(kind, "stale") == 0 ? FAULT_STALE
+         : strcmp(kind, "drop") == 0  ? FAULT_DROP
+                                      : FAULT_CARRY;
     return DT_OK;
 }
 
@@ -183,6 +218,7 @@ int fault_state_install(struct run *r, const char *spec, const char *pattern, co
     f->r = r;
     f->kind = fk;
     f->node = dt_calloc((size_t)r->g.n, sizeof *f->node);
+    f->state = dt_calloc((size_t)r->g.n, sizeof *f->state);
     f->src = dt_calloc((size_t)r->g.n, sizeof *f->src);
     f->saved = dt_calloc((size_t)r->g.n, sizeof *f->saved);
     f->have = dt_calloc((size_t)r->g.n, sizeof *f->have);
@@ -199,25 +235,49 @@ int fault_state_install(struct run *r, const char *spec, const char *pattern, co
             }
             f->src[f->n] = s;
             f->saved[f->n] = dt_malloc(nd->count * sizeof(float));
+        } else if (fk != FAULT_STALE && nd->next < 0 && fault_is_recurrent(nd->name)) {
+            f->state[f->n] = 1;
         } else if (nd->next < 0) {
             if (strpbrk(pattern, "*?["))
                 continue; /* a pattern picks the leaves among the names it matches */
-            dt_error_set("--inject '%s': %s is not a parameter or optimizer state (a tensor "
-                         "an update replaces each step)", spec, nd->name);
+            dt_error_set("--inject '%s': %s is not a parameter or optimizer state (a tensor an "
+                         "update replaces each step)%s", spec, nd->name, fk == FAULT_STALE ? ""
+                         : " nor a recurrent state (prednet's L<l>.t<k>.r, .c or .e)");
             return DT_ERR;
         }
+        f->nleaves += !f->state[f->n];
         f->node[f->n++] = i;
     }
     if (f->n == 0) {
         dt_error_set("--inject '%s': '%s' names no %s of this model (see divtrace show --ops)", spec,
-                     pattern, fk == FAULT_CARRY ? "initial state" : "parameter or optimizer state");
+                     pattern, fk == FAULT_CARRY ? "initial state"
+                              : fk == FAULT_STALE ? "parameter or optimizer state"
+                                                  : "parameter, optimizer state or recurrent state");
         return DT_ERR;
     }
     if (fk == FAULT_CARRY) {
         r->e.corrupt = fault_carry_corrupt;
         r->e.corrupt_arg = f;
+    } else if (f->nleaves < f->n) {
+        r->e.corrupt = fault_state_corrupt;
+        r->e.corrupt_arg = f;
     }
     return DT_OK;
+}
+
+void fault_state_forget(struct run *r)
+{
+    struct fault_state *f = fault_state_of(r);
+    if (!f)
+        return;
+    for (int k = 0; k < f->n; k++)
+        free(f->saved[k]);
+    free(f->node);
+    free(f->state);
+    free(f->src);
+    free(f->saved);
+    free(f->have);
+    memset(f, 0, sizeof *f);
 }
 
 int fault_rewire(struct run *r, const char *spec, const char *op, const char *which, const char *to)
