@@ -1,7 +1,7 @@
 /* report.c: `divtrace report DIR`: per-condition statistics of a study's
- * trials, the tests its compare directives ask for, its run pairs, the
- * machines, written as DIR/report.md, the CSV tables and PNG plots of DIR/report/, or as
- * one JSON object. Everything is computed from the summaries (report.h), so
+ * trials, the tests its compare directives ask for (report_stats.c), its
+ * run pairs, the machines, written as DIR/report.md, the CSV tables and PNG
+ * plots of DIR/report/, or as one JSON object. Everything is computed from the summaries (report.h), so
  * a directory that holds only summaries gives the same report. */
 #include <errno.h>
 #include <inttypes.h>
@@ -15,127 +15,7 @@
 #include "json.h"
 
 #include "report.h"
-#include "stattest.h"
 #include "util.h"
-
-#define REPORT_MAX_PHASES 8     /* phase counts 1..7, and 8 or more */
-
-struct report_cstat {
-    int ntrials, nhave;
-    double final_mean, final_sd;
-    int nesc;
-    double esc_mean, esc_sd;
-    int phases[REPORT_MAX_PHASES + 1];
-};
-
-struct report_test {
-    const struct sweep_compare *c;
-    enum sweep_metric metric;
-    struct stattest_welch w;
-    struct stattest_mwu m;
-};
-
-struct report_study {
-    const struct report_options *o;
-    struct sweep_spec spec;
-    int ntr;
-    struct report_trial *tr;
-    int *first;                 /* (ncond + 1) index of each condition's first trial */
-    int npr;
-    struct report_pair *pr;
-    struct report_cstat *cs;    /* (ncond) */
-    int ntest;
-    struct report_test *test;
-    char **plots;
-    int nplots;
-    int progress;               /* a progress line on stderr (a terminal) */
-};
-
-static const char *report_metric_name(enum sweep_metric m)
-{
-    static const char *const names[] = {"final", "escape", "phases"};
-    return names[m];
-}
-
-/* The metric of a trial, NaN when the trial has none (no summary, no escape). */
-static double report_metric(const struct report_trial *t, enum sweep_metric m)
-{
-    if (t->src == REPORT_SRC_NONE)
-        return NAN;
-    switch (m) {
-    case SWEEP_METRIC_FINAL: return t->mean50;
-    case SWEEP_METRIC_ESCAPE: return t->first_escape >= 0 ? (double)t->first_escape : NAN;
-    case SWEEP_METRIC_PHASES: return t->phases;
-    }
-    return NAN;
-}
-
-/* The values of metric m over the trials of the conditions sel picks. */
-static double *report_sample(const struct report_study *st, const char *sel,
-                             enum sweep_metric m, size_t *n)
-{
-    double *x = dt_malloc(((size_t)st->ntr + 1) * sizeof *x);
-    *n = 0;
-    for (int k = 0; k < st->ntr; k++) {
-        if (!sweep_cond_matches(&st->spec.cond[st->tr[k].ci], sel))
-            continue;
-        double v = report_metric(&st->tr[k], m);
-        if (isfinite(v))
-            x[(*n)++] = v;
-    }
-    return x;
-}
-
-static void report_stats(struct report_study *st)
-{
-    const struct sweep_spec *s = &st->spec;
-    st->cs = dt_calloc((size_t)s->ncond + 1, sizeof *st->cs);
-    for (int ci = 0; ci < s->ncond; ci++) {
-        struct report_cstat *c = &st->cs[ci];
-        int a = st->first[ci], b = st->first[ci + 1];
-        double *f = dt_malloc(((size_t)(b - a) + 1) * sizeof *f);
-        double *e = dt_malloc(((size_t)(b - a) + 1) * sizeof *e);
-        size_t nf = 0, ne = 0;
-        c->ntrials = b - a;
-        for (int k = a; k < b; k++) {
-            const struct report_trial *t = &st->tr[k];
-            if (t->src == REPORT_SRC_NONE)
-                continue;
-            c->nhave++;
-            if (isfinite(t->mean50))
-                f[nf++] = t->mean50;
-            if (t->first_escape >= 0)
-                e[ne++] = (double)t->first_escape;
-            c->phases[t->phases < REPORT_MAX_PHASES ? (t->phases > 0 ? t->phases : 0)
-                                                    : REPORT_MAX_PHASES]++;
-        }
-        stattest_mean_sd(f, nf, &c->final_mean, &c->final_sd);
-        stattest_mean_sd(e, ne, &c->esc_mean, &c->esc_sd);
-        c->nesc = (int)ne;
-        free(f);
-        free(e);
-    }
-    for (int i = 0; i < s->ncompare; i++)
-        st->ntest += s->compare[i].nmetrics ? s->compare[i].nmetrics : 1;
-    st->test = dt_calloc((size_t)st->ntest + 1, sizeof *st->test);
-    int k = 0;
-    for (int i = 0; i < s->ncompare; i++) {
-        const struct sweep_compare *c = &s->compare[i];
-        int nm = c->nmetrics ? c->nmetrics : 1;
-        for (int j = 0; j < nm; j++, k++) {
-            struct report_test *t = &st->test[k];
-            t->c = c;
-            t->metric = c->nmetrics ? c->metric[j] : SWEEP_METRIC_FINAL;
-            size_t n1, n2;
-            double *x = report_sample(st, c->sel[0], t->metric, &n1);
-            double *y = report_sample(st, c->sel[1], t->metric, &n2);
-            stattest_welch(x, n1, y, n2, &t->w);
-            stattest_mann_whitney(x, n1, y, n2, &t->m);
-            free(x);
-            free(y);
-        }
-    }
-}
 
 /* ---- text helpers ---- */
 
@@ -174,23 +54,6 @@ static void report_phase_text(char *buf, size_t n, const struct report_cstat *c)
     }
     if (!buf[0])
         snprintf(buf, n, "n/a");
-}
-
-static void report_mwu_text(char *buf, size_t n, const struct stattest_mwu *m)
-{
-    if (!m->ok)
-        snprintf(buf, n, "no test: %s", m->why);
-    else
-        snprintf(buf, n, "U = %g, p = %.3g (%s), r = %.3f", m->u, m->p,
-                 m->exact ? "exact" : "normal approx.", m->r);
-}
-
-static void report_welch_text(char *buf, size_t n, const struct stattest_welch *w)
-{
-    if (!w->ok)
-        snprintf(buf, n, "no test: %s", w->why);
-    else
-        snprintf(buf, n, "t = %.3f, df = %.1f, p = %.3g, g = %.3f", w->t, w->df, w->p, w->g);
 }
 
 /* The machines: distinct (host_cpu, device, cuda_driver, cudnn,
@@ -263,37 +126,29 @@ static void report_markdown(const struct report_study *st, FILE *f, const char *
     fprintf(f, "%d conditions, %d trials. Final loss: the mean loss of the last 50 steps. "
                "Escapes and phases: `divtrace escape` with its default parameters.\n\n",
             s->ncond, st->ntr);
-    fputs("## Conditions\n\n| condition | group | trials | final loss, mean | sd | first escape, "
-          "mean | sd | with an escape | phases |\n|---|---|---|---|---|---|---|---|---|\n", f);
+    fprintf(f, "## Conditions\n\nRuns: independent runs (trials whose loss curves are "
+               "bitwise identical count once). Stopped learning: the mean loss of the last 50 "
+               "steps not below %g of the first step's loss.\n\n| condition | group | trials | "
+               "runs | stopped learning | final loss, mean | sd | first escape, mean | sd | with "
+               "an escape | phases |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+            REPORT_STALL_FRAC);
     for (int ci = 0; ci < s->ncond; ci++) {
         const struct report_cstat *c = &st->cs[ci];
         report_phase_text(big, sizeof big, c);
-        fprintf(f, "| %s | %s | %d/%d | %s | %s | %s | %s | %d | %s |\n", s->cond[ci].name,
-                s->cond[ci].group, c->nhave, c->ntrials,
+        fprintf(f, "| %s | %s | %d/%d | %d | %d | %s | %s | %s | %s | %d | %s |\n",
+                s->cond[ci].name, s->cond[ci].group, c->nhave, c->ntrials, c->nruns, c->nstalled,
                 report_g(b1, sizeof b1, 6, c->final_mean),
                 report_g(b2, sizeof b2, 3, c->final_sd),
                 report_g(b3, sizeof b3, 0, c->esc_mean),
                 report_g(b4, sizeof b4, 0, c->esc_sd), c->nesc, big);
     }
-    fputs("\n## Comparisons\n\n", f);
-    if (st->ntest == 0)
-        fputs("The sweep file has no compare directive.\n", f);
-    else
-        fputs("Two-sided tests. Welch's t-test (t, df, p) with Hedges' g; Mann-Whitney U with its "
-              "p (exact without ties and up to 50 values, else the normal approximation with tie "
-              "and continuity correction) and the rank-biserial correlation r (positive: A "
-              "tends to exceed B).\n\n| line | A | B | metric | n A | mean A | n B | mean B | "
-              "Welch | Mann-Whitney |\n|---|---|---|---|---|---|---|---|---|---|\n", f);
-    for (int k = 0; k < st->ntest; k++) {
-        const struct report_test *t = &st->test[k];
-        char w[256], m[256];
-        report_welch_text(w, sizeof w, &t->w);
-        report_mwu_text(m, sizeof m, &t->m);
-        fprintf(f, "| %d | `%s` | `%s` | %s | %zu | %s | %zu | %s | %s | %s |\n", t->c->line,
-                t->c->sel[0], t->c->sel[1], report_metric_name(t->metric), t->w.n1,
-                report_g(b1, sizeof b1, 6, t->w.mean1), t->w.n2,
-                report_g(b2, sizeof b2, 6, t->w.mean2), w, m);
-    }
+    fputs("\nTrials that stopped learning:", f);
+    int nst = 0;
+    for (int k = 0; k < st->ntr; k++)
+        if (st->tr[k].stalled)
+            fprintf(f, "%s %s/t%02d", nst++ ? "," : "", s->cond[st->tr[k].ci].name, st->tr[k].t);
+    fputs(nst ? ".\n" : " none.\n", f);
+    report_stats_markdown(st, f);
     fputs("\n## Pairs\n\n", f);
     if (st->npr == 0)
         fputs("The sweep file has no pair directive.\n", f);
@@ -372,14 +227,14 @@ static void report_csv_g(FILE *f, double v, const char *sep)
 static void report_put_conditions(FILE *f, const struct report_study *st)
 {
     const struct sweep_spec *s = &st->spec;
-    fputs("condition,group,trials,with_summary,final_mean,final_sd,with_escape,escape_mean,"
+    fputs("condition,group,trials,with_summary,runs,stalled,final_mean,final_sd,with_escape,escape_mean,"
           "escape_sd,monophasic,biphasic,triphasic,tetraphasic,pentaphasic,more_phases\n", f);
     for (int ci = 0; ci < s->ncond; ci++) {
         const struct report_cstat *c = &st->cs[ci];
         report_csv_field(f, s->cond[ci].name);
         fputc(',', f);
         report_csv_field(f, s->cond[ci].group);
-        fprintf(f, ",%d,%d,", c->ntrials, c->nhave);
+        fprintf(f, ",%d,%d,%d,%d,", c->ntrials, c->nhave, c->nruns, c->nstalled);
         report_csv_g(f, c->final_mean, ",");
         report_csv_g(f, c->final_sd, ",");
         fprintf(f, "%d,", c->nesc);
@@ -388,34 +243,6 @@ static void report_put_conditions(FILE *f, const struct report_study *st)
         int more = c->phases[6] + c->phases[7] + c->phases[8];
         fprintf(f, ",%d,%d,%d,%d,%d,%d\n", c->phases[1], c->phases[2], c->phases[3],
                 c->phases[4], c->phases[5], more);
-    }
-}
-
-static void report_put_comparisons(FILE *f, const struct report_study *st)
-{
-    fputs("line,sel_a,sel_b,metric,n_a,mean_a,sd_a,n_b,mean_b,sd_b,welch_t,welch_df,welch_p,"
-          "cohen_d,hedges_g,welch_note,mwu_u,mwu_p,mwu_method,rank_biserial,mwu_note\n", f);
-    for (int k = 0; k < st->ntest; k++) {
-        const struct report_test *t = &st->test[k];
-        fprintf(f, "%d,", t->c->line);
-        report_csv_field(f, t->c->sel[0]);
-        fputc(',', f);
-        report_csv_field(f, t->c->sel[1]);
-        fprintf(f, ",%s,%zu,", report_metric_name(t->metric), t->w.n1);
-        report_csv_g(f, t->w.mean1, ",");
-        report_csv_g(f, t->w.sd1, ",");
-        fprintf(f, "%zu,", t->w.n2);
-        const double wv[] = {t->w.mean2, t->w.sd2, t->w.t, t->w.df, t->w.p, t->w.d, t->w.g};
-        for (size_t j = 0; j < sizeof wv / sizeof wv[0]; j++)
-            report_csv_g(f, wv[j], ",");
-        report_csv_field(f, t->w.why);
-        fputc(',', f);
-        report_csv_g(f, t->m.u, ",");
-        report_csv_g(f, t->m.p, ",");
-        fprintf(f, "%s,", !t->m.ok ? "" : t->m.exact ? "exact" : "normal");
-        report_csv_g(f, t->m.r, ",");
-        report_csv_field(f, t->m.why);
-        fputc('\n', f);
     }
 }
 
@@ -487,7 +314,7 @@ bad:
 static int report_tables(const struct report_study *st, const char *dir)
 {
     if (report_table(st, dir, "report/conditions.csv", report_put_conditions) < 0 ||
-        report_table(st, dir, "report/comparisons.csv", report_put_comparisons) < 0 ||
+        report_table(st, dir, "report/comparisons.csv", report_stats_csv) < 0 ||
         report_table(st, dir, "report/pairs.csv", report_put_pairs) < 0 ||
         report_table(st, dir, "report/machines.csv", report_put_machines) < 0)
         return DT_ERR;
@@ -526,7 +353,8 @@ static void report_json(const struct report_study *st, FILE *f)
         json_put_str(f, s->cond[ci].name);
         fputs(", \"group\": ", f);
         json_put_str(f, s->cond[ci].group);
-        fprintf(f, ", \"trials\": %d, \"with_summary\": %d, \"final_mean\": ", c->ntrials, c->nhave);
+        fprintf(f, ", \"trials\": %d, \"with_summary\": %d, \"runs\": %d, \"stalled\": %d, "
+                   "\"final_mean\": ", c->ntrials, c->nhave, c->nruns, c->nstalled);
         json_put_num(f, c->final_mean);
         fputs(", \"final_sd\": ", f);
         json_put_num(f, c->final_sd);
@@ -548,49 +376,16 @@ static void report_json(const struct report_study *st, FILE *f)
             json_put_num(f, t->mean50);
             fputs(", \"first_escape\": ", f);
             report_json_i64(f, t->first_escape);
-            fprintf(f, ", \"phases\": %d}", t->phases);
+            fprintf(f, ", \"phases\": %d, \"seed\": ", t->phases);
+            json_put_str(f, t->seed);
+            const struct report_trial *r = &st->tr[t->run]; /* the run's first trial */
+            fprintf(f, ", \"run\": \"%s/t%02d\", \"stalled\": %s}", s->cond[r->ci].name, r->t,
+                    t->stalled ? "true" : "false");
         }
         fputs("]}", f);
     }
     fputs("],\n \"comparisons\": [", f);
-    for (int k = 0; k < st->ntest; k++) {
-        const struct report_test *t = &st->test[k];
-        fprintf(f, "%s\n  {\"line\": %d, \"a\": ", k ? "," : "", t->c->line);
-        json_put_str(f, t->c->sel[0]);
-        fputs(", \"b\": ", f);
-        json_put_str(f, t->c->sel[1]);
-        fprintf(f, ", \"metric\": \"%s\", \"n_a\": %zu, \"n_b\": %zu, \"mean_a\": ",
-                report_metric_name(t->metric), t->w.n1, t->w.n2);
-        json_put_num(f, t->w.mean1);
-        fputs(", \"mean_b\": ", f);
-        json_put_num(f, t->w.mean2);
-        fputs(", \"sd_a\": ", f);
-        json_put_num(f, t->w.sd1);
-        fputs(", \"sd_b\": ", f);
-        json_put_num(f, t->w.sd2);
-        fputs(",\n   \"welch\": {\"t\": ", f);
-        json_put_num(f, t->w.t);
-        fputs(", \"df\": ", f);
-        json_put_num(f, t->w.df);
-        fputs(", \"p\": ", f);
-        json_put_num(f, t->w.p);
-        fputs(", \"cohen_d\": ", f);
-        json_put_num(f, t->w.d);
-        fputs(", \"hedges_g\": ", f);
-        json_put_num(f, t->w.g);
-        fputs(", \"note\": ", f);
-        json_put_str(f, t->w.why);
-        fputs("},\n   \"mann_whitney\": {\"u\": ", f);
-        json_put_num(f, t->m.u);
-        fputs(", \"p\": ", f);
-        json_put_num(f, t->m.p);
-        fprintf(f, ", \"method\": \"%s\", \"rank_biserial\": ",
-                !t->m.ok ? "" : t->m.exact ? "exact" : "normal");
-        json_put_num(f, t->m.r);
-        fputs(", \"note\": ", f);
-        json_put_str(f, t->m.why);
-        fputs("}}", f);
-    }
+    report_stats_json(st, f);
     fputs("],\n \"pairs\": [", f);
     for (int k = 0; k < st->npr; k++) {
         const struct report_pair *p = &st->pr[k];
@@ -744,7 +539,7 @@ int report_run(const struct report_options *o)
     int rc = DT_ERR;
     if (report_load(&st) < 0 || report_summary_tables(&st, o->dir) < 0)
         goto out;
-    report_stats(&st);
+    report_stats_compute(&st);
     FILE *log = o->quiet || o->json ? NULL : stderr;
     if (report_plot_all(o->dir, &st.spec, st.tr, st.ntr, st.pr, st.npr, log, &st.plots,
                         &st.nplots) < 0)

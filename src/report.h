@@ -1,6 +1,7 @@
 /* report.h: `divtrace report DIR`: the study's traces turned into cached
  * summaries (DIR/summary/, report_summary.c), the statistics per condition,
- * per compare and per pair (report.c), and the plots (report_plot.c).
+ * per pair and the study's tables (report.c), the tests of its compare
+ * directives (report_stats.c), and the plots (report_plot.c).
  * The summary file formats are documented in divtrace-report(1).
  *
  * DIR/summary/trials/COND/tNN.csv   one trial: a header and one row (the
@@ -20,6 +21,7 @@
 #include <stdio.h>
 
 #include "diff.h"
+#include "stattest.h"
 #include "sweep.h"
 
 struct report_options {
@@ -52,6 +54,12 @@ struct report_trial {
     int phases;
     char *escapes;             /* "120 340" */
     char *meta[REPORT_NMETA];
+    /* set by report_stats_compute, not stored in the summary: */
+    int run;                   /* index of the first trial whose loss curve is
+                                * bitwise the same (its own when unique) */
+    double initial_loss;       /* the loss of the first step (NaN: no curve) */
+    int stalled;               /* stopped learning (REPORT_STALL_FRAC) */
+    char seed[32];             /* the --seed it was recorded with */
 };
 
 struct report_replay {
@@ -108,8 +116,65 @@ void report_path(char *out, size_t n, const char *dir, const char *kind, const c
 /* mkdir -p of the directory part of path. 0 or -1 with dt_error set. */
 int report_mkdirs(const char *path);
 
+/* ---- statistics (report_stats.c) ---- */
+
+#define REPORT_MAX_PHASES 8     /* phase counts 1..7, and 8 or more */
+/* A trial stopped learning when the mean loss of its last 50 steps is not
+ * below this fraction of the loss of its first step. */
+#define REPORT_STALL_FRAC 0.9
+
+struct report_cstat {
+    int ntrials, nhave;
+    int nruns, nstalled;       /* independent runs; trials that stopped learning */
+    double final_mean, final_sd;
+    int nesc;
+    double esc_mean, esc_sd;
+    int phases[REPORT_MAX_PHASES + 1];
+};
+
+/* One metric of one compare line over one subset of the trials. Every
+ * statistic counts independent runs: bitwise identical trials count once. */
+struct report_test {
+    const struct sweep_compare *c;
+    enum sweep_metric metric;
+    int learning;              /* 0: all trials; 1: without those that stopped learning */
+    size_t trials[2];          /* trials with a value in A and B, copies included */
+    struct stattest_welch w;
+    struct stattest_mwu m;
+    size_t pair_trials;        /* trial pairs of one seed, copies included */
+    struct stattest_paired pt; /* A - B over the independent pairs */
+    struct stattest_wilcoxon wx;
+    double holm[4];            /* Holm-adjusted p of w, m, pt, wx */
+};
+
+struct report_study {
+    const struct report_options *o;
+    struct sweep_spec spec;
+    int ntr;
+    struct report_trial *tr;
+    int *first;                 /* (ncond + 1) index of each condition's first trial */
+    int npr;
+    struct report_pair *pr;
+    struct report_cstat *cs;    /* (ncond) */
+    int ntest;
+    struct report_test *test;   /* (ntest): the tests on all trials, then the same
+                                 * tests without those that stopped learning */
+    char **plots;
+    int nplots;
+    int progress;               /* a progress line on stderr (a terminal) */
+};
+
+const char *report_metric_name(enum sweep_metric m);
+/* The runs, seeds and stalls of the trials, the per-condition statistics
+ * and the tests (st->cs, st->test). */
+void report_stats_compute(struct report_study *st);
+/* The Comparisons section of report.md, DIR/report/comparisons.csv, and the
+ * "comparisons" array of --json. */
+void report_stats_markdown(const struct report_study *st, FILE *f);
+void report_stats_csv(FILE *f, const struct report_study *st);
+void report_stats_json(const struct report_study *st, FILE *f);
+
 /* ---- plots (report_plot.c) ---- */
-struct report_study;
 /* The PNGs into DIR/report/ (each path written, or skipped with why, one
  * line on log). 0, or -1 with dt_error set when gnuplot fails. */
 int report_plot_all(const char *dir, const struct sweep_spec *s, const struct report_trial *tr,

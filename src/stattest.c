@@ -1,5 +1,6 @@
-/* stattest.c: Welch's t-test, the Mann-Whitney U test and the special
- * functions they need (see stattest.h). */
+/* stattest.c: the two-sample and paired tests, their effect sizes and
+ * intervals, Holm's correction and the special functions they need (see
+ * stattest.h). */
 #include "stattest.h"
 
 #include <math.h>
@@ -224,4 +225,203 @@ void stattest_mann_whitney(const double *x, size_t n1, const double *y, size_t n
     o->exact = 0;
     o->ok = 1;
     o->why = "";
+}
+
+double stattest_t_quantile(double q, double df)
+{
+    if (!(q > 0) || !(q < 1) || !(df > 0))
+        return NAN;
+    double lo = -1, hi = 1;
+    while (stattest_t_cdf(lo, df) > q)
+        lo *= 2;
+    while (stattest_t_cdf(hi, df) < q)
+        hi *= 2;
+    for (int i = 0; i < 200 && hi - lo > 1e-15 * (1 + fabs(lo)); i++) {
+        double mid = (lo + hi) / 2;
+        if (stattest_t_cdf(mid, df) < q)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (lo + hi) / 2;
+}
+
+void stattest_paired_t(const double *x, const double *y, size_t n, struct stattest_paired *o)
+{
+    memset(o, 0, sizeof *o);
+    o->n = n;
+    o->mean = o->sd = o->t = o->df = o->p = o->lo = o->hi = o->g = NAN;
+    if (n == 0) {
+        o->why = "no pairs";
+        return;
+    }
+    double *d = dt_malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = x[i] - y[i];
+    stattest_mean_sd(d, n, &o->mean, &o->sd);
+    free(d);
+    if (n < 2) {
+        o->why = "fewer than 2 pairs";
+        return;
+    }
+    if (o->sd == 0) {
+        o->why = o->mean == 0 ? "every difference zero" : "every difference equal, nonzero";
+        return;
+    }
+    double se = o->sd / sqrt((double)n);
+    o->df = (double)(n - 1);
+    o->t = o->mean / se;
+    o->p = stattest_t_twosided(o->t, o->df);
+    double q = stattest_t_quantile(0.975, o->df);
+    o->lo = o->mean - q * se;
+    o->hi = o->mean + q * se;
+    o->g = o->mean / o->sd * (1 - 3 / (4 * o->df - 1));
+    o->ok = 1;
+    o->why = "";
+}
+
+/* Counts of the subsets of the ranks 1..n with rank sum s, built one rank
+ * at a time; P(W+ <= w) is the share of the 2^n sign assignments. */
+double stattest_signrank_exact_cdf(double w, size_t n)
+{
+    if (n < 1 || n > STATTEST_EXACT_MAX)
+        return NAN;
+    size_t smax = n * (n + 1) / 2;
+    double *cnt = dt_calloc(smax + 1, sizeof *cnt);
+    cnt[0] = 1;
+    for (size_t r = 1; r <= n; r++)
+        for (size_t s = smax; s >= r; s--)
+            cnt[s] += cnt[s - r];
+    double below = 0, total = 0;
+    for (size_t s = 0; s <= smax; s++) {
+        total += cnt[s];
+        if ((double)s <= w + 1e-9)
+            below += cnt[s];
+    }
+    free(cnt);
+    return below / total;
+}
+
+/* P(Bin(n, 1/2) <= k), summed in logs (2^-n underflows past n = 1074). */
+static double stattest_binom_half_cdf(size_t k, size_t n)
+{
+    double s = 0, ln = lgamma((double)n + 1) - (double)n * log(2.0);
+    for (size_t i = 0; i <= k && i <= n; i++)
+        s += exp(ln - lgamma((double)i + 1) - lgamma((double)(n - i) + 1));
+    return s > 1 ? 1 : s;
+}
+
+/* The median of the differences and its sign-test interval (stattest.h). */
+static void stattest_median_ci(double *d, size_t n, struct stattest_wilcoxon *o)
+{
+    qsort(d, n, sizeof *d, stattest_cmp);
+    o->median = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+    size_t k = 0;
+    while (k + 1 <= n / 2 && stattest_binom_half_cdf(k, n) <= 0.025)
+        k++; /* now P(Bin <= k - 1) <= 0.025 < P(Bin <= k), or k = n / 2 */
+    if (k == 0)
+        return;
+    o->lo = d[k - 1];
+    o->hi = d[n - k];
+    o->conf = 1 - 2 * stattest_binom_half_cdf(k - 1, n);
+}
+
+/* |v| ordered, for ranking */
+static int stattest_cmp_abs(const void *a, const void *b)
+{
+    double x = fabs(*(const double *)a), y = fabs(*(const double *)b);
+    return (x > y) - (x < y);
+}
+
+void stattest_wilcoxon(const double *x, const double *y, size_t n, struct stattest_wilcoxon *o)
+{
+    memset(o, 0, sizeof *o);
+    o->n = n;
+    o->w = o->p = o->z = o->r = o->median = o->lo = o->hi = o->conf = NAN;
+    if (n == 0) {
+        o->why = "no pairs";
+        return;
+    }
+    double *d = dt_malloc(n * sizeof *d);
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++)
+        d[nz++] = x[i] - y[i];
+    stattest_median_ci(d, n, o);
+    nz = 0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i])
+            d[nz++] = x[i] - y[i];
+    o->nz = nz;
+    if (nz == 0) {
+        free(d);
+        o->why = "every difference zero";
+        return;
+    }
+    qsort(d, nz, sizeof *d, stattest_cmp_abs);
+    double wp = 0, tie_sum = 0;
+    for (size_t i = 0; i < nz;) {
+        size_t j = i;
+        while (j < nz && fabs(d[j]) == fabs(d[i]))
+            j++;
+        double rank = (double)(i + 1 + j) / 2, t = (double)(j - i); /* mid-rank of i+1..j */
+        for (size_t k = i; k < j; k++)
+            if (d[k] > 0)
+                wp += rank;
+        tie_sum += t * t * t - t;
+        i = j;
+    }
+    free(d);
+    double m = (double)nz, total = m * (m + 1) / 2;
+    o->w = wp;
+    o->r = (wp - (total - wp)) / total;
+    o->ties = tie_sum > 0;
+    o->ok = 1;
+    o->why = "";
+    if (!o->ties && nz == n && nz <= STATTEST_EXACT_MAX) {
+        double lo = stattest_signrank_exact_cdf(wp, nz);
+        double hi = 1 - stattest_signrank_exact_cdf(wp - 1, nz); /* P(W+ >= w) */
+        double p = 2 * (lo < hi ? lo : hi);
+        o->p = p > 1 ? 1 : p;
+        o->exact = 1;
+        o->z = 0;
+        return;
+    }
+    double var = m * (m + 1) * (2 * m + 1) / 24 - tie_sum / 48;
+    double dev = fabs(wp - total / 2) - 0.5;
+    if (dev < 0)
+        dev = 0;
+    o->z = (wp > total / 2 ? dev : -dev) / sqrt(var);
+    o->p = erfc(dev / sqrt(var) / sqrt(2.0));
+    if (o->p > 1)
+        o->p = 1;
+    o->exact = 0;
+}
+
+void stattest_holm(const double *p, size_t n, double *adj)
+{
+    size_t *idx = dt_malloc((n + 1) * sizeof *idx), m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(p[i]))
+            idx[m++] = i;
+    /* insertion sort by p (families are a few dozen tests); stable */
+    for (size_t i = 1; i < m; i++)
+        for (size_t j = i; j > 0 && p[idx[j]] < p[idx[j - 1]]; j--) {
+            size_t t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    double *out = dt_malloc((n + 1) * sizeof *out), run = 0;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NAN;
+    for (size_t j = 0; j < m; j++) {
+        double a = (double)(m - j) * p[idx[j]];
+        if (a > 1)
+            a = 1;
+        if (a > run)
+            run = a;
+        out[idx[j]] = run;
+    }
+    memcpy(adj, out, n * sizeof *adj);
+    free(out);
+    free(idx);
 }

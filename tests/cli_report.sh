@@ -8,7 +8,10 @@
 # standard deviations against awk over `divtrace show`, the pair table's
 # first divergence against `divtrace diff`, the oracle replays, the PNGs,
 # the same report.md from the summaries alone once the traces are deleted,
-# --json, --no-replay, and the refusals (exit 2, one line). Needs Debian's
+# --json, --no-replay, and the refusals (exit 2, one line). Two more
+# conditions test the counting of runs and the trials that stop learning:
+# "fixed" repeats seed 1 on one thread (each trial bitwise the run one/t01)
+# and "frozen" trains with a learning rate of 1e-12. Needs Debian's
 # dataset-fashion-mnist (./bootstrap installs it).
 set -u
 NAME=cli_report.sh
@@ -25,7 +28,15 @@ condition one group=one : --threads 1
 condition two group=two : --threads 2
 compare group=one group=two final escape phases
 pair group=one group=two
+condition fixed group=fixed : --threads 1 --seed 1
+condition frozen group=frozen : --threads 1 --lr 1e-12
+compare group=one group=fixed final
 EOF
+mkdir -p "$S/runs/fixed" "$S/runs/frozen"
+for t in 1 2; do
+    expect 0 "record fixed/t0$t" -- "$DT" record -q --layers 784,8,784 --steps 60 --seed 1 --cpu-kernel Prescott --threads 1 -o "$S/runs/fixed/t0$t.dtr"
+    expect 0 "record frozen/t0$t" -- "$DT" record -q --layers 784,8,784 --steps 60 --seed $t --cpu-kernel Prescott --threads 1 --lr 1e-12 -o "$S/runs/frozen/t0$t.dtr"
+done
 for t in 1 2; do
     expect 0 "record one/t0$t" -- "$DT" record -q --layers 784,8,784 --steps 60 --seed $t --cpu-kernel Prescott --threads 1 -o "$S/runs/one/t0$t.dtr"
     expect 0 "record two/t0$t" -- "$DT" record -q --layers 784,8,784 --steps 60 --seed $t --cpu-kernel Prescott --threads 2 -o "$S/runs/two/t0$t.dtr"
@@ -65,12 +76,69 @@ for c in one two; do
     fi
 done
 has "$S/report.md" "^\| one \| one \| 2/2 \| " "report.md: the condition table"
-has "$S/report.md" "^\| 7 \| \`group=one\` \| \`group=two\` \| final \| 2 \| " "report.md: the compare line"
+has "$S/report.md" "^\| 7 \| \`group=one\` \| \`group=two\` \| final \| all \| 2 \| " "report.md: the compare line"
 # the machines table names this machine as the trace headers do (uname -n)
 host=$(uname -n)
 sed -n '/^## Machines/,/^## Plots/p' "$S/report.md" | grep -qF "| $host | " && ok "report.md: the host is $host" \
     || bad "report.md: the Machines table does not name $host"
-has "$S/report/comparisons.csv" "^7,group=one,group=two,escape,0,.*fewer than 2 values in a sample" "no test without escapes"
+has "$S/report/comparisons.csv" "^7,group=one,group=two,escape,all,0,0,.*fewer than 2 values in a sample" "no test without escapes"
+has "$S/report/comparisons.csv" "^7,group=one,group=two,final,learning," "the tests without the stalled trials"
+
+# runs: fixed/t01 and t02 have the same curve (cmp), so fixed is 1 run; the
+# stalled trials: mean of the last 50 losses not below 0.9 of the first, by
+# awk over the curves
+cmp -s "$S/summary/curves/fixed/t01.csv" "$S/summary/curves/fixed/t02.csv" && ok "fixed: bitwise identical curves" \
+    || bad "fixed: the curves differ"
+cmp -s "$S/summary/curves/fixed/t01.csv" "$S/summary/curves/one/t01.csv" && ok "fixed/t01 is one/t01" \
+    || bad "fixed/t01 and one/t01 differ"
+for c in one two fixed frozen; do
+    want=$(for t in 1 2; do awk -F, 'NR == 2 { f = $2 } NR > 1 { l[n++] = $2 }
+        END { s = 0; for (i = n - 50; i < n; i++) s += l[i]; print (s / 50 < 0.9 * f) ? 0 : 1 }' \
+        "$S/summary/curves/$c/t0$t.csv"; done | awk '{ s += $1 } END { print s }')
+    got=$(col "$S/report/conditions.csv" $c stalled)
+    [ "$want" = "$got" ] && ok "condition $c: $got stopped learning" || bad "condition $c: stalled $got, awk says $want"
+done
+[ "$(col "$S/report/conditions.csv" frozen stalled)" = 2 ] && ok "frozen: both trials stopped learning" \
+    || bad "frozen: not both trials stopped learning"
+[ "$(col "$S/report/conditions.csv" fixed runs)" = 1 ] && ok "fixed: 1 run" || bad "fixed: not 1 run"
+[ "$(col "$S/report/conditions.csv" one runs)" = 2 ] && ok "one: 2 runs" || bad "one: not 2 runs"
+# one against fixed: n = 2 and 1 of 2 trials; one pair by seed (one/t01 with
+# fixed/t01, a difference of exactly 0), and the tests say why they are not made
+has "$S/report/comparisons.csv" "^11,group=one,group=fixed,final,all,2,2,[^,]+,[^,]+,1,2,.*fewer than 2 values in a sample.*,1,1,0,.*fewer than 2 pairs,.*every difference zero$" "one vs fixed: n counts runs"
+has "$S/report.md" "^\| 11 \| \`group=one\` \| \`group=fixed\` \| final \| all \| 2 \| [^|]+ \| 1 of 2 trials \| " "report.md: 1 of 2 trials"
+
+# one against two paired by seed, with awk over the curves: the mean
+# difference d, t = mean / (sd / sqrt 2), df = 1, so p = 1 - 2 atan(|t|) / pi;
+# the exact Wilcoxon p for 2 pairs is 1/2 when both differences have one
+# sign, else 1. When the threads give bitwise the same curves every
+# difference is 0 and neither test is made ("-" below).
+pcol() { awk -F, -v k="$1" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == k) j = i; next }
+    $1 == 7 && $4 == "final" && $5 == "all" { print $j; exit }' "$S/report/comparisons.csv"; }
+m50() { awk -F, 'NR > 1 { l[n++] = $2 } END { s = 0; for (i = n - 50; i < n; i++) s += l[i]; printf "%.17g\n", s / 50 }' "$1"; }
+want=$(for t in 1 2; do echo "$(m50 "$S/summary/curves/one/t0$t.csv") $(m50 "$S/summary/curves/two/t0$t.csv")"; done |
+    awk '{ d[NR] = $1 - $2 } END { m = (d[1] + d[2]) / 2; sd = sqrt((d[1] - m) ^ 2 + (d[2] - m) ^ 2);
+        if (sd == 0) { printf "%.10g - - %s\n", m, m == 0 ? "-" : "0.5"; exit }
+        t = m / (sd / sqrt(2)); at = t < 0 ? -t : t; p = 1 - 2 * atan2(at, 1) / 3.141592653589793;
+        w = (d[1] > 0) == (d[2] > 0) ? 0.5 : 1; printf "%.10g %.6g %.6g %g\n", m, t, p, w }')
+got="$(pcol pairs) $(pcol mean_diff) $(pcol paired_t | sed 's/^$/-/') $(pcol paired_p | sed 's/^$/-/') $(pcol wilcoxon_p | sed 's/^$/-/')"
+if awk -v w="$want" -v g="$got" 'function rel(a, b) { return a == b || (a - b) ^ 2 <= (1e-5 * b) ^ 2 + 1e-30 }
+    BEGIN { split(w, a, " "); split(g, b, " "); exit !(b[1] == 2 && rel(b[2], a[1]) && rel(b[3], a[2]) && rel(b[4], a[3]) && b[5] == a[4]) }'; then
+    ok "one vs two paired by seed: pairs, mean, t, p, Wilcoxon p ($got) agree with awk ($want)"
+else
+    bad "one vs two paired: report says '$got', awk says '$want'"
+fi
+# Holm over the all rows, by awk: every p of the family sorted, (m - j + 1) p(j),
+# running maximum, capped at 1; compared with the p_holm columns (quoted
+# notes, which may hold commas, blanked first)
+awk -F, '{ gsub(/"[^"]*"/, "q"); $0 = $0 } NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $5 == "all" {
+        split("welch_p mwu_p paired_p wilcoxon_p", k, " ")
+        for (j = 1; j <= 4; j++) if ($(c[k[j]]) != "") { m++; p[m] = $(c[k[j]]); h[m] = $(c[k[j] "_holm"]) } }
+    END { for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (p[j] < p[i]) { x = p[i]; p[i] = p[j]; p[j] = x; x = h[i]; h[i] = h[j]; h[j] = x }
+        run = 0; bad = 0
+        for (i = 1; i <= m; i++) { a = (m - i + 1) * p[i]; if (a > 1) a = 1; if (a > run) run = a; if ((run - h[i]) ^ 2 > (1e-12 * run) ^ 2) bad = 1 }
+        exit bad || m == 0 }' "$S/report/comparisons.csv" && ok "Holm over the all rows agrees with awk" \
+    || bad "Holm adjusted p-values disagree with awk"
+
 has "$S/report/comparisons.csv" "^7,group=one,group=two,phases,.*zero variance in both samples, equal means" "phases: degenerate samples said so"
 
 # the pairs against divtrace diff
@@ -100,7 +168,7 @@ fi
 
 expect 0 "report --json" -- "$DT" report -q --json "$S"
 if command -v python3 >/dev/null 2>&1; then
-    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["conditions"]) == 2 and len(d["pairs"]) == 2 and d["comparisons"][0]["metric"] == "final"' "$T/out"; then
+    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["conditions"]) == 4 and d["comparisons"][0]["paired_t"]["pairs"] == 2 and "p_holm" in d["comparisons"][0]["wilcoxon"] and len(d["pairs"]) == 2 and d["comparisons"][0]["metric"] == "final"' "$T/out"; then
         ok "--json parses"
     else
         bad "--json does not parse"

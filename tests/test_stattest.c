@@ -4,7 +4,12 @@
  * against its closed forms for 1 and 2 degrees of freedom and against
  * numeric integration of the t density, exact Mann-Whitney p-values against
  * enumeration of every rank assignment, the normal approximation with ties
- * by hand, effect sizes by hand, and the degenerate samples. */
+ * by hand, effect sizes by hand, and the degenerate samples; the paired
+ * t-test and the exact Wilcoxon signed-rank test against R's published
+ * examples (the sleep data of ?t.test, the depression data of ?wilcox.test),
+ * the signed-rank distribution against enumeration of every sign
+ * assignment, the approximation with ties and zeros, the sign-test interval
+ * of the median and Holm's adjustment by hand. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -335,6 +340,178 @@ static void test_mwu_degenerate(void **state)
     ts_close(m.p, 1, 0, "p, n = 1, 1");
 }
 
+static void test_t_quantile(void **state)
+{
+    (void)state;
+    /* df = 1 (Cauchy): tan(pi (q - 1/2)); df = 2: (2q - 1) / sqrt(2 q (1 - q)) */
+    const double q[] = {0.6, 0.9, 0.975, 0.995, 0.025};
+    for (size_t i = 0; i < ARRAY_LEN(q); i++) {
+        ts_close(stattest_t_quantile(q[i], 1), tan(M_PI * (q[i] - 0.5)), 1e-12, "t quantile, df 1");
+        ts_close(stattest_t_quantile(q[i], 2), (2 * q[i] - 1) / sqrt(2 * q[i] * (1 - q[i])), 1e-12,
+                 "t quantile, df 2");
+    }
+    /* the printed tables: t(0.975; 9) = 2.262157, t(0.975; 3) = 3.182446 */
+    ts_close(stattest_t_quantile(0.975, 9), 2.262157, 1e-6, "t(0.975; 9)");
+    ts_close(stattest_t_quantile(0.975, 3), 3.182446, 1e-6, "t(0.975; 3)");
+    assert_true(isnan(stattest_t_quantile(1, 3)));
+}
+
+static void test_paired_t(void **state)
+{
+    (void)state;
+    /* R's sleep data (?t.test): t.test(extra ~ group, paired = TRUE) prints
+     * t = -4.0621, df = 9, p-value = 0.002833, 95 percent confidence interval
+     * -2.4598858 -0.7001142, mean difference -1.58 */
+    const double g1[] = {0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0};
+    const double g2[] = {1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4};
+    struct stattest_paired pt;
+    stattest_paired_t(g1, g2, 10, &pt);
+    assert_true(pt.ok);
+    ts_close(pt.mean, -1.58, 1e-12, "sleep: mean difference");
+    ts_close(pt.t, -4.0621, 5e-5, "sleep: t");
+    ts_close(pt.df, 9, 0, "sleep: df");
+    ts_close(pt.p, 0.002833, 5e-7, "sleep: p");
+    ts_close(pt.lo, -2.4598858, 5e-8, "sleep: CI low");
+    ts_close(pt.hi, -0.7001142, 5e-8, "sleep: CI high");
+
+    /* by hand: differences 1, 2, 3, 4: mean 5/2, variance 5/3, se^2 = 5/12,
+     * t = (5/2) / sqrt(5/12) = sqrt(15), df 3; g_z = (5/2) / sqrt(5/3) *
+     * (1 - 3/11) = sqrt(15)/2 * 8/11; CI 5/2 -+ 3.182446 sqrt(5/12) */
+    const double x[] = {11, 12, 13, 14}, y[] = {10, 10, 10, 10};
+    stattest_paired_t(x, y, 4, &pt);
+    assert_true(pt.ok);
+    ts_close(pt.t, sqrt(15.0), 1e-14, "t by hand");
+    ts_close(pt.p, 2 * ts_t_cdf_numeric(-sqrt(15.0), 3), 1e-9, "p by hand");
+    ts_close(pt.g, sqrt(15.0) / 2 * 8 / 11, 1e-14, "Hedges' g_z by hand");
+    ts_close(pt.lo, 2.5 - 3.182446 * sqrt(5.0 / 12), 1e-6, "CI low by hand");
+    ts_close(pt.hi, 2.5 + 3.182446 * sqrt(5.0 / 12), 1e-6, "CI high by hand");
+
+    /* degenerate: one pair; twelve bitwise copies of one pair (n = 1 when
+     * counted as runs, and equal differences when counted as trials) */
+    stattest_paired_t(x, y, 1, &pt);
+    assert_false(pt.ok);
+    assert_string_equal(pt.why, "fewer than 2 pairs");
+    const double c1[] = {3, 3, 3}, c2[] = {1, 1, 1};
+    stattest_paired_t(c1, c2, 3, &pt);
+    assert_false(pt.ok);
+    assert_string_equal(pt.why, "every difference equal, nonzero");
+    stattest_paired_t(c1, c1, 3, &pt);
+    assert_false(pt.ok);
+    assert_string_equal(pt.why, "every difference zero");
+}
+
+/* P(W+ <= w) by trying all 2^n sign assignments of the ranks 1..n */
+static double ts_signrank_enum(double w, int n)
+{
+    double below = 0;
+    for (uint32_t mask = 0; mask < (1u << n); mask++) {
+        int s = 0;
+        for (int r = 1; r <= n; r++)
+            if (mask >> (r - 1) & 1)
+                s += r;
+        below += s <= w;
+    }
+    return below / (double)(1u << n);
+}
+
+static void test_signrank_exact_distribution(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 12; n++)
+        for (int w = -1; w <= n * (n + 1) / 2 + 1; w++)
+            ts_close(stattest_signrank_exact_cdf(w, (size_t)n), ts_signrank_enum(w, n), 1e-15,
+                     "signed-rank cdf against enumeration");
+    assert_true(isnan(stattest_signrank_exact_cdf(1, STATTEST_EXACT_MAX + 1)));
+}
+
+static void test_wilcoxon_exact(void **state)
+{
+    (void)state;
+    /* R's ?wilcox.test (Hollander & Wolfe, depression scale): V = 40, and
+     * one-sided p = 0.01953 = 10/512 (the 10 subsets of 1..9 summing to at
+     * most 5), so two-sided 20/512. W- = 45 - 40 = 5: r = 35/45. The
+     * differences sorted: -0.147 -0.08 0.01 0.43 0.49 0.59 0.62 0.952 1.022,
+     * median 0.49; n = 9: P(Bin <= 1) = 10/512 <= 0.025 < P(Bin <= 2) =
+     * 46/512, so k = 2: [-0.08, 0.952], coverage 1 - 20/512. */
+    const double x[] = {1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30};
+    const double y[] = {0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.14, 1.29};
+    struct stattest_wilcoxon w;
+    stattest_wilcoxon(x, y, 9, &w);
+    assert_true(w.ok && w.exact && !w.ties);
+    ts_close(w.w, 40, 0, "V");
+    ts_close(w.p, 20.0 / 512, 1e-15, "exact p");
+    ts_close(w.r, 35.0 / 45, 1e-15, "rank-biserial");
+    ts_close(w.median, 0.49, 1e-12, "median difference");
+    ts_close(w.lo, -0.08, 1e-12, "median CI low");
+    ts_close(w.hi, 0.952, 1e-12, "median CI high");
+    ts_close(w.conf, 1 - 20.0 / 512, 1e-12, "median CI coverage");
+    /* x and y swapped: W+ = 5, the same p, r negated */
+    stattest_wilcoxon(y, x, 9, &w);
+    ts_close(w.w, 5, 0, "V swapped");
+    ts_close(w.p, 20.0 / 512, 1e-15, "exact p swapped");
+    ts_close(w.r, -35.0 / 45, 1e-15, "rank-biserial swapped");
+}
+
+static void test_wilcoxon_normal(void **state)
+{
+    (void)state;
+    /* differences 0, 1, -1, 2, 2, 3, 4, 5: the zero dropped, n = 7; |d|
+     * ranks 1.5 1.5 3.5 3.5 5 6 7, W+ = 26.5, W- = 1.5, r = 25/28. Ties
+     * (2 and 2): var = 7*8*15/24 - (6 + 6)/48 = 34.75, mean 14, z = (12.5 -
+     * 0.5) / sqrt(34.75). Median of the 8 differences 2; n = 8: P(Bin <= 0)
+     * = 1/256 <= 0.025 < P(Bin <= 1) = 9/256: k = 1, [-1, 5], 1 - 2/256. */
+    const double x[] = {10, 11, 9, 12, 12, 13, 14, 15};
+    const double y[] = {10, 10, 10, 10, 10, 10, 10, 10};
+    struct stattest_wilcoxon w;
+    stattest_wilcoxon(x, y, 8, &w);
+    assert_true(w.ok && !w.exact && w.ties);
+    assert_int_equal(w.nz, 7);
+    ts_close(w.w, 26.5, 0, "W+ with ties");
+    double z = 12 / sqrt(34.75);
+    ts_close(w.z, z, 1e-14, "z with ties");
+    ts_close(w.p, 2 * ts_normal_cdf_numeric(-z), 1e-9, "p with ties");
+    ts_close(w.r, 25.0 / 28, 1e-15, "rank-biserial with ties");
+    ts_close(w.median, 2, 0, "median");
+    ts_close(w.lo, -1, 0, "median CI low");
+    ts_close(w.hi, 5, 0, "median CI high");
+    ts_close(w.conf, 1 - 2.0 / 256, 1e-15, "median CI coverage");
+
+    /* every difference zero (bitwise copies in both conditions): no test */
+    stattest_wilcoxon(y, y, 8, &w);
+    assert_false(w.ok);
+    assert_string_equal(w.why, "every difference zero");
+    ts_close(w.median, 0, 0, "median of zeros");
+    /* five pairs: no interval at 95% (P(Bin(5, 1/2) = 0) = 1/32 > 0.025) */
+    stattest_wilcoxon(x, y, 5, &w);
+    assert_true(isnan(w.lo) && isnan(w.hi));
+    stattest_wilcoxon(x, y, 0, &w);
+    assert_false(w.ok);
+}
+
+static void test_holm(void **state)
+{
+    (void)state;
+    /* sorted 0.005 0.01 0.03 0.04, m = 4: 4*0.005 = 0.02, 3*0.01 = 0.03,
+     * 2*0.03 = 0.06, max(0.06, 1*0.04) = 0.06 */
+    const double p[] = {0.01, 0.04, 0.03, 0.005};
+    const double want[] = {0.03, 0.06, 0.06, 0.02};
+    double adj[4];
+    stattest_holm(p, 4, adj);
+    for (int i = 0; i < 4; i++)
+        ts_close(adj[i], want[i], 1e-15, "Holm");
+    /* capped at 1: 2*0.5 = 1, max(1, 0.6) */
+    const double q[] = {0.6, 0.5};
+    stattest_holm(q, 2, adj);
+    ts_close(adj[0], 1, 0, "Holm capped");
+    ts_close(adj[1], 1, 0, "Holm capped");
+    /* a test not made is not in the family: m = 2 */
+    double r[] = {NAN, 0.02, 0.01};
+    stattest_holm(r, 3, r);
+    assert_true(isnan(r[0]));
+    ts_close(r[1], 0.02, 1e-15, "Holm with NaN");
+    ts_close(r[2], 0.02, 1e-15, "Holm with NaN");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +520,10 @@ int main(void)
         cmocka_unit_test(test_welch_by_hand),        cmocka_unit_test(test_welch_degenerate),
         cmocka_unit_test(test_mwu_exact_distribution), cmocka_unit_test(test_mwu_exact),
         cmocka_unit_test(test_mwu_normal),           cmocka_unit_test(test_mwu_degenerate),
+        cmocka_unit_test(test_t_quantile),           cmocka_unit_test(test_paired_t),
+        cmocka_unit_test(test_signrank_exact_distribution),
+        cmocka_unit_test(test_wilcoxon_exact),       cmocka_unit_test(test_wilcoxon_normal),
+        cmocka_unit_test(test_holm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
