@@ -245,7 +245,9 @@ static int explain_key_inert(const char *key)
 {
     static const char *const inert[] = {"steps", "checkpoint_every", "trace_level", "stop_on_nonfinite",
                                         "data", "host", "host_cores", "gpu_streams", "cuda_graph",
-                                        "trace_overlap", NULL};
+                                        "trace_overlap",
+                                        "inject_planted", /* follows from inject and backend */
+                                        NULL};
     for (int k = 0; inert[k]; k++)
         if (strcmp(key, inert[k]) == 0)
             return 1;

@@ -16,6 +16,7 @@
 #include <mpfr.h>
 
 #include "build.h"
+#include "fault.h"
 #include "config.h"
 #include "hash.h"
 #include "model.h"
@@ -263,8 +264,11 @@ void run_describe(struct run *r, struct trace_config *c, uint64_t ckpt_every)
     if (tc->flip_set)
         trace_config_setf(c, "flip_bit", "step %" PRIu64 " %s[%" PRIu64 "] bit %d", tc->flip_step,
                           tc->flip_tensor, tc->flip_index, tc->flip_bit);
-    if (tc->inject)
+    if (tc->inject) {
         trace_config_set(c, "inject", tc->inject);
+        /* a fault meant for another backend (SPEC@cuda on cpu) plants nothing */
+        trace_config_set(c, "inject_planted", fault_planted(tc->inject, tc->backend) == 1 ? "yes" : "no");
+    }
     char host[256];
     run_host_cpu(host, sizeof host);
     struct utsname un;
