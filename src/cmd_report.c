@@ -24,6 +24,8 @@ static void report_usage(FILE *f)
           "      --rebuild      re-read every trace, even where its summary is current\n"
           "      --no-replay    skip the oracle replays of the pairs (they can be slow)\n"
           "      --replay-trials N  replay only trials 1 to N of each pair\n"
+          "      --no-explain   no divtrace explain verdict for each pair\n"
+          "  -j, --jobs N       compute N pairs at a time (default 1)\n"
           "      --json         also print the tables as one JSON object on stdout\n"
           "  -q, --quiet        no progress or file lines on stderr\n"
           "  -h, --help         show this help and exit\n"
@@ -36,12 +38,14 @@ static void report_usage(FILE *f)
 
 int cmd_report(int argc, char **argv)
 {
-    enum { OPT_REBUILD = 256, OPT_NO_REPLAY, OPT_REPLAY_TRIALS, OPT_JSON };
+    enum { OPT_REBUILD = 256, OPT_NO_REPLAY, OPT_REPLAY_TRIALS, OPT_JSON, OPT_NO_EXPLAIN };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'},
         {"rebuild", no_argument, NULL, OPT_REBUILD},
         {"no-replay", no_argument, NULL, OPT_NO_REPLAY},
         {"replay-trials", required_argument, NULL, OPT_REPLAY_TRIALS},
+        {"no-explain", no_argument, NULL, OPT_NO_EXPLAIN},
+        {"jobs", required_argument, NULL, 'j'},
         {"json", no_argument, NULL, OPT_JSON},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -51,13 +55,20 @@ int cmd_report(int argc, char **argv)
     struct report_options o = {.argc = argc, .argv = argv};
     int c;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "o:qhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "o:j:qhV", opts, NULL)) != -1) {
         switch (c) {
         case 'o': o.output = optarg; break;
         case OPT_REBUILD: o.rebuild = 1; break;
         case OPT_NO_REPLAY: o.no_replay = 1; break;
         case OPT_REPLAY_TRIALS:
             if (cli_int("--replay-trials", optarg, 1, 1000000, &o.replay_trials) < 0) {
+                cli_error("report", "%s", dt_error());
+                return CLI_EXIT_TROUBLE;
+            }
+            break;
+        case OPT_NO_EXPLAIN: o.no_explain = 1; break;
+        case 'j':
+            if (cli_int("--jobs", optarg, 1, 1024, &o.jobs) < 0) {
                 cli_error("report", "%s", dt_error());
                 return CLI_EXIT_TROUBLE;
             }

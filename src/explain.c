@@ -247,6 +247,7 @@ static int explain_key_inert(const char *key)
                                         "data", "host", "host_cores", "gpu_streams", "cuda_graph",
                                         "trace_overlap",
                                         "inject_planted", /* follows from inject and backend */
+                                        "reduce_fixed",   /* follows from reduce and the model */
                                         NULL};
     for (int k = 0; inert[k]; k++)
         if (strcmp(key, inert[k]) == 0)

@@ -667,3 +667,32 @@ void graph_opdefs_free(struct trace_opdef *ops, int n)
     }
     free(ops);
 }
+
+int graph_short_sums(const struct graph *g, char *buf, size_t n)
+{
+    int count = 0;
+    size_t len = 0;
+    if (n)
+        buf[0] = 0;
+    for (int i = 0; i < g->n; i++) {
+        const struct node *nd = &g->nodes[i];
+        const struct node *x = nd->ninputs > 0 ? &g->nodes[nd->inputs[0]] : NULL;
+        uint64_t terms;
+        if (nd->type == OP_BIAS_GRAD && x)
+            terms = x->ndim == 4 ? (uint64_t)x->shape[0] * x->shape[2] * x->shape[3] : x->shape[0];
+        else if ((nd->type == OP_MSE || nd->type == OP_MEAN) && x)
+            terms = x->count;
+        else
+            continue;
+        if (terms > 2)
+            continue;
+        count++;
+        if (len < n) {
+            int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", nd->name);
+            len = w < 0 || (size_t)w >= n - len ? n : len + (size_t)w;
+            if (len >= n && n > 4)
+                memcpy(buf + n - 4, "...", 4);
+        }
+    }
+    return count;
+}

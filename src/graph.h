@@ -94,6 +94,12 @@ void graph_optimizer(struct graph *g, const struct graph_opt_config *oc);
 /* The trace op list of the graph (name, type, kind, shape, inputs; leaves
  * name the update that produced them with TRACE_INPUT_PREV). Free with
  * graph_opdefs_free. */
+/* The sums that --reduce atomic cannot make vary: bias gradients, mse and
+ * mean ops of at most two terms (0 + a and a + b come out the same in every
+ * order). Returns how many; buf gets their names, comma-separated, cut
+ * with "..." where it is full. */
+int graph_short_sums(const struct graph *g, char *buf, size_t n);
+
 struct trace_opdef *graph_opdefs(const struct graph *g);
 void graph_opdefs_free(struct trace_opdef *ops, int n);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "escape.h"
@@ -123,9 +124,8 @@ static void report_markdown(const struct report_study *st, FILE *f, const char *
     const struct sweep_spec *s = &st->spec;
     char b1[64], b2[64], b3[64], b4[64], big[2048];
     fprintf(f, "# Study %s\n\n", report_or(s->name, "(unnamed)"));
-    fprintf(f, "%d conditions, %d trials. Final loss: the mean loss of the last 50 steps. "
-               "Escapes and phases: `divtrace escape` with its default parameters.\n\n",
-            s->ncond, st->ntr);
+    report_intro(st, f);
+    fputs("\nEscapes and phases: `divtrace escape` with its default parameters.\n\n", f);
     fprintf(f, "## Conditions\n\nRuns: independent runs (trials whose loss curves are "
                "bitwise identical count once). Stopped learning: the mean loss of the last 50 "
                "steps not below %g of the first step's loss.\n\n| condition | group | trials | "
@@ -156,10 +156,11 @@ static void report_markdown(const struct report_study *st, FILE *f, const char *
         fputs("Trial t of A against trial t of B: the first divergent step and op, the origin "
               "ops of that step, the steps where the parameter distance first exceeds 1e-6, "
               "1e-3 and 1e-1, the first escapes, and each run's ops at the first divergent step "
-              "against the exact oracle (`divtrace replay --against mpfr`).\n\n| A | B | trial | "
+              "against the exact oracle (`divtrace replay --against mpfr`), and `divtrace "
+              "explain`'s verdict on the pair.\n\n| A | B | trial | "
               "first divergence | first op | origins | 1e-6 | 1e-3 | 1e-1 | escape A | escape B "
-              "| B - A | replay A | replay B |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
-              "---|---|\n", f);
+              "| B - A | replay A | replay B | verdict |\n|---|---|---|---|---|---|---|---|---|---|"
+              "---|---|---|---|---|\n", f);
     for (int k = 0; k < st->npr; k++) {
         const struct report_pair *p = &st->pr[k];
         char c[3][32], e[3][32], ra[400], rb[400];
@@ -179,9 +180,10 @@ static void report_markdown(const struct report_study *st, FILE *f, const char *
             snprintf(b1, sizeof b1, "identical");
         else
             snprintf(b1, sizeof b1, "step %" PRIu64, p->first_step);
-        fprintf(f, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+        fprintf(f, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 s->cond[p->ca].name, s->cond[p->cb].name, p->t, b1, report_or(p->first_op, "-"),
-                report_or(p->origins, "-"), c[0], c[1], c[2], e[0], e[1], e[2], ra, rb);
+                report_or(p->origins, "-"), c[0], c[1], c[2], e[0], e[1], e[2], ra, rb,
+                report_or(p->verdict_line, p->verdict));
     }
     fputs("\n## Machines\n\nFrom the trace headers.\n\n| host | CPU | GPU | CUDA driver | cuDNN | "
           "OpenBLAS | conditions |\n|---|---|---|---|---|---|---|\n", f);
@@ -419,7 +421,11 @@ static void report_json(const struct report_study *st, FILE *f)
             json_put_str(f, r->semantic_ops);
             fputc('}', f);
         }
-        fputs("]}", f);
+        fputs("], \"verdict\": ", f);
+        json_put_str(f, p->verdict);
+        fputs(", \"verdict_line\": ", f);
+        json_put_str(f, p->verdict_line ? p->verdict_line : "");
+        fputs("}", f);
     }
     fputs("],\n \"machines\": [", f);
     int nm, *m = report_machines(st, &nm);
@@ -443,6 +449,97 @@ static void report_json(const struct report_study *st, FILE *f)
 
 /* ---- the whole report ---- */
 
+/* Every pair of the sweep file's pair lines, trial by trial: calls fn for
+ * each (ca, cb, t) once, in report order; stops at fn's first nonzero. */
+static int report_each_pair(const struct sweep_spec *s, int (*fn)(void *, int, int, int), void *arg)
+{
+    int *seen = NULL, nseen = 0, rc = 0;
+    for (int i = 0; i < s->npair && !rc; i++) {
+        int (*pc)[2] = NULL;
+        int n = sweep_pair_conditions(s, &s->pair[i], &pc);
+        for (int j = 0; j < n && !rc; j++) {
+            int ca = pc[j][0], cb = pc[j][1], dup = 0;
+            for (int k = 0; k < nseen && !dup; k++)
+                dup = seen[2 * k] == ca && seen[2 * k + 1] == cb;
+            if (dup)
+                continue;
+            seen = dt_realloc(seen, (size_t)(nseen + 1) * 2 * sizeof *seen);
+            seen[2 * nseen] = ca;
+            seen[2 * nseen++ + 1] = cb;
+            int nt = s->cond[ca].trials < s->cond[cb].trials ? s->cond[ca].trials
+                                                              : s->cond[cb].trials;
+            for (int t = 1; t <= nt && !rc; t++)
+                rc = fn(arg, ca, cb, t);
+        }
+        free(pc);
+    }
+    free(seen);
+    return rc;
+}
+
+struct report_par {
+    const struct report_study *st;
+    int job, jobs, k;
+};
+
+/* in worker job: compute (and cache) every jobs-th pair */
+static int report_par_one(void *arg, int ca, int cb, int t)
+{
+    struct report_par *w = arg;
+    const struct report_options *o = w->st->o;
+    if (w->k++ % w->jobs != w->job)
+        return 0;
+    struct report_pair p;
+    int rc = report_pair_load(o->dir, &w->st->spec, ca, cb, t, o->rebuild,
+                              o->no_replay || (o->replay_trials > 0 && t > o->replay_trials),
+                              o->no_explain, &p);
+    report_pair_free(&p);
+    return rc < 0;
+}
+
+static int report_par_count(void *arg, int ca, int cb, int t)
+{
+    (void)ca, (void)cb, (void)t;
+    ++*(int *)arg;
+    return 0;
+}
+
+/* -j N: the pairs' summaries (diff, replays, verdict: the slow part) made by
+ * N worker processes into the summary cache, which the pass after reads.
+ * A worker that fails leaves its pairs to that pass, which says why. */
+static int report_pairs_parallel(const struct report_study *st)
+{
+    int npairs = 0;
+    report_each_pair(&st->spec, report_par_count, &npairs);
+    int jobs = st->o->jobs < npairs ? st->o->jobs : npairs;
+    if (jobs < 2)
+        return DT_OK;
+    if (st->progress)
+        fprintf(stderr, "\rdivtrace report: %d pairs, %d at a time", npairs, jobs);
+    fflush(NULL);
+    pid_t *pid = dt_calloc((size_t)jobs, sizeof *pid);
+    for (int j = 0; j < jobs; j++) {
+        pid[j] = fork();
+        if (pid[j] == 0) {
+            struct report_par w = {.st = st, .job = j, .jobs = jobs};
+            int rc = report_each_pair(&st->spec, report_par_one, &w);
+            fflush(NULL);
+            _exit(rc ? 1 : 0);
+        }
+        if (pid[j] < 0) {
+            dt_error_set("cannot start a worker: %s", strerror(errno));
+            for (int k = 0; k < j; k++)
+                waitpid(pid[k], NULL, 0);
+            free(pid);
+            return DT_ERR;
+        }
+    }
+    for (int j = 0; j < jobs; j++)
+        waitpid(pid[j], NULL, 0);
+    free(pid);
+    return DT_OK;
+}
+
 static int report_load(struct report_study *st)
 {
     const struct report_options *o = st->o;
@@ -461,6 +558,8 @@ static int report_load(struct report_study *st)
             if (st->progress)
                 fprintf(stderr, "\rdivtrace report: %d/%d trials", k + 1, st->ntr);
         }
+    if (o->jobs > 1 && report_pairs_parallel(st) < 0)
+        return DT_ERR;
     int cap = 0;
     for (int i = 0; i < s->npair; i++) {
         int (*pc)[2] = NULL;
@@ -479,9 +578,9 @@ static int report_load(struct report_study *st)
                     st->pr = dt_realloc(st->pr, (size_t)cap * sizeof *st->pr);
                 }
                 struct report_pair *p = &st->pr[st->npr];
-                if (report_pair_load(o->dir, s, ca, cb, t, o->rebuild,
+                if (report_pair_load(o->dir, s, ca, cb, t, o->rebuild && o->jobs <= 1,
                                      o->no_replay || (o->replay_trials > 0 && t > o->replay_trials),
-                                     p) < 0) {
+                                     o->no_explain, p) < 0) {
                     free(pc);
                     return DT_ERR;
                 }

@@ -28,6 +28,8 @@ struct report_options {
     const char *dir;
     const char *output;        /* the markdown; NULL: DIR/report.md */
     int rebuild, no_replay, json, quiet;
+    int no_explain;            /* no explain verdicts for the pairs */
+    int jobs;                  /* pairs computed this many at a time (0, 1: one) */
     int replay_trials;         /* replay only trials 1..N of each pair (0: all) */
     int argc;
     char **argv;               /* the command line, for the report's commands */
@@ -79,6 +81,9 @@ struct report_pair {
     int64_t cross[DIFF_NTHRESH]; /* checkpoint crossing, else the sketch estimate, or -1 */
     int64_t escape[2];         /* first escapes of the runs (from their trials), or -1 */
     struct report_replay replay[2];
+    char verdict[24];          /* explain's: identical, rounding only, bug, no verdict;
+                                * or skipped, failed, not run (an older summary) */
+    char *verdict_line;        /* its verdict line, "" when none */
     int npoints;
     struct diff_point *points;
 };
@@ -94,10 +99,11 @@ void report_trial_free(struct report_trial *tr);
 int report_curve_load(const char *dir, const struct sweep_spec *s, const struct report_trial *tr,
                       double **step, double **loss, size_t *n);
 
-/* Compare trial t of conditions ca and cb (diff, and unless no_replay the
- * oracle replay of each run at its first divergent step). */
+/* Compare trial t of conditions ca and cb (diff; unless no_replay the
+ * oracle replay of each run at its first divergent step; unless no_explain,
+ * divtrace explain's verdict on the pair). */
 int report_pair_load(const char *dir, const struct sweep_spec *s, int ca, int cb, int t,
-                     int rebuild, int no_replay, struct report_pair *out);
+                     int rebuild, int no_replay, int no_explain, struct report_pair *out);
 void report_pair_free(struct report_pair *p);
 
 /* CSV: one field, quoted when it holds a comma, quote or newline. */
@@ -173,6 +179,11 @@ void report_stats_compute(struct report_study *st);
 void report_stats_markdown(const struct report_study *st, FILE *f);
 void report_stats_csv(FILE *f, const struct report_study *st);
 void report_stats_json(const struct report_study *st, FILE *f);
+
+/* The opening paragraph of report.md: question and design (the sweep
+ * file's opening comment), the runs, and each comparison's answer with its
+ * interval and each pair line's verdicts (report_prose.c). */
+void report_intro(const struct report_study *st, FILE *f);
 
 /* ---- plots (report_plot.c) ---- */
 /* The PNGs into DIR/report/ (each path written, or skipped with why, one

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "escape.h"
+#include "explain.h"
 #include "report.h"
 #include "trace.h"
 #include "util.h"
@@ -30,8 +31,10 @@ static const char *const report_trial_cols =
 static const char *const report_pair_cols =
     "cond_a,cond_b,trial,status,diverged,first_step,first_op,origins,cross_1e-6,cross_1e-3,"
     "cross_1e-1,escape_a,escape_b,escape_diff,replay_a,exact_a,rounding_a,semantic_a,"
-    "semantic_ops_a,replay_b,exact_b,rounding_b,semantic_b,semantic_ops_b";
-#define REPORT_PAIR_NCOLS 24
+    "semantic_ops_a,replay_b,exact_b,rounding_b,semantic_b,semantic_ops_b,verdict,verdict_line";
+#define REPORT_PAIR_NCOLS 26
+/* the columns before explain's verdict joined them (summaries still read) */
+#define REPORT_PAIR_NCOLS_OLD 24
 
 void report_path(char *out, size_t n, const char *dir, const char *kind, const char *cond, int t,
                  const char *ext)
@@ -454,7 +457,26 @@ void report_pair_row(FILE *f, const struct sweep_spec *s, const struct report_pa
         fputc(',', f);
         report_replay_row(f, &p->replay[k]);
     }
+    fputc(',', f);
+    report_csv_field(f, p->verdict);
+    fputc(',', f);
+    report_csv_field(f, p->verdict_line ? p->verdict_line : "");
     fputc('\n', f);
+}
+
+/* explain's verdict on the pair (both traces open), into p */
+static void report_explain(struct trace_file *a, struct trace_file *b, struct report_pair *p)
+{
+    struct explain_options opt = {.self = "/proc/self/exe"};
+    struct explain_result res;
+    if (explain_run(a, b, &opt, &res) < 0) {
+        snprintf(p->verdict, sizeof p->verdict, "failed");
+        p->verdict_line = dt_strdup(dt_error());
+        return;
+    }
+    snprintf(p->verdict, sizeof p->verdict, "%s", explain_verdict_name(res.verdict));
+    p->verdict_line = dt_strdup(res.line);
+    explain_result_free(&res);
 }
 
 void report_replay_row(FILE *f, const struct report_replay *r)
@@ -573,7 +595,8 @@ static char *report_join_ops(const struct trace_file *tf, const int *ops, int n)
 }
 
 static int report_pair_compute(const char *dir, const struct sweep_spec *s, const char *ta,
-                               const char *tb, int no_replay, struct report_pair *p)
+                               const char *tb, int no_replay, int no_explain,
+                               struct report_pair *p)
 {
     struct trace_file *a = NULL, *b = NULL;
     if (trace_open(&a, ta) < 0)
@@ -614,6 +637,12 @@ static int report_pair_compute(const char *dir, const struct sweep_spec *s, cons
         if (!rp->semantic_ops)
             rp->semantic_ops = dt_strdup("");
     }
+    if (no_explain) {
+        snprintf(p->verdict, sizeof p->verdict, "skipped");
+        p->verdict_line = dt_strdup("");
+    } else {
+        report_explain(a, b, p);
+    }
     diff_result_free(&r);
     trace_close(a);
     trace_close(b);
@@ -644,8 +673,18 @@ static int report_pair_compute(const char *dir, const struct sweep_spec *s, cons
 static int report_pair_from_summary(const char *path, const char *dist, struct report_pair *p)
 {
     char *fld[REPORT_PAIR_NCOLS + 1], *buf;
-    if (report_csv_read1(path, report_pair_cols, REPORT_PAIR_NCOLS, fld, &buf) < 0)
-        return DT_ERR;
+    int old = 0;
+    if (report_csv_read1(path, report_pair_cols, REPORT_PAIR_NCOLS, fld, &buf) < 0) {
+        /* a summary from before the verdict columns: the same row without them */
+        char cols[1024];
+        snprintf(cols, sizeof cols, "%s", report_pair_cols);
+        *strstr(cols, ",verdict,verdict_line") = 0;
+        if (report_csv_read1(path, cols, REPORT_PAIR_NCOLS_OLD, fld, &buf) < 0)
+            return DT_ERR;
+        old = 1;
+    }
+    snprintf(p->verdict, sizeof p->verdict, "%s", old ? "not run" : fld[24]);
+    p->verdict_line = dt_strdup(old ? "" : fld[25]);
     p->src = REPORT_SRC_SUMMARY;
     snprintf(p->status, sizeof p->status, "%s", fld[3]);
     p->diverged = atoi(fld[4]);
@@ -689,7 +728,7 @@ static int report_pair_from_summary(const char *path, const char *dist, struct r
 }
 
 int report_pair_load(const char *dir, const struct sweep_spec *s, int ca, int cb, int t,
-                     int rebuild, int no_replay, struct report_pair *p)
+                     int rebuild, int no_replay, int no_explain, struct report_pair *p)
 {
     memset(p, 0, sizeof *p);
     p->ca = ca;
@@ -709,9 +748,11 @@ int report_pair_load(const char *dir, const struct sweep_spec *s, int ca, int cb
                      (!rebuild && !report_newer(ta, sum) && !report_newer(tb, sum)))) {
         if (report_pair_from_summary(sum, dist, p) < 0)
             return DT_ERR;
-        /* replays asked for now and skipped then: compute them */
-        int skipped = strcmp(p->replay[0].status, "skipped") == 0;
-        if (!(skipped && !no_replay && have_a && have_b))
+        /* replays or a verdict asked for now and skipped then: compute them */
+        int skipped = (strcmp(p->replay[0].status, "skipped") == 0 && !no_replay) ||
+                      ((strcmp(p->verdict, "skipped") == 0 || strcmp(p->verdict, "not run") == 0) &&
+                       !no_explain);
+        if (!(skipped && have_a && have_b))
             return DT_OK;
         report_pair_free(p);
         p->ca = ca;
@@ -720,8 +761,10 @@ int report_pair_load(const char *dir, const struct sweep_spec *s, int ca, int cb
         p->escape[0] = p->escape[1] = -1;
     }
     if (have_a && have_b)
-        return report_pair_compute(dir, s, ta, tb, no_replay, p);
+        return report_pair_compute(dir, s, ta, tb, no_replay, no_explain, p);
     snprintf(p->status, sizeof p->status, "missing");
+    snprintf(p->verdict, sizeof p->verdict, "missing");
+    p->verdict_line = dt_strdup("");
     p->first_op = dt_strdup("");
     p->origins = dt_strdup("");
     for (int k = 0; k < 2; k++) {
@@ -735,6 +778,7 @@ void report_pair_free(struct report_pair *p)
 {
     free(p->first_op);
     free(p->origins);
+    free(p->verdict_line);
     free(p->points);
     for (int k = 0; k < 2; k++)
         free(p->replay[k].semantic_ops);

@@ -269,6 +269,12 @@ void run_describe(struct run *r, struct trace_config *c, uint64_t ckpt_every)
         /* a fault meant for another backend (SPEC@cuda on cpu) plants nothing */
         trace_config_set(c, "inject_planted", fault_planted(tc->inject, tc->backend) == 1 ? "yes" : "no");
     }
+    if (tc->reduce && strcmp(tc->reduce, "atomic") == 0) {
+        char names[200];
+        int nshort = graph_short_sums(&r->g, names, sizeof names);
+        if (nshort > 0) /* sums whose atomic order cannot change a bit */
+            trace_config_setf(c, "reduce_fixed", "%d: %s", nshort, names);
+    }
     char host[256];
     run_host_cpu(host, sizeof host);
     struct utsname un;

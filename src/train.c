@@ -281,6 +281,15 @@ static int train_setup(struct train_state *s)
     s->ckpt_every = tc->ckpt_every ? tc->ckpt_every
                                    : train_default_ckpt_every(tc->steps, run_ckpt_bytes(&s->r));
     run_describe(&s->r, &s->cfg, s->ckpt_every);
+    const char *fixed = trace_config_get(&s->cfg, "reduce_fixed");
+    if (fixed && !tc->quiet) { /* "N: names" */
+        const char *names = strstr(fixed, ": ");
+        fprintf(stderr,
+                "divtrace record: --reduce atomic cannot vary %.*s sum%s of at most two terms (%s): "
+                "any order gives the same bits\n",
+                names ? (int)(names - fixed) : 0, fixed, strncmp(fixed, "1:", 2) == 0 ? "" : "s",
+                names ? names + 2 : fixed);
+    }
     return DT_OK;
 }
 

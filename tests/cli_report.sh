@@ -149,7 +149,22 @@ for t in 1 2; do
     [ -n "$want" ] && [ "$want" = "$got" ] && ok "pair t0$t: first divergence $got as divtrace diff" \
         || bad "pair t0$t: report says '$got', divtrace diff '$want'"
 done
-has "$S/report/pairs.csv" "^one,two,1,compared,1,[0-9]+,[^,]+,[^,]+,.*,ok,[0-9]+,[0-9]+,0,,ok,[0-9]+,[0-9]+,0,$" "pairs: both runs replayed, nothing SEMANTIC"
+has "$S/report/pairs.csv" "^one,two,1,compared,1,[0-9]+,[^,]+,[^,]+,.*,ok,[0-9]+,[0-9]+,0,,ok,[0-9]+,[0-9]+,0,,rounding only,[^,]+$" "pairs: both runs replayed, nothing SEMANTIC, rounding only"
+# each pair's verdict is the one `divtrace explain` gives on its own
+for t in 1 2; do
+    "$DT" explain "$S/runs/one/t0$t.dtr" "$S/runs/two/t0$t.dtr" >"$T/ex" 2>&1
+    want=$(tail -n 1 "$T/ex")
+    got=$(awk -F, -v t=$t '$1 == "one" && $3 == t { print $NF }' "$S/report/pairs.csv")
+    [ -n "$want" ] && [ "$want" = "$got" ] && ok "pair t0$t: verdict '$got' as divtrace explain" \
+        || bad "pair t0$t: report says '$got', divtrace explain '$want'"
+done
+# the opening paragraph: the sweep file's comment, and the answer with the
+# mean difference comparisons.csv holds
+has "$S/report.md" "^\*\*Question and design\*\* \(from the sweep file\)\. a tiny study: the same trials on one and on two OpenBLAS threads$" "report.md opens with the sweep file's question"
+md=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "mean_diff") j = i; next }
+    $2 == "group=one" && $3 == "group=two" && $4 == "final" && $5 == "all" { printf "%.3g", $j; exit }' "$S/report/comparisons.csv")
+has "$S/report.md" "^- \`group=one\` against \`group=two\`, final loss: A - B = $md \(95% CI " "the answer gives the paired mean difference ($md) with its interval"
+has "$S/report.md" "^- \`one\` against \`two\`, trial by trial \(2 pairs\), \`divtrace explain\`: 2 rounding only\.$" "the answer counts explain's verdicts"
 has "$S/summary/replays.csv" "^one,1,[0-9]+,ok," "replays.csv: a row per run"
 
 # plots
@@ -182,12 +197,30 @@ cmp -s "$T/first.md" "$S/report.md" && ok "the cached report is identical" || ba
 # --no-replay on a copy
 cp -r "$S" "$T/nr"
 expect 0 "report --rebuild --no-replay" -- "$DT" report -q --rebuild --no-replay "$T/nr"
-has "$T/nr/report/pairs.csv" "^one,two,1,compared,1,.*,skipped,,,,,skipped,,,,$" "--no-replay: replays skipped"
+has "$T/nr/report/pairs.csv" "^one,two,1,compared,1,.*,skipped,,,,,skipped,,,,,rounding only,[^,]+$" "--no-replay: replays skipped, the verdict made"
+# --no-explain, and -j 2 giving the very rows one worker gives
+cp -r "$S" "$T/ne"
+expect 0 "report --rebuild --no-explain" -- "$DT" report -q --rebuild --no-explain "$T/ne"
+has "$T/ne/report/pairs.csv" "^one,two,1,compared,1,.*,ok,[0-9]+,[0-9]+,0,,skipped,$" "--no-explain: no verdict"
+cp -r "$S" "$T/j2"
+expect 0 "report --rebuild -j 2" -- "$DT" report -q --rebuild -j 2 "$T/j2"
+cmp -s "$S/report/pairs.csv" "$T/j2/report/pairs.csv" && ok "-j 2: the same pairs.csv" \
+    || { bad "-j 2: pairs.csv differs"; diff "$S/report/pairs.csv" "$T/j2/report/pairs.csv"; }
+expect 2 "-j 0" -- "$DT" report -j 0 "$T/j2"
+one_line "-j 0"
+# a pair summary from before the verdict columns still reads, as "not run"
+cp -r "$S" "$T/old"
+rm -f "$T/old"/runs/*/*.dtr
+for f in "$T/old"/summary/pairs/one--two/t0?.csv; do
+    sed -i -e '1s/,verdict,verdict_line$//' -e '2s/,[^,]*,[^,]*$//' "$f"
+done
+expect 0 "report from old pair summaries" -- "$DT" report -q "$T/old"
+has "$T/old/report/pairs.csv" "^one,two,1,compared,1,.*,not run,$" "an old pair summary: verdict not run"
 
 # --replay-trials 1 on another copy: trial 1 of the pair replayed, trial 2 not
 cp -r "$S" "$T/rt"
 expect 0 "report --rebuild --replay-trials 1" -- "$DT" report -q --rebuild --replay-trials 1 "$T/rt"
-has "$T/rt/report/pairs.csv" "^one,two,2,compared,1,.*,skipped,,,,,skipped,,,,$" "--replay-trials 1: trial 2 skipped"
+has "$T/rt/report/pairs.csv" "^one,two,2,compared,1,.*,skipped,,,,,skipped,,,,,rounding only,[^,]+$" "--replay-trials 1: trial 2 skipped"
 if grep -E "^one,two,1,compared," "$T/rt/report/pairs.csv" | grep -q skipped; then
     bad "--replay-trials 1: trial 1 skipped too"
 else

@@ -530,6 +530,42 @@ static void test_build_rejects(void **state)
     graph_free(&g);
 }
 
+/* The sums --reduce atomic cannot make vary: bias gradients over at most
+ * two rows (the mse of batch x features terms is long enough). */
+static void test_short_sums(void **state)
+{
+    (void)state;
+    const uint32_t layers[] = {6, 3, 6};
+    char names[64];
+    for (uint32_t batch = 1; batch <= 3; batch++) {
+        struct model_spec spec = {.name = "autoencoder", .nlayers = 3, .batch = batch,
+                                  .act = MODEL_ACT_SIGMOID};
+        memcpy(spec.layers, layers, sizeof layers);
+        struct graph g;
+        graph_init(&g);
+        int loss = model_build(&g, &spec, 6);
+        assert_true(loss >= 0);
+        graph_backward(&g, loss);
+        int n = graph_short_sums(&g, names, sizeof names);
+        if (batch <= 2) {
+            assert_int_equal(n, 2);
+            assert_non_null(strstr(names, "enc1.b.grad"));
+            assert_non_null(strstr(names, "dec1.b.grad"));
+            assert_non_null(strchr(names, ','));
+        } else {
+            assert_int_equal(n, 0);
+            assert_string_equal(names, "");
+        }
+        /* a buffer too small is cut with "..." and stays terminated */
+        char small[8];
+        if (batch <= 2) {
+            assert_int_equal(graph_short_sums(&g, small, sizeof small), 2);
+            assert_string_equal(small + strlen(small) - 3, "...");
+        }
+        graph_free(&g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -540,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_init_param),
         cmocka_unit_test(test_build_rejects),
         cmocka_unit_test(test_graph_names),
+        cmocka_unit_test(test_short_sums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -337,6 +337,12 @@ static GPU_OP(gpu_ops_add_bias)
 
 /* ---- reductions ------------------------------------------------------------ */
 
+/* Atomic mode cuts every sum into up to GPU_OPS_ATOMIC_PARTS partial sums
+ * (at least one term each) and atomicAdd's them onto zero in the order
+ * they arrive. A sum of one or two terms cannot vary that way (0 + a and
+ * a + b are exact or commutative): see divtrace-record(1), --reduce. */
+#define GPU_OPS_ATOMIC_PARTS 64
+
 /* bias_grad of dy (N,F): thread j sums column j over rows [r0, r1) in row
  * order from +0, r0 = blockIdx.y * seg_rows. Tree mode runs one segment of
  * all N rows: the cpu's order exactly. Atomic mode atomicAdd's each
@@ -358,18 +364,19 @@ static __global__ void gpu_ops_k_col_sum(float *out, /* (F) */ const float *dy, 
 }
 
 /* bias_grad of dy (N,C,H,W): channel c's terms in op.h's (n, h, w) order,
- * term i = dy[i / HW, c, i % HW], cut into segments of GPU_OPS_SEG; block
+ * term i = dy[i / HW, c, i % HW], cut into segments of seg terms
+ * (GPU_OPS_SEG in tree mode, fewer in atomic mode); block
  * (seg, c) sums its segment: thread t adds terms t, t + 256, ... from +0 in
  * that order, then the 256 thread sums meet in a fixed pairwise tree
  * (sh[t] += sh[t + 128], then + 64, ..., + 1). Tree mode writes the block's
  * sum to dst[c * nseg + seg]; atomic mode atomicAdd's it into dst[c]. */
 static __global__ void gpu_ops_k_chan_sum(float *dst, const float *dy, /* (N,C,H,W) */
-                                          size_t n, size_t chans, size_t hw, unsigned nseg,
-                                          int atomic)
+                                          size_t n, size_t chans, size_t hw, size_t seg,
+                                          unsigned nseg, int atomic)
 {
     __shared__ float sh[GPU_OPS_THREADS];
-    size_t c = blockIdx.y, len = n * hw, i0 = (size_t)blockIdx.x * GPU_OPS_SEG;
-    size_t i1 = i0 + GPU_OPS_SEG < len ? i0 + GPU_OPS_SEG : len;
+    size_t c = blockIdx.y, len = n * hw, i0 = (size_t)blockIdx.x * seg;
+    size_t i1 = i0 + seg < len ? i0 + seg : len;
     float s = 0.0f;
     for (size_t i = i0 + threadIdx.x; i < i1; i += GPU_OPS_THREADS) {
         size_t b = i / hw;
@@ -402,6 +409,18 @@ static __global__ void gpu_ops_k_chan_finish(float *out, const float *part, size
     }
 }
 
+/* the segment length that cuts a sum of len terms into at most
+ * GPU_OPS_ATOMIC_PARTS partial sums, at most GPU_OPS_SEG terms each */
+static size_t gpu_ops_atomic_seg(size_t len)
+{
+    size_t seg = (len + GPU_OPS_ATOMIC_PARTS - 1) / GPU_OPS_ATOMIC_PARTS;
+    if (seg < 1)
+        seg = 1;
+    if (seg > GPU_OPS_SEG)
+        seg = GPU_OPS_SEG;
+    return seg;
+}
+
 static GPU_OP(gpu_ops_bias_grad)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
@@ -411,12 +430,9 @@ static GPU_OP(gpu_ops_bias_grad)
         GPU_CHECK(cudaMemsetAsync(o, 0, nd->count * sizeof(float), c->stream));
     if (x->ndim == 2) {
         size_t rows = x->shape[0], f = x->shape[1];
-        size_t seg = rows;
-        if (c->atomic) {
-            seg = 16; /* a few atomics per column, at most 65535 segments */
-            if ((rows + seg - 1) / seg > 65535)
-                seg = (rows + 65534) / 65535;
-        }
+        size_t seg = c->atomic ? gpu_ops_atomic_seg(rows) : rows;
+        if ((rows + seg - 1) / seg > 65535) /* the grid's y limit */
+            seg = (rows + 65534) / 65535;
         dim3 grid((unsigned)((f + GPU_OPS_THREADS - 1) / GPU_OPS_THREADS),
                   (unsigned)((rows + seg - 1) / seg));
         gpu_ops_k_col_sum<<<grid, GPU_OPS_THREADS, 0, c->stream>>>(o, GPU_OPS_IN(0), rows, f, seg,
@@ -426,29 +442,30 @@ static GPU_OP(gpu_ops_bias_grad)
     }
     size_t n = x->shape[0], chans = x->shape[1], hw = (size_t)x->shape[2] * x->shape[3];
     DT_ASSERT(chans <= 65535, "bias_grad %s: %zu channels", nd->name, chans);
-    unsigned nseg = (unsigned)((n * hw + GPU_OPS_SEG - 1) / GPU_OPS_SEG);
+    size_t seg = c->atomic ? gpu_ops_atomic_seg(n * hw) : GPU_OPS_SEG;
+    unsigned nseg = (unsigned)((n * hw + seg - 1) / seg);
     float *part = o; /* one segment: the block writes out[c] itself */
     if (!c->atomic && nseg > 1)
         part = (float *)gpu_scratch(c, (size_t)nseg * chans * sizeof(float));
     dim3 grid(nseg, (unsigned)chans);
     gpu_ops_k_chan_sum<<<grid, GPU_OPS_THREADS, 0, c->stream>>>(part, GPU_OPS_IN(0), n, chans, hw,
-                                                               nseg, c->atomic);
+                                                               seg, nseg, c->atomic);
     GPU_LAUNCHED();
     if (part != o)
         GPU_OPS_LAUNCH(c, chans, gpu_ops_k_chan_finish, o, part, chans, nseg);
 }
 
 /* mse (sq: terms ((double)a - (double)b)^2) and mean (terms (double)a) in
- * double: block k sums terms [k GPU_OPS_SEG, (k + 1) GPU_OPS_SEG) as
+ * double: block k sums terms [k seg, (k + 1) seg) as
  * gpu_ops_k_chan_sum does (each thread its strided terms in order from +0,
  * then the fixed pairwise tree). Tree mode writes part[k]; atomic mode
  * atomicAdd's into part[0] (zeroed first). */
 static __global__ void gpu_ops_k_dsum(double *part, const float *a, const float *b, size_t n,
-                                      int sq, int atomic)
+                                      size_t seg, int sq, int atomic)
 {
     __shared__ double sh[GPU_OPS_THREADS];
-    size_t i0 = (size_t)blockIdx.x * GPU_OPS_SEG;
-    size_t i1 = i0 + GPU_OPS_SEG < n ? i0 + GPU_OPS_SEG : n;
+    size_t i0 = (size_t)blockIdx.x * seg;
+    size_t i1 = i0 + seg < n ? i0 + seg : n;
     double s = 0.0;
     for (size_t i = i0 + threadIdx.x; i < i1; i += GPU_OPS_THREADS) {
         double v = (double)a[i];
@@ -493,11 +510,12 @@ static __global__ void gpu_ops_k_dsum_finish(float *out, const double *part, uns
 static void gpu_ops_dsum(struct gpu_ctx *c, float *out, const float *a, const float *b, size_t n,
                          int mean, float scale)
 {
-    unsigned nseg = (unsigned)((n + GPU_OPS_SEG - 1) / GPU_OPS_SEG);
+    size_t seg = c->atomic ? gpu_ops_atomic_seg(n) : GPU_OPS_SEG;
+    unsigned nseg = (unsigned)((n + seg - 1) / seg);
     double *part = (double *)gpu_scratch(c, (c->atomic ? 1 : (size_t)nseg) * sizeof(double));
     if (c->atomic)
         GPU_CHECK(cudaMemsetAsync(part, 0, sizeof(double), c->stream));
-    gpu_ops_k_dsum<<<nseg, GPU_OPS_THREADS, 0, c->stream>>>(part, a, b, n, !mean, c->atomic);
+    gpu_ops_k_dsum<<<nseg, GPU_OPS_THREADS, 0, c->stream>>>(part, a, b, n, seg, !mean, c->atomic);
     GPU_LAUNCHED();
     gpu_ops_k_dsum_finish<<<1, 1, 0, c->stream>>>(out, part, c->atomic ? 1 : nseg, (double)n, mean,
                                                   (double)scale);

@@ -176,6 +176,30 @@ check pn_cuda_tree_a 0 -- $Q --backend cuda -o "$T/pc1.dtr"
 check pn_cuda_tree_b 0 -- $Q --backend cuda -o "$T/pc2.dtr"
 check pn_cuda_tree_identical 0 -- "$DT" diff "$T/pc1.dtr" "$T/pc2.dtr"
 check pn_cuda_streams1_same 0 -- "$DT" diff "$T/pc1.dtr" "$T/pcs1.dtr"
+# atomic reductions at batch 2 (every sum cut into up to 64 partial sums
+# added in arrival order): two runs differ from the tree run and from each
+# other, within rounding; nothing is reported as unable to vary
+check pn_cuda_atomic_a 0 -- $Q --backend cuda --reduce atomic -o "$T/pa1.dtr"
+check pn_cuda_atomic_b 0 -- $Q --backend cuda --reduce atomic -o "$T/pa2.dtr"
+check pn_cuda_atomic_vs_tree 1 -- "$DT" diff "$T/pc1.dtr" "$T/pa1.dtr"
+check pn_cuda_atomic_vary 1 -- "$DT" diff "$T/pa1.dtr" "$T/pa2.dtr"
+check ex_pn_cuda_atomic 0 -- "$DT" explain "$T/pa1.dtr" "$T/pa2.dtr"
+grep_in ex_pn_cuda_atomic "^rounding only" "atomics: rounding only"
+check pn_cuda_atomic_no_fixed 0 -- sh -c "! '$DT' show --summary '$T/pa1.dtr' | grep -q reduce_fixed"
+# the paper's protocol sizes (batch 1): atomic runs vary there too
+PP="$R --model prednet --nt 20 --batch 1 --steps 3"
+check pn_paper_cudnn_atomic_a 0 -- $PP --backend cudnn --reduce atomic -o "$T/ppa1.dtr"
+check pn_paper_cudnn_atomic_b 0 -- $PP --backend cudnn --reduce atomic -o "$T/ppa2.dtr"
+check pn_paper_cudnn_atomic_vary 1 -- "$DT" diff "$T/ppa1.dtr" "$T/ppa2.dtr"
+# the autoencoder at batch 2: every bias gradient sums two rows, which no
+# order changes; record says so, the header lists them, and the atomic run
+# equals the tree run bit for bit
+B="$DT record --data $DIVTRACE_DATA --steps 20 --batch 2 --backend cuda"
+check ae_b2_tree 0 -- $B -o "$T/b2t.dtr"
+check ae_b2_atomic 0 -- $B --reduce atomic -o "$T/b2a.dtr"
+grep_in ae_b2_atomic "^divtrace record: --reduce atomic cannot vary 4 sums of at most two terms \(enc1\.b\.grad," "record says which sums cannot vary"
+check ae_b2_atomic_header 0 -- sh -c "'$DT' show --summary '$T/b2a.dtr' | grep -E '^# reduce_fixed = 4: '"
+check ae_b2_atomic_same 0 -- "$DT" diff "$T/b2t.dtr" "$T/b2a.dtr"
 check pn_cudnn_fastest_a 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf1.dtr"
 check pn_cudnn_fastest_b 0 -- $Q --backend cudnn --cudnn-algo fastest -o "$T/pf2.dtr"
 check pn_cudnn_fastest_diff 1 -- "$DT" diff "$T/pf1.dtr" "$T/pf2.dtr"
