@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_show.h"
 #include "trace.h"
 #include "util.h"
 
@@ -19,7 +20,12 @@ static void show_usage(FILE *f)
           "  -s, --step S     only step S\n"
           "      --summary    step summaries only, no op records\n"
           "      --ops        the op list (index, name, type, kind, shape, inputs) too\n"
-          "      --json       one JSON object instead of text\n"
+          "      --json       one JSON object instead of the text\n"
+          "      --export NAME  with --step S and -o FILE: write tensor NAME of the\n"
+          "                   checkpoint at step S (the state before step S ran) to\n"
+          "                   FILE as a NumPy .npy array (float32, its shape)\n"
+          "  -o, --output FILE  the .npy file --export writes (replaced if it exists)\n"
+          "  -q, --quiet      print nothing; only check that the trace reads (exit status)\n"
           "  -h, --help       show this help and exit\n"
           "  -V, --version    show the version and exit\n"
           "\n"
@@ -29,8 +35,20 @@ static void show_usage(FILE *f)
           f);
 }
 
-static void show_text(const struct trace_file *tf, int has_step, uint64_t only, int summary,
-                      int list_ops)
+/* Step i's records, read from the file as they are printed (the trace was
+ * opened with its summaries only, so memory stays one step's records). */
+static int show_records(struct trace_file *tf, uint64_t i, struct trace_step *full)
+{
+    if (trace_read_step(tf, i, full) < 0) {
+        fflush(stdout);
+        cli_error("show", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
+    return 0;
+}
+
+static int show_text(struct trace_file *tf, int has_step, uint64_t only, int summary,
+                     int list_ops)
 {
     printf("# divtrace trace, format %u, written by divtrace %s\n", tf->version, tf->tool_version);
     printf("# %s\n", tf->complete ? (tf->end_status ? "complete (the run ended early)" : "complete")
@@ -63,8 +81,11 @@ static void show_text(const struct trace_file *tf, int has_step, uint64_t only, 
                st->loss, st->grad_norm, st->root);
         if (summary)
             continue;
-        for (uint32_t k = 0; k < st->nrec; k++) {
-            const struct trace_oprec *r = &st->rec[k];
+        struct trace_step full;
+        if (show_records(tf, s, &full) != 0)
+            return CLI_EXIT_TROUBLE;
+        for (uint32_t k = 0; k < full.nrec; k++) {
+            const struct trace_oprec *r = &full.rec[k];
             const struct trace_opdef *o = &tf->ops[r->op];
             char shape[64];
             cli_shape(shape, sizeof shape, o->ndim, o->shape);
@@ -74,10 +95,12 @@ static void show_text(const struct trace_file *tf, int has_step, uint64_t only, 
                 printf("  nan %" PRIu64 " inf %" PRIu64, r->nan, r->inf);
             putchar('\n');
         }
+        free(full.rec);
     }
+    return 0;
 }
 
-static void show_json(const struct trace_file *tf, int has_step, uint64_t only, int summary)
+static int show_json(struct trace_file *tf, int has_step, uint64_t only, int summary)
 {
     FILE *f = stdout;
     fprintf(f, "{\"format\": %u, \"tool_version\": ", tf->version);
@@ -137,9 +160,12 @@ static void show_json(const struct trace_file *tf, int has_step, uint64_t only, 
         json_put_num(f, st->grad_norm);
         fprintf(f, ", \"root\": \"%016" PRIx64 "\"", st->root);
         if (!summary) {
+            struct trace_step full;
+            if (show_records(tf, s, &full) != 0)
+                return CLI_EXIT_TROUBLE;
             fputs(", \"records\": [", f);
-            for (uint32_t k = 0; k < st->nrec; k++) {
-                const struct trace_oprec *r = &st->rec[k];
+            for (uint32_t k = 0; k < full.nrec; k++) {
+                const struct trace_oprec *r = &full.rec[k];
                 fprintf(f, "%s\n   {\"op\": %u, \"name\": ", k ? "," : "", r->op);
                 json_put_str(f, tf->ops[r->op].name);
                 fprintf(f, ", \"hash\": \"%016" PRIx64 "\", \"l2\": ", r->hash);
@@ -156,10 +182,12 @@ static void show_json(const struct trace_file *tf, int has_step, uint64_t only, 
                 fputs("]}", f);
             }
             fputs("]", f);
+            free(full.rec);
         }
         fputc('}', f);
     }
     fputs("]}\n", f);
+    return 0;
 }
 
 /* A trace cut short by a kill is normal; damage is trouble: say so on stderr
@@ -196,14 +224,18 @@ int cmd_show(int argc, char **argv)
         {"summary", no_argument, NULL, 'S'},
         {"ops", no_argument, NULL, 'O'},
         {"json", no_argument, NULL, 'j'},
+        {"export", required_argument, NULL, 'E'},
+        {"output", required_argument, NULL, 'o'},
+        {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    int has_step = 0, summary = 0, json = 0, list_ops = 0, c;
+    int has_step = 0, summary = 0, json = 0, list_ops = 0, quiet = 0, c;
     uint64_t only = 0;
+    const char *export_name = NULL, *out = NULL;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "s:hV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:qo:hV", opts, NULL)) != -1) {
         switch (c) {
         case 's':
             if (cli_u64("--step", optarg, &only) < 0) {
@@ -215,6 +247,9 @@ int cmd_show(int argc, char **argv)
         case 'S': summary = 1; break;
         case 'O': list_ops = 1; break;
         case 'j': json = 1; break;
+        case 'E': export_name = optarg; break;
+        case 'o': out = optarg; break;
+        case 'q': quiet = 1; break;
         case 'h': show_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("show");
@@ -224,20 +259,35 @@ int cmd_show(int argc, char **argv)
         cli_error("show", "expected one trace file");
         return cli_usage_error("show");
     }
+    if (out && !export_name) {
+        cli_error("show", "-o names the file --export writes: give --export NAME too");
+        return CLI_EXIT_TROUBLE;
+    }
+    if (export_name && (json || summary || list_ops)) {
+        cli_error("show", "--export writes one tensor: it takes no --json, --summary or --ops");
+        return CLI_EXIT_TROUBLE;
+    }
     struct trace_file *tf;
-    if (trace_open(&tf, argv[optind]) < 0) {
+    if (trace_open_summaries(&tf, argv[optind]) < 0) {
         cli_error("show", "%s", dt_error());
         return CLI_EXIT_TROUBLE;
+    }
+    if (export_name) {
+        int erc = show_export(tf, export_name, has_step, only, out);
+        trace_close(tf);
+        return erc;
     }
     int rc = 0;
     if (has_step && (tf->nsteps == 0 || only > tf->steps[tf->nsteps - 1].step)) {
         cli_error("show", "%s: no step %" PRIu64 " (the trace has %" PRIu64 " steps)", tf->path,
                   only, tf->nsteps);
         rc = CLI_EXIT_TROUBLE;
+    } else if (quiet) {
+        /* the exit status alone: readable, and its checkpoints too */
     } else if (json) {
-        show_json(tf, has_step, only, summary);
+        rc = show_json(tf, has_step, only, summary);
     } else {
-        show_text(tf, has_step, only, summary, list_ops);
+        rc = show_text(tf, has_step, only, summary, list_ops);
     }
     if (rc == 0)
         rc = show_verify(tf);

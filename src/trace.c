@@ -1,6 +1,7 @@
-/* trace.c: the .dtr trace file, format version 1: the run configuration and
- * the writer (append-only checksummed blocks, an index footer on clean
- * close). The reader is trace_read.c; the byte layout is divtrace-trace(5). */
+/* trace.c: the .dtr trace file, format version 2: the run configuration and
+ * the writer (append-only checksummed blocks, records and checkpoints
+ * compressed by trace_codec.c, an index footer on clean close). The readers
+ * are trace_read.c and trace_ckpt.c; the byte layout is divtrace-trace(5). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -247,6 +248,14 @@ struct trace_writer {
     struct trace_step job;
     int job_rc;
     char job_err[512];
+    /* version 2 encodings */
+    int plain;                  /* trace_writer_set_plain: encoding 0 everywhere */
+    void *zc;                   /* zstd context, made on first use */
+    uint8_t *scratch;           /* packed records or a tensor's byte planes */
+    size_t scratch_cap;
+    uint64_t nckpt;             /* checkpoints written */
+    int have_base;              /* base holds the last checkpoint written */
+    struct trace_ckpt base;     /* its deep copy, what the next one may differ from */
 };
 
 static int trace_writer_step_now(struct trace_writer *w, const struct trace_step *s);
@@ -309,6 +318,10 @@ static void trace_writer_stop(struct trace_writer *w)
 static void trace_writer_free(struct trace_writer *w)
 {
     trace_writer_stop(w);
+    if (w->zc)
+        trace_zstd_free_cctx(w->zc);
+    free(w->scratch);
+    trace_ckpt_free(&w->base);
     free(w->path);
     free(w->op_kind);
     free(w->buf.p);
@@ -522,6 +535,35 @@ int trace_writer_step_async(struct trace_writer *w, const struct trace_step *s)
     return 0;
 }
 
+/* The writer's scratch buffer, at least n bytes. */
+static uint8_t *trace_writer_scratch(struct trace_writer *w, size_t n)
+{
+    if (w->scratch_cap < n) {
+        free(w->scratch);
+        w->scratch = dt_malloc(n);
+        w->scratch_cap = n;
+    }
+    return w->scratch;
+}
+
+/* Append src compressed as one zstd frame; its length in bytes. */
+static size_t trace_writer_zstd(struct trace_writer *w, struct trace_buf *b, const uint8_t *src,
+                                size_t n)
+{
+    if (!w->zc)
+        w->zc = trace_zstd_cctx();
+    size_t cap = trace_zstd_bound(n);
+    uint8_t *q = trace_buf_grow(b, cap);
+    size_t z = trace_zstd_pack(w->zc, q, cap, src, n);
+    b->n -= cap - z;
+    return z;
+}
+
+void trace_writer_set_plain(struct trace_writer *w, int plain)
+{
+    w->plain = plain;
+}
+
 static int trace_writer_step_now(struct trace_writer *w, const struct trace_step *s)
 {
     DT_ASSERT(w->have_ops, "%s: step written before the op list", w->path);
@@ -537,7 +579,8 @@ static int trace_writer_step_now(struct trace_writer *w, const struct trace_step
     trace_buf_f64(b, s->grad_norm);
     trace_buf_u64(b, s->root);
     trace_buf_u32(b, s->nrec);
-    trace_buf_u32(b, 0);
+    int packed = !w->plain && s->nrec > 0;
+    trace_buf_u32(b, packed ? TRACE_ENC_ZSTD : TRACE_ENC_PLAIN);
     for (uint32_t j = 0; j < s->nrec; j++) {
         const struct trace_oprec *r = &s->rec[j];
         /* Readers rely on increasing op order (diff walks two steps in step). */
@@ -547,6 +590,14 @@ static int trace_writer_step_now(struct trace_writer *w, const struct trace_step
         DT_ASSERT(trace_level_keeps(w->level, (enum trace_kind)w->op_kind[r->op]),
                   "%s: op %u is not kept at level %s", w->path, r->op,
                   trace_level_name(w->level));
+    }
+    if (packed) {
+        size_t n = (size_t)TRACE_REC_PACKED * s->nrec;
+        trace_recs_pack(trace_writer_scratch(w, n), s->rec, s->nrec);
+        trace_writer_zstd(w, b, w->scratch, n);
+    }
+    for (uint32_t j = 0; j < s->nrec && !packed; j++) {
+        const struct trace_oprec *r = &s->rec[j];
         uint8_t *q = trace_buf_grow(b, TRACE_REC_LEN);
         trace_put_u32(q, r->op);
         trace_put_u32(q + 4, 0);
@@ -569,12 +620,64 @@ static int trace_writer_step_now(struct trace_writer *w, const struct trace_step
     return 0;
 }
 
+/* The base of tensor i of c: the data of the previous checkpoint's tensor i
+ * when it has the same name and element count, else NULL. */
+static const float *trace_writer_base(const struct trace_writer *w, const struct trace_ckpt *c,
+                                      uint32_t i)
+{
+    const struct trace_ckpt *p = &w->base;
+    if (!w->have_base || i >= p->ntensors || c->t[i].count == 0)
+        return NULL;
+    const struct trace_tensor *a = &c->t[i], *q = &p->t[i];
+    return q->count == a->count && strcmp(q->name, a->name) == 0 ? q->data : NULL;
+}
+
+/* Keep a copy of c as the base of the next checkpoint, unless it is too big
+ * to keep twice (then the next one is a key). */
+static void trace_writer_keep_base(struct trace_writer *w, const struct trace_ckpt *c)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < c->ntensors; i++)
+        total += c->t[i].count;
+    struct trace_ckpt *p = &w->base;
+    int same = w->have_base && p->ntensors == c->ntensors;
+    for (uint32_t i = 0; same && i < c->ntensors; i++)
+        same = p->t[i].count == c->t[i].count && strcmp(p->t[i].name, c->t[i].name) == 0;
+    if (w->plain || total > TRACE_DELTA_MAX_ELEMS) {
+        trace_ckpt_free(p);
+        w->have_base = 0;
+        return;
+    }
+    if (!same) {
+        trace_ckpt_free(p);
+        p->ntensors = c->ntensors;
+        p->t = dt_calloc(c->ntensors ? c->ntensors : 1, sizeof *p->t);
+        for (uint32_t i = 0; i < c->ntensors; i++) {
+            p->t[i].name = dt_strdup(c->t[i].name);
+            p->t[i].count = c->t[i].count;
+            p->t[i].data = dt_malloc(c->t[i].count ? (size_t)c->t[i].count * sizeof(float) : 1);
+        }
+    }
+    for (uint32_t i = 0; i < c->ntensors; i++)
+        if (c->t[i].count)
+            memcpy(p->t[i].data, c->t[i].data, (size_t)c->t[i].count * sizeof(float));
+    w->have_base = 1;
+}
+
 int trace_writer_ckpt(struct trace_writer *w, const struct trace_ckpt *c)
 {
     if (trace_writer_usable(w) < 0)
         return -1;
     DT_ASSERT(w->have_ops, "%s: checkpoint written before the op list", w->path);
     DT_ASSERT(c->ntensors == 0 || c->t, "%s: checkpoint without tensors", w->path);
+    /* A key checkpoint (no differences) starts each run of
+     * TRACE_CKPT_KEY_EVERY; the others differ from the one before where a
+     * tensor has the same place, name and size there. */
+    int key = w->plain || !w->have_base || w->nckpt % TRACE_CKPT_KEY_EVERY == 0;
+    uint32_t flags = 0;
+    for (uint32_t i = 0; i < c->ntensors && !key; i++)
+        if (trace_writer_base(w, c, i))
+            flags |= TRACE_CKPT_FLAG_DELTA;
     struct trace_buf *b = &w->buf;
     size_t at = trace_block_begin(b, "CKPT");
     trace_buf_u64(b, c->step);
@@ -582,7 +685,7 @@ int trace_writer_ckpt(struct trace_writer *w, const struct trace_ckpt *c)
     trace_buf_u64(b, c->rng_seed);
     trace_buf_u64(b, c->rng_counter);
     trace_buf_u32(b, c->ntensors);
-    trace_buf_u32(b, 0);
+    trace_buf_u32(b, flags);
     for (uint32_t i = 0; i < c->ntensors; i++) {
         const struct trace_tensor *t = &c->t[i];
         DT_ASSERT(t->name && t->ndim <= TRACE_MAX_DIM, "checkpoint tensor %u: bad name or ndim", i);
@@ -590,14 +693,30 @@ int trace_writer_ckpt(struct trace_writer *w, const struct trace_ckpt *c)
                   "checkpoint tensor %s: count %llu does not match its shape", t->name,
                   (unsigned long long)t->count);
         DT_ASSERT(t->count == 0 || t->data, "checkpoint tensor %s has no data", t->name);
+        const float *base = key ? NULL : trace_writer_base(w, c, i);
+        int packed = !w->plain && t->count > 0;
         trace_buf_str(b, t->name);
         trace_buf_u8(b, t->ndim);
-        trace_buf_u8(b, 0);
+        size_t enc_at = b->n;
+        trace_buf_u8(b, !packed ? TRACE_ENC_PLAIN : base ? TRACE_ENC_DELTA : TRACE_ENC_ZSTD);
         trace_buf_u8(b, 0);
         trace_buf_u8(b, 0);
         for (int d = 0; d < TRACE_MAX_DIM; d++)
             trace_buf_u32(b, d < t->ndim ? t->shape[d] : 0);
         trace_buf_u64(b, t->count);
+        if (packed) {
+            size_t n = (size_t)t->count * 4, len_at = b->n;
+            trace_buf_u64(b, 0);
+            trace_planes_pack(trace_writer_scratch(w, n), t->data, base, t->count);
+            size_t z = trace_writer_zstd(w, b, w->scratch, n);
+            if (z < n) {
+                trace_put_u64(b->p + len_at, z);
+                continue;
+            }
+            /* No smaller compressed: the plain values. */
+            b->n = len_at;
+            b->p[enc_at] = TRACE_ENC_PLAIN;
+        }
         trace_buf_f32s(b, t->data, t->count);
     }
     trace_block_end(b, at);
@@ -605,6 +724,14 @@ int trace_writer_ckpt(struct trace_writer *w, const struct trace_ckpt *c)
     if (trace_writer_flush(w) < 0)
         return -1;
     trace_ents_push(&w->ckpts, c->step, off);
+    w->nckpt++;
+    trace_writer_keep_base(w, c);
+    if (w->scratch_cap > TRACE_BUF_KEEP) {
+        /* a big tensor's planes are not worth keeping between checkpoints */
+        free(w->scratch);
+        w->scratch = NULL;
+        w->scratch_cap = 0;
+    }
     return 0;
 }
 

@@ -1,5 +1,6 @@
-/* trace.h: the .dtr trace file (format version 1): writer and reader.
- * The byte layout is documented in divtrace-trace(5). A trace is a header
+/* trace.h: the .dtr trace file (format version 2; version 1 is read too):
+ * writer and reader. The byte layout is documented in divtrace-trace(5).
+ * A trace is a header
  * followed by checksummed blocks appended as the run goes; a run killed at
  * any moment leaves a file readable up to its last complete block. */
 #ifndef DT_TRACE_H
@@ -8,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TRACE_FORMAT_VERSION 1
+#define TRACE_FORMAT_VERSION 2
 #define TRACE_SKETCH_LEN 16
 #define TRACE_MAX_DIM 4
 /* Bit set in an input reference: the op of that index in the previous step
@@ -151,6 +152,10 @@ int trace_writer_event(struct trace_writer *w, const struct trace_event *e);
 int trace_writer_close(struct trace_writer *w, int status);
 /* Close without a footer (the run failed; the file stays a readable prefix). */
 void trace_writer_abandon(struct trace_writer *w);
+/* Store the records and checkpoint tensors written from now on as plain
+ * little-endian values (encoding 0), uncompressed: for tests that edit
+ * fields in place, and for readers without zstd. */
+void trace_writer_set_plain(struct trace_writer *w, int plain);
 
 /* ---- reader ---- */
 struct trace_ckpt_ref {
@@ -168,6 +173,8 @@ struct trace_file {
     struct trace_opdef *ops;
     uint64_t nsteps;
     struct trace_step *steps;   /* all steps, in order */
+    uint64_t *step_off;         /* the file offset of each step's block */
+    int summaries;              /* trace_open_summaries: steps without records */
     uint32_t nckpt;
     struct trace_ckpt_ref *ckpt;
     uint32_t nevents;
@@ -175,6 +182,11 @@ struct trace_file {
     int complete;            /* index footer present and valid */
     int end_status;          /* the writer's status (valid when complete) */
     char note[256];          /* why the file is incomplete, or "" */
+    /* trace_read_ckpt's last checkpoint, so that reading them in order
+     * decodes each block once (a version 2 checkpoint may be stored as its
+     * difference from the one before) */
+    uint32_t ckpt_cache_i;   /* its index; valid when ckpt_cache.t */
+    struct trace_ckpt ckpt_cache;
 };
 
 /* Open and read a trace: header, op list, all steps, checkpoint index and
@@ -183,7 +195,15 @@ struct trace_file {
  * found. A file that is not a trace, has an unknown version, or is unreadable
  * before its first step returns -1 with dt_error set to one line. */
 int trace_open(struct trace_file **tf, const char *path);
-/* Load checkpoint i (0 <= i < nckpt). Returns 0, or -1 with dt_error set. */
+/* trace_open, but the steps keep only their summaries (nrec 0, rec NULL):
+ * their records are checked as trace_open does, then dropped, so memory
+ * does not grow with them. trace_read_step reads one step's records. */
+int trace_open_summaries(struct trace_file **tf, const char *path);
+/* Step i (0 <= i < nsteps) with its records, read again from the file: 0,
+ * or -1 with dt_error set. The caller frees out->rec. */
+int trace_read_step(struct trace_file *tf, uint64_t i, struct trace_step *out);
+/* Load checkpoint i (0 <= i < nckpt), bit for bit as written. Returns 0, or
+ * -1 with dt_error set. Not for two threads on one tf at once. */
 int trace_read_ckpt(struct trace_file *tf, uint32_t i, struct trace_ckpt *out);
 void trace_close(struct trace_file *tf);
 

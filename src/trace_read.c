@@ -1,7 +1,8 @@
-/* trace_read.c: the .dtr trace reader: header and op list, then all steps
- * through the index footer, or by scanning blocks when the run was killed
- * (the file is read up to its last complete block). Checkpoints load on
- * demand. The byte layout is divtrace-trace(5). */
+/* trace_read.c: the .dtr trace reader (format versions 1 and 2): header and
+ * op list, then all steps through the index footer, or by scanning blocks
+ * when the run was killed (the file is read up to its last complete block).
+ * Checkpoints load on demand (trace_ckpt.c). The byte layout is
+ * divtrace-trace(5). */
 #include "trace.h"
 #include "trace_impl.h"
 #include "util.h"
@@ -17,19 +18,9 @@
 
 /* ---- reader: file access ------------------------------------------------- */
 
-/* A window of the file read with large preads; blocks are served from it. */
-struct trace_rd {
-    int fd;
-    const char *path;
-    uint64_t size;              /* fixed at open: a growing file is read as a prefix */
-    uint8_t *buf;
-    size_t cap, len;
-    uint64_t base;              /* file offset of buf[0] */
-};
-
 /* Bytes [off, off + n) of the file; when not buffered, reads `want` (>= n)
  * bytes from off. NULL with dt_error set on an I/O error. */
-static const uint8_t *trace_rd_get(struct trace_rd *r, uint64_t off, size_t n, size_t want)
+const uint8_t *trace_rd_get(struct trace_rd *r, uint64_t off, size_t n, size_t want)
 {
     DT_ASSERT(off <= r->size && n <= r->size - off, "read past the end of %s", r->path);
     if (off >= r->base && off - r->base <= r->len && n <= r->len - (off - r->base))
@@ -59,26 +50,11 @@ static const uint8_t *trace_rd_get(struct trace_rd *r, uint64_t off, size_t n, s
     return r->buf;
 }
 
-enum trace_blk {
-    TRACE_BLK_OK,
-    TRACE_BLK_END,              /* no bytes left before the limit */
-    TRACE_BLK_SHORT,            /* not even a block head before the limit */
-    TRACE_BLK_LONG,             /* its length runs past the limit */
-    TRACE_BLK_CRC,
-    TRACE_BLK_IO,               /* dt_error set */
-};
-
-struct trace_block {
-    char tag[5];
-    uint64_t len;               /* payload bytes */
-    const uint8_t *payload;     /* valid until the next read; NULL if streamed */
-};
-
 /* Read and CRC-check the block at off, which must end by limit. Lengths are
  * checked against limit before anything is allocated. A big CKPT block is
  * checked in pieces when stream_ckpt is set (a scan needs only its step). */
-static enum trace_blk trace_block_read(struct trace_rd *r, uint64_t off, uint64_t limit,
-                                       size_t want, int stream_ckpt, struct trace_block *b)
+enum trace_blk trace_block_read(struct trace_rd *r, uint64_t off, uint64_t limit,
+                                size_t want, int stream_ckpt, struct trace_block *b)
 {
     if (off == limit)
         return TRACE_BLK_END;
@@ -121,7 +97,7 @@ static enum trace_blk trace_block_read(struct trace_rd *r, uint64_t off, uint64_
 }
 
 /* A block tag printable in a message whatever its bytes. */
-static const char *trace_tag_text(char tag[5])
+const char *trace_tag_text(char tag[5])
 {
     for (int i = 0; i < 4; i++)
         if (tag[i] < 0x20 || tag[i] > 0x7e)
@@ -129,92 +105,13 @@ static const char *trace_tag_text(char tag[5])
     return tag;
 }
 
-/* ---- reader: payloads ---------------------------------------------------- */
-
-/* A bounds-checked cursor over a payload: a read past the end sets `bad`
- * and yields zeros, so a parser checks once at the end. */
-struct trace_cur {
-    const uint8_t *p;
-    uint64_t n, i;
-    int bad;
-};
-
-static const uint8_t *trace_cur_take(struct trace_cur *c, uint64_t k)
+void *trace_rd_dctx(struct trace_rd *r)
 {
-    if (c->bad || c->n - c->i < k) {
-        c->bad = 1;
-        return NULL;
-    }
-    const uint8_t *q = c->p + c->i;
-    c->i += k;
-    return q;
+    if (!r->zd)
+        r->zd = trace_zstd_dctx();
+    return r->zd;
 }
 
-static uint64_t trace_cur_left(const struct trace_cur *c) { return c->bad ? 0 : c->n - c->i; }
-
-static uint8_t trace_cur_u8(struct trace_cur *c)
-{
-    const uint8_t *q = trace_cur_take(c, 1);
-    return q ? *q : 0;
-}
-
-static uint32_t trace_cur_u32(struct trace_cur *c)
-{
-    const uint8_t *q = trace_cur_take(c, 4);
-    return q ? trace_get_u32(q) : 0;
-}
-
-static uint64_t trace_cur_u64(struct trace_cur *c)
-{
-    const uint8_t *q = trace_cur_take(c, 8);
-    return q ? trace_get_u64(q) : 0;
-}
-
-static double trace_cur_f64(struct trace_cur *c)
-{
-    uint64_t u = trace_cur_u64(c);
-    double x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static float trace_f32_of(const uint8_t *q)
-{
-    uint32_t u = trace_get_u32(q);
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* A length-prefixed string; a NUL inside it would silently cut it short. */
-static char *trace_cur_str(struct trace_cur *c)
-{
-    uint32_t n = trace_cur_u32(c);
-    const uint8_t *q = trace_cur_take(c, n);
-    if (!q || memchr(q, 0, n)) {
-        c->bad = 1;
-        return NULL;
-    }
-    char *s = dt_malloc((size_t)n + 1);
-    memcpy(s, q, n);
-    s[n] = 0;
-    return s;
-}
-
-/* The verdict of a parser: 0, or -1 with `why` filled. */
-static int trace_cur_end(const struct trace_cur *c, const char *what, char *why, size_t nwhy)
-{
-    if (c->bad)
-        snprintf(why, nwhy, "%s payload shorter than its counts say", what);
-    else if (c->i != c->n)
-        snprintf(why, nwhy, "%s payload has %llu bytes too many", what,
-                 (unsigned long long)(c->n - c->i));
-    else
-        return 0;
-    return -1;
-}
-
-#define TRACE_WHY 160
 
 static int trace_parse_conf(struct trace_file *tf, const uint8_t *p, uint64_t n, char *why)
 {
@@ -282,8 +179,8 @@ static int trace_parse_ops(struct trace_file *tf, const uint8_t *p, uint64_t n, 
     return trace_cur_end(&c, "OPS", why, TRACE_WHY);
 }
 
-static int trace_parse_step(const struct trace_file *tf, const uint8_t *p, uint64_t n,
-                            struct trace_step *s, char *why)
+static int trace_parse_step(const struct trace_file *tf, struct trace_rd *rd, const uint8_t *p,
+                            uint64_t n, struct trace_step *s, char *why)
 {
     memset(s, 0, sizeof *s);
     if (n < TRACE_STEP_FIXED) {
@@ -296,38 +193,80 @@ static int trace_parse_step(const struct trace_file *tf, const uint8_t *p, uint6
     s->grad_norm = trace_cur_f64(&c);
     s->root = trace_cur_u64(&c);
     uint32_t nrec = trace_cur_u32(&c);
-    trace_cur_u32(&c);
-    if ((n - TRACE_STEP_FIXED) % TRACE_REC_LEN || (n - TRACE_STEP_FIXED) / TRACE_REC_LEN != nrec) {
-        snprintf(why, TRACE_WHY, "STEP payload of %llu bytes for %u records",
-                 (unsigned long long)n, nrec);
+    uint32_t enc = trace_cur_u32(&c);
+    if (tf->version == 1)
+        enc = TRACE_ENC_PLAIN; /* reserved in version 1 */
+    const uint8_t *q = p + TRACE_STEP_FIXED;
+    uint64_t left = n - TRACE_STEP_FIXED;
+    if (enc == TRACE_ENC_PLAIN) {
+        if (left % TRACE_REC_LEN || left / TRACE_REC_LEN != nrec) {
+            snprintf(why, TRACE_WHY, "STEP payload of %llu bytes for %u records",
+                     (unsigned long long)n, nrec);
+            return -1;
+        }
+        s->rec = nrec ? dt_malloc(nrec * sizeof *s->rec) : NULL;
+        for (uint32_t j = 0; j < nrec; j++, q += TRACE_REC_LEN) {
+            struct trace_oprec *r = &s->rec[j];
+            r->op = trace_get_u32(q);
+            r->hash = trace_get_u64(q + 8);
+            uint64_t u[3];
+            for (int k = 0; k < 3; k++)
+                u[k] = trace_get_u64(q + 16 + 8 * k);
+            memcpy(&r->l2, &u[0], 8);
+            memcpy(&r->min, &u[1], 8);
+            memcpy(&r->max, &u[2], 8);
+            r->nan = trace_get_u64(q + 40);
+            r->inf = trace_get_u64(q + 48);
+            for (int k = 0; k < TRACE_SKETCH_LEN; k++)
+                r->sketch[k] = trace_f32_of(q + 56 + 4 * k);
+        }
+    } else if (enc == TRACE_ENC_ZSTD) {
+        /* at most one record an op: bounds the allocation */
+        if (nrec > tf->nops) {
+            snprintf(why, TRACE_WHY, "step %llu: %u records for %u ops",
+                     (unsigned long long)s->step, nrec, tf->nops);
+            return -1;
+        }
+        size_t want = (size_t)TRACE_REC_PACKED * nrec;
+        uint8_t *cols = dt_malloc(want ? want : 1);
+        char z[TRACE_WHY];
+        if (trace_zstd_unpack(trace_rd_dctx(rd), cols, want, q, (size_t)left, z, sizeof z) < 0) {
+            snprintf(why, TRACE_WHY, "step %llu: records: %.100s", (unsigned long long)s->step, z);
+            free(cols);
+            return -1;
+        }
+        s->rec = nrec ? dt_malloc(nrec * sizeof *s->rec) : NULL;
+        trace_recs_unpack(s->rec, cols, nrec);
+        free(cols);
+    } else {
+        snprintf(why, TRACE_WHY, "step %llu: unknown record encoding %u",
+                 (unsigned long long)s->step, enc);
         return -1;
     }
     s->nrec = nrec;
-    s->rec = nrec ? dt_malloc(nrec * sizeof *s->rec) : NULL;
-    const uint8_t *q = p + TRACE_STEP_FIXED;
-    for (uint32_t j = 0; j < nrec; j++, q += TRACE_REC_LEN) {
-        struct trace_oprec *r = &s->rec[j];
-        r->op = trace_get_u32(q);
+    for (uint32_t j = 0; j < nrec; j++) {
+        const struct trace_oprec *r = &s->rec[j];
         if (r->op >= tf->nops || (j > 0 && r->op <= s->rec[j - 1].op)) {
             snprintf(why, TRACE_WHY, "step %llu: record %u names op %u (%u ops, increasing order)",
                      (unsigned long long)s->step, j, r->op, tf->nops);
             free(s->rec);
             s->rec = NULL;
+            s->nrec = 0;
             return -1;
         }
-        r->hash = trace_get_u64(q + 8);
-        uint64_t u[3];
-        for (int k = 0; k < 3; k++)
-            u[k] = trace_get_u64(q + 16 + 8 * k);
-        memcpy(&r->l2, &u[0], 8);
-        memcpy(&r->min, &u[1], 8);
-        memcpy(&r->max, &u[2], 8);
-        r->nan = trace_get_u64(q + 40);
-        r->inf = trace_get_u64(q + 48);
-        for (int k = 0; k < TRACE_SKETCH_LEN; k++)
-            r->sketch[k] = trace_f32_of(q + 56 + 4 * k);
     }
     return 0;
+}
+
+/* With trace_open_summaries, a step keeps its summary only: its records
+ * were checked, and are read again by trace_read_step. */
+static void trace_step_keep(const struct trace_file *tf, struct trace_step *s)
+{
+    if (tf->summaries) {
+        free(s->rec);
+        s->rec = NULL;
+        s->nrec = 0;
+    }
 }
 
 static int trace_parse_event(const struct trace_file *tf, const uint8_t *p, uint64_t n,
@@ -350,51 +289,6 @@ static int trace_parse_event(const struct trace_file *tf, const uint8_t *p, uint
     return rc;
 }
 
-static int trace_parse_ckpt(const uint8_t *p, uint64_t n, struct trace_ckpt *ck, char *why)
-{
-    struct trace_cur c = {p, n, 0, 0};
-    ck->step = trace_cur_u64(&c);
-    ck->data_cursor = trace_cur_u64(&c);
-    ck->rng_seed = trace_cur_u64(&c);
-    ck->rng_counter = trace_cur_u64(&c);
-    uint32_t nt = trace_cur_u32(&c);
-    trace_cur_u32(&c);
-    if (nt > trace_cur_left(&c) / TRACE_TENSOR_MIN) {
-        snprintf(why, TRACE_WHY, "%u tensors cannot fit in %llu bytes", nt,
-                 (unsigned long long)n);
-        return -1;
-    }
-    ck->t = dt_calloc(nt, sizeof *ck->t);
-    ck->ntensors = nt;
-    for (uint32_t i = 0; i < nt && !c.bad; i++) {
-        struct trace_tensor *t = &ck->t[i];
-        t->name = trace_cur_str(&c);
-        t->ndim = trace_cur_u8(&c);
-        trace_cur_take(&c, 3);
-        for (int d = 0; d < TRACE_MAX_DIM; d++)
-            t->shape[d] = trace_cur_u32(&c);
-        t->count = trace_cur_u64(&c);
-        if (c.bad)
-            break;
-        if (t->ndim > TRACE_MAX_DIM ||
-            (t->ndim > 0 && t->count != trace_shape_count(t->ndim, t->shape))) {
-            snprintf(why, TRACE_WHY, "tensor %u: %u dimensions for %llu elements", i, t->ndim,
-                     (unsigned long long)t->count);
-            return -1;
-        }
-        for (int d = t->ndim; d < TRACE_MAX_DIM; d++)
-            t->shape[d] = 0;
-        if (t->count > trace_cur_left(&c) / 4) {
-            c.bad = 1;
-            break;
-        }
-        const uint8_t *q = trace_cur_take(&c, 4 * t->count);
-        t->data = dt_malloc((size_t)t->count * sizeof *t->data);
-        for (uint64_t k = 0; k < t->count; k++)
-            t->data[k] = trace_f32_of(q + 4 * k);
-    }
-    return trace_cur_end(&c, "CKPT", why, TRACE_WHY);
-}
 
 /* ---- reader: the index footer -------------------------------------------- */
 
@@ -474,6 +368,9 @@ static void trace_file_drop_data(struct trace_file *tf)
         free(tf->events[i].text);
     free(tf->events);
     free(tf->ckpt);
+    free(tf->step_off);
+    tf->step_off = NULL;
+    trace_ckpt_free(&tf->ckpt_cache);
     tf->steps = NULL;
     tf->events = NULL;
     tf->ckpt = NULL;
@@ -489,6 +386,7 @@ static int trace_load_indexed(struct trace_file *tf, struct trace_rd *r, const s
 {
     const struct trace_ent *se = f->e[0], *ce = f->e[1], *ee = f->e[2];
     tf->steps = dt_calloc(f->n[0], sizeof *tf->steps);
+    tf->step_off = dt_calloc(f->n[0], sizeof *tf->step_off);
     tf->events = dt_calloc(f->n[2], sizeof *tf->events);
     uint64_t i = 0, j = 0, k = 0;
     char why[TRACE_WHY];
@@ -507,8 +405,10 @@ static int trace_load_indexed(struct trace_file *tf, struct trace_rd *r, const s
             return 1;
         if (is_step) {
             struct trace_step *s = &tf->steps[tf->nsteps];
-            if (trace_parse_step(tf, b.payload, b.len, s, why) < 0)
+            if (trace_parse_step(tf, r, b.payload, b.len, s, why) < 0)
                 return 1;
+            trace_step_keep(tf, s);
+            tf->step_off[tf->nsteps] = off;
             tf->nsteps++;
             if (s->step != se[i].step)
                 return 1;
@@ -573,7 +473,7 @@ static int trace_scan(struct trace_file *tf, struct trace_rd *r, uint64_t off, u
         }
         if (memcmp(b.tag, "STEP", 4) == 0) {
             struct trace_step s;
-            if (trace_parse_step(tf, b.payload, b.len, &s, why) < 0) {
+            if (trace_parse_step(tf, r, b.payload, b.len, &s, why) < 0) {
                 how = END_CORRUPT;
                 break;
             }
@@ -587,7 +487,10 @@ static int trace_scan(struct trace_file *tf, struct trace_rd *r, uint64_t off, u
             if (tf->nsteps == cap_s) {
                 cap_s = cap_s ? 2 * cap_s : 1024;
                 tf->steps = dt_realloc(tf->steps, cap_s * sizeof *tf->steps);
+                tf->step_off = dt_realloc(tf->step_off, cap_s * sizeof *tf->step_off);
             }
+            trace_step_keep(tf, &s);
+            tf->step_off[tf->nsteps] = off;
             tf->steps[tf->nsteps++] = s;
         } else if (memcmp(b.tag, "CKPT", 4) == 0) {
             if (b.len < TRACE_CKPT_FIXED || tf->nckpt == UINT32_MAX) {
@@ -622,7 +525,7 @@ static int trace_scan(struct trace_file *tf, struct trace_rd *r, uint64_t off, u
             how = END_CORRUPT;
             break;
         }
-        /* Any other tag is an addition by a later writer of version 1: skip it. */
+        /* Any other tag is an addition by a later writer of this version: skip it. */
         off += TRACE_BLOCK_EXTRA + b.len;
     }
     tf->complete = 0;
@@ -755,7 +658,7 @@ static int trace_load(struct trace_file *tf, struct trace_rd *r)
     return trace_scan(tf, r, off, r->size, 0);
 }
 
-int trace_open(struct trace_file **out, const char *path)
+static int trace_open_as(struct trace_file **out, const char *path, int summaries)
 {
     DT_ASSERT(out && path, "trace_open: NULL argument");
     *out = NULL;
@@ -772,9 +675,12 @@ int trace_open(struct trace_file **out, const char *path)
     }
     struct trace_file *tf = dt_calloc(1, sizeof *tf);
     tf->path = dt_strdup(path);
+    tf->summaries = summaries;
     struct trace_rd r = {.fd = fd, .path = tf->path, .size = (uint64_t)st.st_size};
     int rc = trace_load(tf, &r);
     free(r.buf);
+    if (r.zd)
+        trace_zstd_free_dctx(r.zd);
     close(fd);
     if (rc < 0) {
         trace_close(tf);
@@ -784,59 +690,61 @@ int trace_open(struct trace_file **out, const char *path)
     return 0;
 }
 
-int trace_read_ckpt(struct trace_file *tf, uint32_t i, struct trace_ckpt *out)
+
+int trace_open(struct trace_file **out, const char *path)
 {
-    DT_ASSERT(tf && out && i < tf->nckpt, "trace_read_ckpt: checkpoint %u of %u", i,
-              tf ? tf->nckpt : 0);
+    return trace_open_as(out, path, 0);
+}
+
+int trace_open_summaries(struct trace_file **out, const char *path)
+{
+    return trace_open_as(out, path, 1);
+}
+
+int trace_read_step(struct trace_file *tf, uint64_t i, struct trace_step *out)
+{
+    DT_ASSERT(tf && out && i < tf->nsteps, "trace_read_step: step %llu of %llu",
+              (unsigned long long)i, tf ? (unsigned long long)tf->nsteps : 0ULL);
     memset(out, 0, sizeof *out);
-    const struct trace_ckpt_ref *ref = &tf->ckpt[i];
-    unsigned long long step = (unsigned long long)ref->step, o = (unsigned long long)ref->offset;
-    /* Reopened here so an open trace holds no descriptor between reads. */
+    unsigned long long o = (unsigned long long)tf->step_off[i];
     int fd = open(tf->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        dt_error_set("%s: cannot open: %s", tf->path, strerror(errno));
-        return -1;
-    }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < ref->offset) {
-        dt_error_set("%s: the checkpoint of step %llu (offset %llu) is past the end of the file",
-                     tf->path, step, o);
-        close(fd);
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        dt_error_set("%s: cannot open: %s", tf->path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     struct trace_rd r = {.fd = fd, .path = tf->path, .size = (uint64_t)sb.st_size};
     struct trace_block b;
     char why[TRACE_WHY] = "";
     int rc = -1;
-    switch (trace_block_read(&r, ref->offset, r.size, 0, 0, &b)) {
-    case TRACE_BLK_IO:
-        break;
-    case TRACE_BLK_CRC:
-        dt_error_set("%s: the checkpoint of step %llu (offset %llu) is corrupt (CRC mismatch)",
-                     tf->path, step, o);
-        break;
-    case TRACE_BLK_OK:
-        if (memcmp(b.tag, "CKPT", 4) != 0)
-            dt_error_set("%s: no checkpoint at offset %llu (found a '%s' block)", tf->path, o,
-                         trace_tag_text(b.tag));
-        else if (trace_parse_ckpt(b.payload, b.len, out, why) < 0)
-            dt_error_set("%s: the checkpoint of step %llu (offset %llu) is corrupt (%s)",
-                         tf->path, step, o, why);
-        else if (out->step != ref->step)
-            dt_error_set("%s: the checkpoint at offset %llu is of step %llu, not %llu", tf->path,
-                         o, (unsigned long long)out->step, step);
-        else
-            rc = 0;
-        break;
-    default:
-        dt_error_set("%s: the checkpoint of step %llu (offset %llu) is cut short or has an "
-                     "impossible length", tf->path, step, o);
-        break;
-    }
+    enum trace_blk st = tf->step_off[i] <= r.size
+                            ? trace_block_read(&r, tf->step_off[i], r.size, 0, 0, &b)
+                            : TRACE_BLK_LONG;
+    if (st == TRACE_BLK_OK && memcmp(b.tag, "STEP", 4) != 0)
+        snprintf(why, sizeof why, "not a STEP block");
+    else if (st == TRACE_BLK_OK) {
+        int summaries = tf->summaries;
+        tf->summaries = 0;
+        rc = trace_parse_step(tf, &r, b.payload, b.len, out, why);
+        tf->summaries = summaries;
+        if (rc == 0 && out->step != tf->steps[i].step) {
+            snprintf(why, sizeof why, "step %llu where step %llu was",
+                     (unsigned long long)out->step, (unsigned long long)tf->steps[i].step);
+            free(out->rec);
+            memset(out, 0, sizeof *out);
+            rc = -1;
+        }
+    } else if (st != TRACE_BLK_IO)
+        snprintf(why, sizeof why, "%s", st == TRACE_BLK_CRC ? "CRC mismatch" : "cut short");
+    if (rc < 0 && st != TRACE_BLK_IO)
+        dt_error_set("%s: the step block at offset %llu changed since the trace was opened (%s)",
+                     tf->path, o, why);
     free(r.buf);
+    if (r.zd)
+        trace_zstd_free_dctx(r.zd);
     close(fd);
-    if (rc < 0)
-        trace_ckpt_free(out);
     return rc;
 }
 

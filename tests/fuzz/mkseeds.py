@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/fuzz/mkseeds.py: (re)write the seed corpora of the fuzz harnesses in
 tests/fuzz/corpus/. Traces come from `divtrace record` (tiny models on a tiny
-IDX file made here) and from a writer of format 1 of its own, for what a
+IDX file made here; format 2, as divtrace writes) and from a writer of
+format 1 of its own (which keeps format 1 covered), for what a
 short recorded run does not show (a plateau, 25 checkpoints, op lists that
 differ, damaged blocks). Every fuzz_trace seed starts with the harness's 4
 control bytes (see fuzz_trace.c).
@@ -279,6 +280,9 @@ def main():
         seeds['rec-mpfr-reference'] = ctrl(0x01, 0, 0x94, 0x04) + record(
             dt, tmp, 'mpfr.dtr', *ae, *st, '--backend', 'mpfr', '--no-self-check') + \
             record(dt, tmp, 'cpu.dtr', *ae, *st)
+        # format 2: checkpoints stored as differences (tensors big enough to compress)
+        seeds['rec-ae-delta'] = ctrl(0x00, 0, 0x00, 0x00) + record(
+            dt, tmp, 'd.dtr', '--layers', '1,256,1', '--batch', '1', '--steps', '3', '--checkpoint-every', '1')
         seeds['rec-prednet'] = ctrl(0x0c, 0x00, 0x01, 0x00) + record(
             dt, tmp, 'p.dtr', '--model', 'prednet', '--stack', '1', '--size', '2x2', '--nt', '2',
             '--steps', '1', '--trace-level', 'step', '--checkpoint-every', '1000')
@@ -294,7 +298,7 @@ def main():
     seeds['syn-pair-prednet-json'] = ctrl(0x09, 0x01, 0x01, 0x00) + syn_pair_prednet()
     seeds['syn-damaged'] = ctrl(0x08, 0x01, 0x00, 0x00) + syn_damaged()
     seeds['syn-json-type'] = ctrl(0x05, 0, 0x01, 0x01) + syn_json_type()
-    seeds['syn-version-2'] = ctrl(0x00, 0, 0x00, 0x00) + b'DIVTRACE' + u32(2) + u32(0)
+    seeds['syn-version-3'] = ctrl(0x00, 0, 0x00, 0x00) + b'DIVTRACE' + u32(3) + u32(0)
     seeds['syn-header-only'] = ctrl(0x00, 0, 0x00, 0x00) + b'DIVTRACE' + u32(1) + u32(0)
     seeds['syn-no-ops'] = ctrl(0x00, 0, 0x00, 0x00) + Trace(conf(), 0, []).data[:-len(block(b'OPS ', u32(0)))]
     write_dir(os.path.join(corpus, 'fuzz_trace'), seeds)

@@ -23,10 +23,10 @@ endif
 # enough for every make check (a few seconds).
 check_PROGRAMS += tests/lib/tsan_check
 TESTS += tests/lib/tsan_check
-tests_lib_tsan_check_SOURCES = tests/lib/tsan_check.c $(src_libdivtrace_la_SOURCES) src/trace_read.c
+tests_lib_tsan_check_SOURCES = tests/lib/tsan_check.c $(src_libdivtrace_la_SOURCES) src/trace_read.c src/trace_ckpt.c
 tests_lib_tsan_check_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN_CFLAGS) -g `cat tests/lib/tsan-flags`
 tests_lib_tsan_check_LDFLAGS = -no-install `cat tests/lib/tsan-flags`
-tests_lib_tsan_check_LDADD = $(XXHASH_LIBS) $(ZLIB_LIBS) $(LIBS)
+tests_lib_tsan_check_LDADD = $(XXHASH_LIBS) $(ZLIB_LIBS) $(ZSTD_LIBS) $(LIBS)
 if HAVE_CUDA
 tests_lib_tsan_check_LDADD += $(LIB_GPU_LO) $(CUDART_LIBS)
 endif
