@@ -36,7 +36,8 @@ static void escape_usage(FILE *f)
           "      --horizon N  steps after a plateau within which the drop must come\n"
           "                   (default 3 windows)\n"
           "      --flat X     flat: slope at most X times a power law's rate (default 0.25)\n"
-          "      --noise X    ... or at most X standard deviations of noise (default 3)\n"
+          "      --noise X    noise allowance in standard deviations: of the slope, of\n"
+          "                   a plateau's fall, of a drop (default 3)\n"
           "      --drop X     escape: the smoothed loss falls by X, relative (default 0.05)\n"
           "      --curvature S  also the Hessian's extreme eigenvalues at the checkpoint\n"
           "                   of step S: a saddle (negative curvature) or a minimum\n"
@@ -50,7 +51,8 @@ static void escape_usage(FILE *f)
           "                   onset with |escape difference|; with --plot, pairs.png\n"
           "      --pair-key K1,K2,...  two runs pair when their headers agree on these\n"
           "                   keys and differ in another (default model,seed,init_seed)\n"
-          "      --json       one JSON object instead of text\n"
+          "      --json       one JSON object instead of the text\n"
+          "  -q, --quiet      print nothing (plots are still written); only the exit status\n"
           "  -h, --help       show this help and exit\n"
           "  -V, --version    show the version and exit\n"
           "\n"
@@ -394,9 +396,20 @@ static void escape_pairs_json(const char *dir, const struct escape_pairs *ps)
     fputs("}}\n", f);
 }
 
+/* Where the plots' "plot: PATH" lines go: with the text on stdout, else
+ * (--json) on stderr; nowhere with -q. */
+static FILE *escape_plot_log(int json, int quiet, FILE **devnull)
+{
+    *devnull = NULL;
+    if (!quiet)
+        return json ? stderr : stdout;
+    *devnull = fopen("/dev/null", "w");
+    return *devnull ? *devnull : stderr;
+}
+
 /* `escape --pairs DIR`: 0, or CLI_EXIT_TROUBLE after one line on stderr. */
 static int escape_pairs_main(const char *dir, const char *keylist, const struct escape_params *p,
-                             int json, const char *plot_dir)
+                             int json, int quiet, const char *plot_dir)
 {
     char **keys;
     size_t nkeys;
@@ -413,15 +426,20 @@ static int escape_pairs_main(const char *dir, const char *keylist, const struct 
         cli_error("escape", "%s", dt_error());
         return CLI_EXIT_TROUBLE;
     }
-    if (json)
+    if (quiet)
+        ;
+    else if (json)
         escape_pairs_json(dir, &ps);
     else
         escape_pairs_text(dir, &ps);
     rc = 0;
-    if (plot_dir && plot_pairs(plot_dir, &ps, json ? stderr : stdout) < 0) {
+    FILE *devnull;
+    if (plot_dir && plot_pairs(plot_dir, &ps, escape_plot_log(json, quiet, &devnull)) < 0) {
         cli_error("escape", "%s", dt_error());
         rc = CLI_EXIT_TROUBLE;
     }
+    if (plot_dir && devnull)
+        fclose(devnull);
     escape_pairs_free(&ps);
     return rc;
 }
@@ -451,17 +469,18 @@ int cmd_escape(int argc, char **argv)
         {"plot", required_argument, NULL, 'p'},
         {"pairs", required_argument, NULL, 'P'},
         {"pair-key", required_argument, NULL, 'K'},
+        {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     struct escape_params p;
     escape_params_defaults(&p);
-    int json = 0, has_curv = 0, c;
+    int json = 0, quiet = 0, has_curv = 0, c;
     uint64_t curv_step = 0;
     const char *plot_dir = NULL, *pairs_dir = NULL, *pair_keys = NULL;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "w:hV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "w:qhV", opts, NULL)) != -1) {
         switch (c) {
         case 'w':
             if (escape_opt_int("--window", optarg, &p.window) < 0)
@@ -501,6 +520,7 @@ int cmd_escape(int argc, char **argv)
         case 'p': plot_dir = optarg; break;
         case 'P': pairs_dir = optarg; break;
         case 'K': pair_keys = optarg; break;
+        case 'q': quiet = 1; break;
         case 'h': escape_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("escape");
@@ -529,7 +549,7 @@ int cmd_escape(int argc, char **argv)
             return CLI_EXIT_TROUBLE;
         }
         int rc = escape_pairs_main(pairs_dir, pair_keys ? pair_keys : ESCAPE_PAIRS_DEFAULT_KEYS, &p,
-                                   json, plot_dir);
+                                   json, quiet, plot_dir);
         if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
             cli_error("escape", "write error on standard output");
             return CLI_EXIT_TROUBLE;
@@ -584,7 +604,7 @@ int cmd_escape(int argc, char **argv)
             out[opened].has_curv = 1;
         }
     }
-    if (rc == 0) {
+    if (rc == 0 && !quiet) {
         if (json)
             escape_print_json(out, nruns);
         else
@@ -596,10 +616,13 @@ int cmd_escape(int argc, char **argv)
         for (size_t k = 0; k < nruns; k++)
             pr[k] = (struct plot_run){.tf = out[k].tf, .r = &out[k].r};
         /* with --json, stdout holds only the JSON object */
-        if (plot_escape(plot_dir, pr, nruns, json ? stderr : stdout) < 0) {
+        FILE *devnull;
+        if (plot_escape(plot_dir, pr, nruns, escape_plot_log(json, quiet, &devnull)) < 0) {
             cli_error("escape", "%s", dt_error());
             rc = CLI_EXIT_TROUBLE;
         }
+        if (devnull)
+            fclose(devnull);
         free(pr);
     }
     for (size_t k = 0; k < opened; k++) {

@@ -1,6 +1,7 @@
 /* cmd_sweep.c: `divtrace sweep`: run a study's trials (divtrace-sweep(5))
  * as child processes of this same program, N at a time, resumably; or list
- * them; or write a Makefile or a Slurm job array that runs them. */
+ * them; or write a Makefile or a Slurm job array that runs them
+ * (cmd_sweep_emit.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -20,6 +21,8 @@
 #endif
 
 #include "cli.h"
+#include "cmd_sweep.h"
+#include "progress.h"
 #include "sweep.h"
 #include "trace.h"
 #include "util.h"
@@ -29,20 +32,10 @@
 /* How long interrupted children get to exit after SIGTERM before SIGKILL. */
 #define SWEEP_KILL_GRACE_S 5.0
 
-enum sweep_state { SWEEP_PENDING, SWEEP_DONE, SWEEP_RUNNING, SWEEP_OK, SWEEP_FAILED };
-
-struct sweep_trial {
-    const struct sweep_cond *c;
-    int t;
-    char rel[PATH_MAX];         /* "runs/COND/tNN" (no extension), relative to DIR */
-    enum sweep_state state;
-    pid_t pid;
-};
-
 struct sweep_opts {
     const char *spec, *dir, *emit;
     const char *only[SWEEP_MAX_ONLY];
-    int nonly, jobs, list, force, quiet;
+    int nonly, jobs, list, force, quiet, progress;
 };
 
 static void sweep_usage(FILE *f)
@@ -64,48 +57,22 @@ static void sweep_usage(FILE *f)
           "                     (make -C DIR -j N), 'slurm' writes DIR/sweep.slurm (a\n"
           "                     job array for sbatch, one task per trial)\n"
           "      --force        replace a different DIR/sweep.spec (traces are kept)\n"
-          "  -q, --quiet        no progress line, no final summary\n"
+          "  -q, --quiet        print nothing on stdout (no summary) and no progress\n"
+          "      --progress     progress as plain lines on stderr, every 10 s and at the\n"
+          "                     end (on a terminal a line is rewritten in place without\n"
+          "                     it)\n"
           "  -h, --help         show this help and exit\n"
           "  -V, --version      show the version and exit\n"
           "\n"
-          "Exit status: 0 every trial done, 2 trouble or a trial failed (its log is\n"
-          "kept); interrupted by SIGINT or SIGTERM, the sweep stops its trials,\n"
-          "removes their partial traces and dies of the same signal (130, 143).\n",
+          "Exit status: 0 every trial done; 1 every trial done, and some recorded a\n"
+          "carry fault (state changed between steps: a finding; its trace is kept);\n"
+          "2 trouble or a trial failed (its log is kept); interrupted by SIGINT or\n"
+          "SIGTERM, the sweep stops its trials, removes their partial traces and dies\n"
+          "of the same signal (130, 143).\n",
           f);
 }
 
 /* ---- small helpers ---- */
-
-/* A word for sh (and, with make, inside a Makefile recipe: '$' doubled). */
-static void sweep_put_word(FILE *f, const char *s, int make)
-{
-    int plain = *s != 0;
-    for (const char *q = s; *q && plain; q++)
-        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                       "_-+=./,:@%", *q) != NULL;
-    if (plain) {
-        fputs(s, f);
-        return;
-    }
-    fputc('\'', f);
-    for (const char *q = s; *q; q++) {
-        if (*q == '\'')
-            fputs("'\\''", f);
-        else if (*q == '$' && make)
-            fputs("$$", f);
-        else
-            fputc(*q, f);
-    }
-    fputc('\'', f);
-}
-
-static void sweep_put_args(FILE *f, char **args, int make)
-{
-    for (char **a = args; *a; a++) {
-        fputc(' ', f);
-        sweep_put_word(f, *a, make);
-    }
-}
 
 static int sweep_join(char *out, size_t n, const char *dir, const char *rel, const char *ext)
 {
@@ -152,8 +119,9 @@ static int sweep_mkdirs(const char *path)
     return DT_OK;
 }
 
-/* Whether the trace at path is complete (footer present and valid). */
-static int sweep_trace_complete(const char *path, char *why, size_t n)
+/* Whether the trace at path is complete (footer present and valid); and
+ * into *carry (when not NULL) whether it holds a carry fault event. */
+static int sweep_trace_complete(const char *path, char *why, size_t n, int *carry)
 {
     struct trace_file *tf;
     if (trace_open(&tf, path) < 0) {
@@ -162,6 +130,9 @@ static int sweep_trace_complete(const char *path, char *why, size_t n)
     }
     int ok = tf->complete;
     snprintf(why, n, "%s", tf->note[0] ? tf->note : "no index footer");
+    for (uint32_t i = 0; carry && i < tf->nevents; i++)
+        if (tf->events[i].code == TRACE_EVENT_CARRY)
+            *carry = 1;
     trace_close(tf);
     return ok;
 }
@@ -188,7 +159,7 @@ static char *sweep_read_file(const char *path)
 /* Files are written through a temporary file and a rename, so that a file
  * is whole or missing: open tmp, the temporary file of path, or NULL
  * with dt_error set. */
-static FILE *sweep_tmp_open(const char *path, char tmp[PATH_MAX])
+FILE *sweep_tmp_open(const char *path, char tmp[PATH_MAX])
 {
     if ((size_t)snprintf(tmp, PATH_MAX, "%s.tmp", path) >= PATH_MAX) {
         dt_error_set("%s: path too long", path);
@@ -202,7 +173,7 @@ static FILE *sweep_tmp_open(const char *path, char tmp[PATH_MAX])
 
 /* Close f, opened by sweep_tmp_open, and rename tmp to path (tmp removed
  * when anything failed). */
-static int sweep_tmp_close(FILE *f, const char *tmp, const char *path)
+int sweep_tmp_close(FILE *f, const char *tmp, const char *path)
 {
     int bad = ferror(f);
     bad |= fclose(f) != 0;
@@ -259,7 +230,7 @@ static struct sweep_trial *sweep_plan(const struct sweep_spec *s, const struct s
             char path[PATH_MAX], why[256];
             x->state = SWEEP_PENDING;
             if (sweep_join(path, sizeof path, o->dir, x->rel, ".dtr") == DT_OK &&
-                sweep_exists(path) && sweep_trace_complete(path, why, sizeof why))
+                sweep_exists(path) && sweep_trace_complete(path, why, sizeof why, &x->carry))
                 x->state = SWEEP_DONE;
         }
     }
@@ -288,122 +259,6 @@ static int sweep_list(const struct sweep_spec *s, const struct sweep_opts *o,
     return 0;
 }
 
-/* ---- emitting a Makefile or a Slurm array ---- */
-
-/* Paths written into a Makefile or a script unquoted by us must not hold
- * characters that make or sh would read. */
-static int sweep_path_plain(const char *what, const char *p)
-{
-    if (strpbrk(p, "'$#\n\\\"`")) {
-        dt_error_set("%s '%s': has a quote, '$', '#', '\\' or newline: cannot be written "
-                     "into a Makefile or script", what, p);
-        return DT_ERR;
-    }
-    return DT_OK;
-}
-
-/* The temporary file of path, a Makefile or script that names exe, cwd and
- * dir (NULL: none) unquoted, once they are plain. */
-static FILE *sweep_emit_open(const char *path, const char *exe, const char *cwd, const char *dir,
-                             char tmp[PATH_MAX])
-{
-    if (sweep_path_plain("the program's path", exe) < 0 ||
-        sweep_path_plain("the working directory", cwd) < 0 ||
-        (dir && sweep_path_plain("the output directory", dir) < 0))
-        return NULL;
-    return sweep_tmp_open(path, tmp);
-}
-
-static int sweep_emit_make(const struct sweep_spec *s, const struct sweep_opts *o,
-                           struct sweep_trial *tr, int n, const char *exe, const char *cwd,
-                           const char *path)
-{
-    char tmp[PATH_MAX];
-    FILE *f = sweep_emit_open(path, exe, cwd, NULL, tmp);
-    if (!f)
-        return DT_ERR;
-    fprintf(f, "# Makefile of the sweep '%s', written by divtrace sweep --emit make.\n"
-               "# One target per trial; run: make -C DIR -j N [DIVTRACE=/path/to/divtrace]\n"
-               "# Record options' relative paths are relative to WORKDIR.\n"
-               "DIVTRACE = %s\n"
-               "WORKDIR = %s\n"
-               "\n"
-               ".PHONY: all\n"
-               "all:",
-            s->name, exe, cwd);
-    for (int i = 0; i < n; i++)
-        fprintf(f, " \\\n\t%s.dtr", tr[i].rel);
-    fputs("\n", f);
-    for (int i = 0; i < n; i++) {
-        const char *r = tr[i].rel;
-        char cdir[PATH_MAX];
-        snprintf(cdir, sizeof cdir, "runs/%s", tr[i].c->name);
-        char **args = sweep_trial_args(s, tr[i].c, tr[i].t);
-        /* record's exit 1 (a carry fault) left a complete trace: kept */
-        fprintf(f, "\n%s.dtr:\n\t@mkdir -p %s\n\tcd '$(WORKDIR)' && { '$(DIVTRACE)' record", r, cdir);
-        sweep_put_args(f, args, 1);
-        fprintf(f, " -o '$(CURDIR)/%s.dtr.part' >'$(CURDIR)/%s.log' 2>&1 || [ $$? -eq 1 ]; }\n"
-                   "\tmv %s.dtr.part %s.dtr\n",
-                r, r, r, r);
-        sweep_args_free(args);
-    }
-    return sweep_tmp_close(f, tmp, path);
-}
-
-static int sweep_emit_slurm(const struct sweep_spec *s, const struct sweep_opts *o,
-                            struct sweep_trial *tr, int n, const char *exe, const char *cwd,
-                            const char *dir, const char *path)
-{
-    char tmp[PATH_MAX];
-    FILE *f = sweep_emit_open(path, exe, cwd, dir, tmp);
-    if (!f)
-        return DT_ERR;
-    fprintf(f, "#!/bin/bash\n"
-               "# Slurm job array of the sweep '%s', written by divtrace sweep --emit slurm:\n"
-               "# one array task per trial; submit with: sbatch %s\n"
-               "# DIVTRACE, WORKDIR and SWEEP_DIR may be set in the environment.\n"
-               "#SBATCH --job-name=%s\n"
-               "#SBATCH --array=0-%d\n"
-               "set -u\n"
-               "DIVTRACE=${DIVTRACE:-\"%s\"}\n"
-               "WORKDIR=${WORKDIR:-\"%s\"}\n"
-               "SWEEP_DIR=${SWEEP_DIR:-\"%s\"}\n"
-               "case \"${SLURM_ARRAY_TASK_ID:?not a Slurm array task}\" in\n",
-            s->name, path, s->name, n - 1, exe, cwd, dir);
-    for (int i = 0; i < n; i++) {
-        char **args = sweep_trial_args(s, tr[i].c, tr[i].t);
-        fprintf(f, "%d) trial=%s; args=(", i, tr[i].rel);
-        for (char **a = args; *a; a++) {
-            if (a != args)
-                fputc(' ', f);
-            sweep_put_word(f, *a, 0);
-        }
-        fputs(") ;;\n", f);
-        sweep_args_free(args);
-    }
-    fputs("*) echo \"divtrace sweep: no trial for array task $SLURM_ARRAY_TASK_ID\" >&2; exit 2 ;;\n"
-          "esac\n"
-          "out=\"$SWEEP_DIR/$trial\"\n"
-          "# a complete trace is kept, as by divtrace sweep\n"
-          "[ -e \"$out.dtr\" ] && exit 0\n"
-          "mkdir -p \"$(dirname \"$out\")\" && cd \"$WORKDIR\" || exit 2\n"
-          "\"$DIVTRACE\" record \"${args[@]}\" -o \"$out.dtr.part\" >\"$out.log\" 2>&1\n"
-          "rc=$?\n"
-          "# exit 1: trained, with a carry fault (a finding); the trace is complete\n"
-          "if [ $rc -le 1 ]; then\n"
-          "    mv \"$out.dtr.part\" \"$out.dtr\"\n"
-          "else\n"
-          "    rm -f \"$out.dtr.part\"\n"
-          "    echo \"divtrace sweep: $trial failed (exit $rc): see $out.log\" >&2\n"
-          "    exit 2\n"
-          "fi\n",
-          f);
-    if (sweep_tmp_close(f, tmp, path) < 0)
-        return DT_ERR;
-    chmod(path, 0755);
-    return DT_OK;
-}
-
 /* ---- running ---- */
 
 struct sweep_run {
@@ -414,13 +269,13 @@ struct sweep_run {
     int n;
     int planned, done, running, failed, kept;
     double t0;
-    int progress;               /* a progress line is shown */
+    struct progress prog;       /* progress on stderr (progress.h) */
     sigset_t oldmask;
 };
 
 static void sweep_progress(struct sweep_run *r, int final)
 {
-    if (!r->progress)
+    if (!final && !progress_due(&r->prog))
         return;
     double el = dt_now() - r->t0;
     int fin = r->done + r->failed;
@@ -429,11 +284,12 @@ static void sweep_progress(struct sweep_run *r, int final)
         double left = el / fin * (r->planned - fin);
         snprintf(est, sizeof est, ", ~%d:%02d left", (int)left / 60, (int)left % 60);
     }
-    fprintf(stderr, "\r\033[Ksweep: %d done, %d running, %d failed, of %d; %d:%02d elapsed%s",
-            r->done, r->running, r->failed, r->planned, (int)el / 60, (int)el % 60, est);
     if (final)
-        fputc('\n', stderr);
-    fflush(stderr);
+        progress_end(&r->prog, "%d done, %d failed, of %d; %d:%02d elapsed", r->done, r->failed,
+                     r->planned, (int)el / 60, (int)el % 60);
+    else
+        progress_show(&r->prog, "%d done, %d running, %d failed, of %d; %d:%02d elapsed%s", r->done,
+                      r->running, r->failed, r->planned, (int)el / 60, (int)el % 60, est);
 }
 
 /* Start trial x: record into tNN.dtr.part, stdout and stderr into tNN.log. */
@@ -525,8 +381,8 @@ static void sweep_finish(struct sweep_run *r, struct sweep_trial *x, int st)
             x->state = SWEEP_OK;
             r->done++;
             if (WEXITSTATUS(st) == 1) {
-                if (r->progress)
-                    fputs("\r\033[K", stderr);
+                x->carry = 1;
+                progress_clear(&r->prog);
                 fprintf(stderr, "divtrace sweep: %s: a carry fault (record exited 1; the trace is kept): "
                         "see %s/%s.log\n", x->rel, r->o->dir, x->rel);
             }
@@ -541,8 +397,7 @@ static void sweep_finish(struct sweep_run *r, struct sweep_trial *x, int st)
     unlink(part);
     x->state = SWEEP_FAILED;
     r->failed++;
-    if (r->progress)
-        fputs("\r\033[K", stderr);
+    progress_clear(&r->prog);
     fprintf(stderr, "divtrace sweep: %s failed: %s: see %s/%s.log\n", x->rel, why, r->o->dir,
             x->rel);
 }
@@ -601,8 +456,7 @@ static int sweep_run_all(struct sweep_run *r)
             if (x->state != SWEEP_PENDING)
                 continue;
             if (sweep_start(r, x) < 0) {
-                if (r->progress)
-                    fputs("\r\033[K", stderr);
+                progress_clear(&r->prog);
                 cli_error("sweep", "%s", dt_error());
                 trouble = 1;
             }
@@ -630,8 +484,7 @@ static int sweep_run_all(struct sweep_run *r)
         }
     }
     if (stop_sig) {
-        if (r->progress)
-            fputs("\r\033[K", stderr);
+        progress_clear(&r->prog);
         fprintf(stderr, "divtrace sweep: interrupted: %d trials done, the others rerun when the "
                 "sweep is run again\n", r->done + r->kept);
         fflush(stderr);
@@ -656,12 +509,25 @@ static int sweep_run_all(struct sweep_run *r)
     if (!r->o->quiet)
         printf("sweep %s: %d of %d trials done (%d run now, %d kept) in %.1f s: %s/runs\n",
                r->s->name, r->done + r->kept, r->n, r->done, r->kept, dt_now() - r->t0, r->o->dir);
+    /* a carry fault is a finding (record's exit 1), also in a trial kept
+     * from an earlier run of the sweep */
+    int ncarry = 0;
+    const struct sweep_trial *first = NULL;
+    for (int i = 0; i < r->n; i++)
+        if (r->tr[i].carry && ncarry++ == 0)
+            first = &r->tr[i];
+    if (ncarry) {
+        fprintf(stderr, "divtrace sweep: %d of %d trials recorded a carry fault (state changed between "
+                "steps), the first %s: see its log, or divtrace explain it against a clean trial\n",
+                ncarry, r->n, first->rel);
+        return CLI_EXIT_FINDING;
+    }
     return 0;
 }
 
 /* ---- the command ---- */
 
-enum { OPT_ONLY = 256, OPT_LIST, OPT_EMIT, OPT_FORCE };
+enum { OPT_ONLY = 256, OPT_LIST, OPT_EMIT, OPT_FORCE, OPT_PROGRESS };
 
 static const struct option sweep_options[] = {
     {"output", required_argument, NULL, 'o'},
@@ -671,6 +537,7 @@ static const struct option sweep_options[] = {
     {"emit", required_argument, NULL, OPT_EMIT},
     {"force", no_argument, NULL, OPT_FORCE},
     {"quiet", no_argument, NULL, 'q'},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -712,6 +579,7 @@ static int sweep_parse_opts(int argc, char **argv, struct sweep_opts *o, int *ex
             break;
         case OPT_FORCE: o->force = 1; break;
         case 'q': o->quiet = 1; break;
+        case OPT_PROGRESS: o->progress = 1; break;
         case 'h': sweep_usage(stdout); *exit_now = 0; return DT_ERR;
         case 'V': *exit_now = cli_version(); return DT_ERR;
         default: *exit_now = cli_usage_error("sweep"); return DT_ERR;
@@ -790,6 +658,8 @@ int cmd_sweep(int argc, char **argv)
             goto out;
         }
     }
+    if (sweep_check_trials(&s, o.spec, o.only, o.nonly) < 0)
+        goto out;
     char exe[PATH_MAX], cwd[PATH_MAX], adir[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) {
@@ -804,7 +674,7 @@ int cmd_sweep(int argc, char **argv)
     int n;
     tr = sweep_plan(&s, &o, &n);
     if (o.list) {
-        rc = sweep_list(&s, &o, tr, n);
+        rc = o.quiet ? 0 : sweep_list(&s, &o, tr, n);
         goto out;
     }
     if (sweep_mkdirs(o.dir) < 0 || access(o.dir, W_OK) < 0) {
@@ -839,8 +709,8 @@ int cmd_sweep(int argc, char **argv)
         int mk = strcmp(o.emit, "make") == 0;
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", o.dir, mk ? "Makefile" : "sweep.slurm");
-        int e = mk ? sweep_emit_make(&s, &o, tr, n, exe, cwd, path)
-                   : sweep_emit_slurm(&s, &o, tr, n, exe, cwd, adir, path);
+        int e = mk ? sweep_emit_make(&s, tr, n, exe, cwd, path)
+                   : sweep_emit_slurm(&s, tr, n, exe, cwd, adir, path);
         if (e < 0) {
             cli_error("sweep", "%s", dt_error());
             goto out;
@@ -869,14 +739,14 @@ int cmd_sweep(int argc, char **argv)
         }
         /* Left by a sweep that was killed: the trial runs again. */
         unlink(part);
-        if (sweep_exists(dtr) && !sweep_trace_complete(dtr, why, sizeof why)) {
+        if (sweep_exists(dtr) && !sweep_trace_complete(dtr, why, sizeof why, NULL)) {
             fprintf(stderr, "divtrace sweep: %s.dtr is not a complete trace (%s): running it "
                     "again\n", tr[i].rel, why);
             unlink(dtr);
         }
         r.planned++;
     }
-    r.progress = !o.quiet && isatty(STDERR_FILENO);
+    progress_init(&r.prog, progress_mode_pick(o.quiet, o.progress), "divtrace sweep");
     rc = sweep_run_all(&r);
 out:
     if (lockfd >= 0)

@@ -3,30 +3,47 @@
  * The method (divtrace-escape(1) states the same rules for users):
  *  1. y[t] = ln loss[t] (a non-finite or non-positive loss takes the
  *     previous valid value). Log, so that thresholds are relative.
- *  2. z = centered moving mean (width w) of the centered moving median
- *     (width w) of y; windows are cut at the ends of the curve. The median
+ *  2. med = centered moving median (width w) of y, z = centered moving mean
+ *     (width w) of med; windows are cut at the ends of the curve. The median
  *     removes outlier batches, the mean the remaining jitter.
- *  3. Slope s[t] = (z[t+h] - z[t-h]) / (2h), h = (w-1)/2, the indices
- *     clamped to the curve (the divisor is the clamped distance).
- *  4. Reference rate: E = ln(z[0] / z[N-1]) / ln N (0 if negative), the
- *     exponent of the power law through the curve's ends; at step t such a
- *     law falls by E / (t+1) per step. Noise: sigma = 1.4826 * median
- *     |y - median_w(y)|; the slope of step 3 then has a standard deviation
- *     of about 1.3 sigma / w^1.5 (a median of w points, differenced over w).
- *  5. Step t is flat when |s[t]| <= max(flat * E/(t+1), noise_k * 1.3 sigma
- *     / w^1.5, 1e-12). Comparing with a power law's rate, not a constant rate, is
- *     what keeps the tail of a pure power law from being called a plateau;
- *     the noise floor keeps noise from cutting a plateau into pieces.
- *  6. Maximal runs of flat steps; two runs merge when the gap between them
- *     is at most max_gap steps and z does not fall by drop or more across
- *     it. Runs shorter than min_len steps are dropped: the rest are plateaus.
- *  7. A plateau [a, b] with b < N-1 escapes when min z over (b, b+horizon]
- *     is at least ln(1/(1-drop)) below z[b] (a fall of drop, relative). The
- *     escape step is the first step after b where z reaches the middle (in
- *     log) between z[b] and that minimum: the centre of the drop.
- *  8. Phases = 1 + escapes: a plateau and its drop is biphasic, two
+ *  3. Slope s[t] = (z[c+h] - z[c-h]) / (2h), h = (w-1)/2, the centre c = t
+ *     moved into [2h, N-1-2h]: z near an end is a mean over a cut window,
+ *     which flattens a falling curve.
+ *  4. Reference law: t0 = N/10, E = ln(z[0] / z[N-1]) / ln((N-1+t0) / t0)
+ *     (0 if negative), the exponent of the power law (t+t0)^-E through the
+ *     curve's ends. It falls by E / (t+t0) per step at step t and by R(a, b)
+ *     = E ln((b+t0) / (a+t0)) over [a, b]. The offset keeps the first steps
+ *     of a smooth fall, where (t+1)^-E would be steep, from looking flat.
+ *     Noise: sigma = 1.4826 * median |y - med|; the slope of step 3 then
+ *     has a standard deviation of about 1.3 sigma / w^1.5, z one of 0.92
+ *     sigma / sqrt(w). A drop is a fall of z by D = max(ln(1/(1-drop)),
+ *     noise_k sqrt(2) 0.92 sigma / sqrt(w)): by `drop`, beyond the noise.
+ *  5. Step t is flat when |s[t]| <= max(flat * E/(t+t0), noise_k * 1.3
+ *     sigma / w^1.5, 1e-12). Comparing with a power law's rate, not a
+ *     constant rate, keeps the tail of a pure power law from being called a
+ *     plateau; the noise floor keeps noise from cutting a plateau into
+ *     pieces (step 7 then rejects what the floor let through).
+ *  6. Maximal runs of flat steps; two runs merge when z does not fall by D
+ *     across the gap between them and the gap is at most max_gap steps or
+ *     the two together are level (step 7).
+ *  7. A run of at least min_len steps is a plateau when it is level as a
+ *     whole: the least squares line through med over it falls by F, with
+ *     standard error SE = sigma sqrt(12 / len); level is |F| <= flat R + SE
+ *     and, on a curve that falls by D overall, |F| + noise_k SE <= R (a
+ *     stretch that could be the curve's own descent is not a plateau). A
+ *     run that is not level often starts in the tail of a descent: its
+ *     start moves to where two least squares lines fit the run best, and
+ *     the rest is tested once more.
+ *  8. A plateau [a, b] with b < N-1 escapes when min z over (b, b+horizon]
+ *     is at least D below z[b]. The drop goes on while the slope is steeper
+ *     than the flatness threshold and than a quarter of its steepest value
+ *     since b (its foot); the escape step is the first step after b where
+ *     z reaches the middle (in log) between z[b] and the lowest z up to the
+ *     foot: the centre of the drop.
+ *  9. Phases = 1 + escapes: a plateau and its drop is biphasic, two
  *     escaped plateaus triphasic (plateau, drop, plateau, drop), none
- *     monophasic (also a constant curve: one plateau, never escaped). */
+ *     monophasic (also a constant curve: one plateau, never escaped, and a
+ *     curve with no plateau at all). */
 #include "escape.h"
 
 #include <math.h>
@@ -140,24 +157,163 @@ struct escape_run {
     size_t a, b; /* inclusive */
 };
 
+/* The working arrays of one analysis. */
+struct escape_work {
+    size_t n, w, h;
+    double t0;           /* the reference law's offset, N/10 */
+    double floor_;       /* the flatness floor for noise, per step */
+    int descends;        /* z falls by a drop over the whole curve */
+    double *y, *med, *z, *tmp; /* (N) each; tmp (N+1) */
+    double *pm, *ptm, *pmm; /* (N+1) prefix sums of v, t v, v^2; v = med[t] - med[0] */
+};
+
+/* The slope of z at t, (z[c+h] - z[c-h]) / 2h with the centre c = t moved
+ * into [2h, N-1-2h], so that both ends are means over whole windows: near
+ * an end of the curve z is a mean over a window cut on one side, which
+ * flattens a falling curve, so the first and last 2h steps take the slope
+ * of the nearest whole span. A curve too short for that uses windows cut to
+ * the curve. */
+static double escape_slope(const struct escape_work *k, size_t t)
+{
+    size_t n = k->n, h = k->h, lo, hi;
+    if (4 * h + 1 <= n) {
+        size_t c = t < 2 * h ? 2 * h : t > n - 1 - 2 * h ? n - 1 - 2 * h : t;
+        lo = c - h;
+        hi = c + h;
+    } else {
+        lo = t > h ? t - h : 0;
+        hi = t + h < n ? t + h : n - 1;
+    }
+    return hi > lo ? (k->z[hi] - k->z[lo]) / (double)(hi - lo) : 0.0;
+}
+
+/* Step 7: whether [a, b] is level as a whole. Its fall F is that of the
+ * least squares line through med over [a, b] (over the steps where med's
+ * window is whole: a cut window lags), with standard error SE = sigma
+ * sqrt(12 / len) (independent noise of standard deviation sigma); R is the
+ * reference law's fall over [a, b]. Level: |F| <= flat R + SE (consistent
+ * with a level stretch), and, on a curve that falls by a drop overall,
+ * |F| + noise_k SE <= R (not consistent with the curve's own descent: a
+ * short noisy stretch of a descent is not a plateau by chance). */
+static int escape_level(const struct escape_work *k, const struct escape_result *r, size_t a,
+                        size_t b)
+{
+    const struct escape_params *q = &r->used;
+    double len = (double)(b - a + 1);
+    size_t fa = a, fb = b;
+    if (k->n > 2 * k->h + 3) {
+        fa = a > k->h ? a : k->h;
+        fb = b < k->n - 1 - k->h ? b : k->n - 1 - k->h;
+        if (fb < fa + 2) {
+            fa = a;
+            fb = b;
+        }
+    }
+    double m = (double)(fb - fa + 1), mt = 0.5 * (double)(fa + fb);
+    double sy = k->pm[fb + 1] - k->pm[fa], sty = k->ptm[fb + 1] - k->ptm[fa];
+    double sxx = m * (m * m - 1) / 12.0, sxy = sty - mt * sy;
+    double fall = sxx > 0 ? fabs(sxy / sxx) * (len - 1) : 0.0;
+    double ref = r->rate * log(((double)b + k->t0) / ((double)a + k->t0));
+    double se = r->noise * sqrt(12.0 / len);
+    if (k->descends && fall + q->noise_k * se > ref)
+        return 0;
+    return fall <= q->flat * ref + se + 1e-12;
+}
+
+/* The residual sum of squares of the least squares line through med over
+ * [a, b] (prefix sums: O(1)). */
+static double escape_rss(const struct escape_work *k, size_t a, size_t b)
+{
+    double m = (double)(b - a + 1), mt = 0.5 * (double)(a + b);
+    double sy = k->pm[b + 1] - k->pm[a], sty = k->ptm[b + 1] - k->ptm[a];
+    double syy = k->pmm[b + 1] - k->pmm[a] - sy * sy / m;
+    double sxx = m * (m * m - 1) / 12.0, sxy = sty - mt * sy;
+    return sxx > 0 ? fmax(0.0, syy - sxy * sxy / sxx) : 0.0;
+}
+
+/* A run [a, b] that is not level as a whole often starts in the tail of a
+ * descent, flat enough for step 5 but not level: its start moves to the
+ * split of [a, b] into two least squares lines of least total residual
+ * (the plateau at least min_len long); 0 when [start, b] is not level. */
+static int escape_trim(const struct escape_work *k, const struct escape_result *r, size_t *a,
+                       size_t b)
+{
+    if (escape_level(k, r, *a, b))
+        return 1;
+    size_t ml = (size_t)r->used.min_len, best = SIZE_MAX;
+    double brss = INFINITY;
+    for (size_t x = *a + 2; x + ml <= b + 1; x++) {
+        double rss = escape_rss(k, *a, x - 1) + escape_rss(k, x, b);
+        if (rss < brss) {
+            brss = rss;
+            best = x;
+        }
+    }
+    if (best == SIZE_MAX || !escape_level(k, r, best, b))
+        return 0;
+    *a = best;
+    return 1;
+}
+
+/* Step 8: the escape from a plateau ending at b < N-1, if any; fall is D
+ * of step 4. */
+static void escape_find_escape(const struct escape_work *k, const struct escape_result *r,
+                               struct escape_plateau *pl, double fall)
+{
+    const struct escape_params *q = &r->used;
+    size_t b = pl->end, n = k->n;
+    size_t end = b + (size_t)q->horizon < n - 1 ? b + (size_t)q->horizon : n - 1;
+    double zmin = k->z[b + 1];
+    for (size_t t = b + 1; t <= end; t++)
+        zmin = fmin(zmin, k->z[t]);
+    pl->drop = fmax(0.0, 1.0 - exp(zmin - k->z[b]));
+    if (k->z[b] - zmin < fall)
+        return;
+    double peak = 0;
+    size_t foot = b + 1;
+    for (size_t t = b + 1; t < n; t++) {
+        double d = -escape_slope(k, t);
+        double thr = fmax(q->flat * r->rate / ((double)t + k->t0), k->floor_);
+        peak = fmax(peak, d);
+        /* the drop has begun (it reached `fall`) before its end counts */
+        if (k->z[b] - k->z[t] >= fall && (d <= thr || d < 0.25 * peak))
+            break;
+        foot = t;
+    }
+    /* the lowest point up to the foot: a wiggle at the foot is not the drop */
+    size_t lo = b + 1;
+    for (size_t t = b + 1; t <= foot; t++)
+        if (k->z[t] < k->z[lo])
+            lo = t;
+    double mid = 0.5 * (k->z[b] + k->z[lo]);
+    size_t e = b + 1;
+    while (e < lo && k->z[e] > mid)
+        e++;
+    pl->escaped = 1;
+    pl->escape = e;
+    pl->drop = 1.0 - exp(k->z[lo] - k->z[b]);
+}
+
 int escape_analyze(const double *loss, const double *gnorm, size_t n,
                    const struct escape_params *p, struct escape_result *r)
 {
     memset(r, 0, sizeof *r);
     escape_params_resolve(p, n, &r->used);
     r->n = n;
-    r->rate = 0;
-    r->noise = 0;
     if (n == 0)
         return 0;
     r->phases = 1;
     const struct escape_params *q = &r->used;
-    size_t w = (size_t)q->window, h = (w - 1) / 2;
     if (n < 3 || n < (size_t)q->min_len)
         return 0; /* too short for any plateau */
 
-    double *y = dt_malloc(n * sizeof *y), *med = dt_malloc(n * sizeof *med);
-    double *z = dt_malloc(n * sizeof *z), *tmp = dt_malloc((n + 1) * sizeof *tmp);
+    struct escape_work k = {.n = n, .w = (size_t)q->window};
+    k.h = (k.w - 1) / 2;
+    k.t0 = fmax(1.0, (double)n / 10.0);
+    k.y = dt_malloc(n * sizeof *k.y);
+    k.med = dt_malloc(n * sizeof *k.med);
+    k.z = dt_malloc(n * sizeof *k.z);
+    k.tmp = dt_malloc((n + 1) * sizeof *k.tmp);
     unsigned char *flat = dt_malloc(n);
 
     /* 1. log loss, invalid values carried forward */
@@ -168,27 +324,37 @@ int escape_analyze(const double *loss, const double *gnorm, size_t n,
     for (size_t t = 0; t < n; t++) {
         if (isfinite(loss[t]) && loss[t] > 0)
             last = log(loss[t]);
-        y[t] = last;
+        k.y[t] = last;
     }
     /* 2. median then mean */
-    escape_moving_median(med, tmp, y, n, h);
-    escape_moving_mean(z, tmp, med, n, h);
-    /* 4. reference rate and noise */
-    r->rate = fmax(0.0, (z[0] - z[n - 1]) / log((double)n));
+    escape_moving_median(k.med, k.tmp, k.y, n, k.h);
+    escape_moving_mean(k.z, k.tmp, k.med, n, k.h);
+    k.pm = dt_malloc((n + 1) * sizeof *k.pm);
+    k.ptm = dt_malloc((n + 1) * sizeof *k.ptm);
+    k.pmm = dt_malloc((n + 1) * sizeof *k.pmm);
+    k.pm[0] = k.ptm[0] = k.pmm[0] = 0;
+    for (size_t t = 0; t < n; t++) { /* about med[0]: less cancellation */
+        double v = k.med[t] - k.med[0];
+        k.pm[t + 1] = k.pm[t] + v;
+        k.pmm[t + 1] = k.pmm[t] + v * v;
+        k.ptm[t + 1] = k.ptm[t] + (double)t * v;
+    }
+    /* 4. reference rate, noise, the size of a drop */
+    r->rate = fmax(0.0, (k.z[0] - k.z[n - 1]) / log(((double)n - 1 + k.t0) / k.t0));
     for (size_t t = 0; t < n; t++)
-        tmp[t] = fabs(y[t] - med[t]);
-    r->noise = 1.4826 * escape_median(tmp, n);
+        k.tmp[t] = fabs(k.y[t] - k.med[t]);
+    r->noise = 1.4826 * escape_median(k.tmp, n);
+    double fall = fmax(log(1.0 / (1.0 - q->drop)),
+                       q->noise_k * sqrt(2.0) * 0.92 * r->noise / sqrt((double)k.w));
+    k.descends = k.z[0] - k.z[n - 1] >= fall;
     /* 1e-12: rounding in the running sums, so that a constant curve is flat */
-    double floor_ = fmax(q->noise_k * 1.3 * r->noise / pow((double)w, 1.5), 1e-12);
+    k.floor_ = fmax(q->noise_k * 1.3 * r->noise / pow((double)k.w, 1.5), 1e-12);
     /* 3, 5. slope and flatness */
     for (size_t t = 0; t < n; t++) {
-        size_t lo = t > h ? t - h : 0, hi = t + h < n ? t + h : n - 1;
-        double s = (z[hi] - z[lo]) / (double)(hi - lo);
-        double thr = fmax(q->flat * r->rate / (double)(t + 1), floor_);
-        flat[t] = fabs(s) <= thr;
+        double thr = fmax(q->flat * r->rate / ((double)t + k.t0), k.floor_);
+        flat[t] = fabs(escape_slope(&k, t)) <= thr;
     }
     /* 6. runs, merged across short wiggles without a drop */
-    double fall = log(1.0 / (1.0 - q->drop));
     struct escape_run *runs = dt_malloc(n * sizeof *runs);
     size_t nruns = 0;
     for (size_t t = 0; t < n;) {
@@ -203,29 +369,32 @@ int escape_analyze(const double *loss, const double *gnorm, size_t n,
         if (nruns > 0) {
             struct escape_run *prev = &runs[nruns - 1];
             size_t gap = cur.a - prev->b - 1;
-            if (gap <= (size_t)q->max_gap && z[prev->b] - z[cur.a] < fall) {
+            if (k.z[prev->b] - k.z[cur.a] < fall &&
+                (gap <= (size_t)q->max_gap || escape_level(&k, r, prev->a, cur.b))) {
                 prev->b = cur.b;
                 continue;
             }
         }
         runs[nruns++] = cur;
     }
-    /* keep the long ones; 7. escapes */
+    /* 7. the runs at least min_len long that are level, their starts
+     * trimmed; 8. escapes */
     r->plateaus = dt_calloc(nruns ? nruns : 1, sizeof *r->plateaus);
     for (size_t i = 0; i < nruns; i++) {
-        size_t a = runs[i].a, b = runs[i].b, len = b - a + 1;
-        if (len < (size_t)q->min_len)
+        size_t a = runs[i].a, b = runs[i].b;
+        if (b - a + 1 < (size_t)q->min_len || !escape_trim(&k, r, &a, b))
             continue;
+        size_t len = b - a + 1;
         struct escape_plateau *pl = &r->plateaus[r->nplateaus++];
         pl->start = a;
         pl->end = b;
         for (size_t t = a; t <= b; t++)
-            tmp[t - a] = loss[t];
+            k.tmp[t - a] = loss[t];
         size_t nv = 0;
         for (size_t t = 0; t < len; t++) /* the valid losses only */
-            if (isfinite(tmp[t]) && tmp[t] > 0)
-                tmp[nv++] = tmp[t];
-        pl->level = nv ? escape_median(tmp, nv) : NAN;
+            if (isfinite(k.tmp[t]) && k.tmp[t] > 0)
+                k.tmp[nv++] = k.tmp[t];
+        pl->level = nv ? escape_median(k.tmp, nv) : NAN;
         double gs = 0;
         size_t gn = 0;
         for (size_t t = a; gnorm && t <= b; t++)
@@ -235,30 +404,20 @@ int escape_analyze(const double *loss, const double *gnorm, size_t n,
             }
         pl->grad_norm = gn ? gs / (double)gn : NAN;
         pl->drop = 0;
-        if (b + 1 >= n)
-            continue;
-        size_t end = b + (size_t)q->horizon < n - 1 ? b + (size_t)q->horizon : n - 1;
-        double zmin = z[b + 1];
-        for (size_t t = b + 1; t <= end; t++)
-            zmin = fmin(zmin, z[t]);
-        pl->drop = fmax(0.0, 1.0 - exp(zmin - z[b]));
-        if (z[b] - zmin < fall)
-            continue;
-        double mid = 0.5 * (z[b] + zmin);
-        size_t e = b + 1;
-        while (e < end && z[e] > mid)
-            e++;
-        pl->escaped = 1;
-        pl->escape = e;
-        r->nescapes++;
+        if (b + 1 < n)
+            escape_find_escape(&k, r, pl, fall);
+        r->nescapes += pl->escaped != 0;
     }
     r->phases = 1 + (int)r->nescapes;
     free(runs);
     free(flat);
-    free(tmp);
-    free(z);
-    free(med);
-    free(y);
+    free(k.tmp);
+    free(k.pm);
+    free(k.ptm);
+    free(k.pmm);
+    free(k.z);
+    free(k.med);
+    free(k.y);
     if (r->nplateaus == 0) {
         free(r->plateaus);
         r->plateaus = NULL;

@@ -16,8 +16,9 @@ struct escape_params {
     int min_len;    /* shortest plateau, steps (0: 2 * window) */
     int max_gap;    /* longest wiggle that merges two plateaus (0: window) */
     int horizon;    /* steps after a plateau's end within which the drop must come (0: 3 * window) */
-    double flat;    /* plateau: slope <= flat * the power-law rate E/(t+1) (default 0.25) */
-    double noise_k; /* ... or <= noise_k standard deviations of the slope's noise (default 3) */
+    double flat;    /* plateau: slope <= flat * the power-law rate E/(t+t0), t0 = N/10 (default 0.25) */
+    double noise_k; /* noise allowance in standard deviations: of the slope (a flat step), of a
+                     * plateau's fall (level as a whole), of a drop (default 3) */
     double drop;    /* escape: relative fall of the smoothed loss (default 0.05) */
 };
 
@@ -27,9 +28,13 @@ struct escape_plateau {
     double grad_norm;    /* mean of the finite gradient norms over it (NaN if none) */
     int escaped;         /* the plateau ends in an escape */
     size_t escape;       /* the escape step (valid if escaped) */
-    double drop;         /* relative fall after the end, within the horizon */
+    double drop;         /* relative fall after the end: to the foot of the drop when escaped,
+                          * else within the horizon */
 };
 
+/* No plateau is unambiguous: nplateaus == 0 and plateaus == NULL, and then
+ * nescapes == 0 and phases == 1 (0 for an empty curve). Callers that print
+ * a plateau section (divtrace diff) test nplateaus. */
 struct escape_result {
     struct escape_params used; /* the parameters after resolve */
     size_t n;            /* steps analyzed */
@@ -37,7 +42,7 @@ struct escape_result {
     struct escape_plateau *plateaus; /* (P) in order; NULL if none; free with escape_result_free */
     size_t nescapes;     /* plateaus that end in an escape */
     int phases;          /* 1 + nescapes (0 for an empty curve) */
-    double rate;         /* E: ln(z[0] / z[N-1]) / ln(N) of the smoothed loss, >= 0 */
+    double rate;         /* E: ln(z[0] / z[N-1]) / ln((N-1+t0) / t0) of the smoothed loss, >= 0 */
     double noise;        /* robust standard deviation of log loss around its moving median */
 };
 

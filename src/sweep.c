@@ -481,9 +481,13 @@ static int sweep_expand(struct sweep_parser *p, struct sweep_spec *s)
         int line = x ? x->line : 0;
         if (x)
             len += (size_t)snprintf(name + len, sizeof name - len, "%s", x->name);
+        /* FACTOR=LEVEL, not the bare level: "threads=1" says what the
+         * condition is where "1" does not (a plot titled "1 vs 2"). Neither
+         * ',' nor '=' can be in a name, so no two crossings give one name. */
         for (int f = 0; f < p->nfactors && len < sizeof name; f++) {
             const struct sweep_level *l = &p->factor[f].level[lvl[f]];
-            len += (size_t)snprintf(name + len, sizeof name - len, "%s%s", len ? "-" : "", l->name);
+            len += (size_t)snprintf(name + len, sizeof name - len, "%s%s=%s", len ? "," : "",
+                                    p->factor[f].name, l->name);
             if (l->line > line)
                 line = l->line;
         }

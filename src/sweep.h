@@ -22,11 +22,12 @@
  *
  * Conditions: the explicit conditions (or one unnamed condition when there
  * are none) crossed with every factor's levels. A condition's name is its
- * explicit name and its levels joined by '-' ("cpu1", "random-det").
+ * explicit name and FACTOR=LEVEL for each factor, joined by ','
+ * ("cpu1,init=random", "init=random,gpu=det", "threads=1").
  * Its attributes are group=G (explicit, default the condition's name) and
  * FACTOR=LEVEL for each factor (the default group of an explicit condition
  * crossed with factors is its explicit name: "condition gpu" crossed with
- * init gives gpu-random and gpu-fixed, both group=gpu); a selector KEY=VALUE picks the conditions
+ * init gives gpu,init=random and gpu,init=fixed, both group=gpu); a selector KEY=VALUE picks the conditions
  * with that attribute, cond=NAME the condition of that name, "*" picks all. Record options are the common ones,
  * then the condition's, then each level's, in file order; in them
  * {trial} is the trial number (1-based), {cond} the condition's name.

@@ -4,8 +4,11 @@
 # against a plain `divtrace record` of the same options), --list, a sweep
 # killed mid-run (SIGKILL) and resumed (finished trials untouched), SIGTERM,
 # a failing trial, --only, --emit make (make -n, then make -j2 gives the same
-# traces) and --emit slurm (bash -n, one array task per trial), and the
-# refusals (exit 2, one line). Needs Debian's dataset-fashion-mnist.
+# traces) and --emit slurm (bash -n, one array task per trial), conditions
+# named FACTOR=LEVEL (runs/threads=1), record options checked before any
+# trial starts (a typo: exit 2, one line naming condition and option,
+# nothing written), and the refusals (exit 2, one line). Needs Debian's
+# dataset-fashion-mnist.
 set -u
 NAME=cli_sweep.sh
 . "$(dirname "$0")/cli_lib.sh"
@@ -32,35 +35,35 @@ has "$T/out" "^sweep tiny: 4 of 4 trials done \(4 run now, 0 kept\) in [0-9.]+ s
 [ ! -s "$T/err" ] && ok "nothing on stderr (not a terminal: no progress line)" || { bad "stderr not empty"; cat "$T/err"; }
 for c in 1 2; do
     for t in 1 2; do
-        f="$T/d/runs/$c/t0$t.dtr"
-        expect 0 "show runs/$c/t0$t.dtr" -- "$DT" show --summary "$f"
-        has "$T/out" "^# complete" "runs/$c/t0$t.dtr is complete"
-        has "$T/out" "^# steps 20," "runs/$c/t0$t.dtr has 20 steps"
-        has "$T/out" "^# threads = $c$" "runs/$c/t0$t.dtr ran on $c threads"
-        has "$T/out" "^# seed = $t$" "runs/$c/t0$t.dtr has seed $t ({trial})"
-        [ -f "$T/d/runs/$c/t0$t.log" ] && ok "runs/$c/t0$t.log kept" || bad "no runs/$c/t0$t.log"
+        f="$T/d/runs/threads=$c/t0$t.dtr"
+        expect 0 "show runs/threads=$c/t0$t.dtr" -- "$DT" show --summary "$f"
+        has "$T/out" "^# complete" "runs/threads=$c/t0$t.dtr is complete"
+        has "$T/out" "^# steps 20," "runs/threads=$c/t0$t.dtr has 20 steps"
+        has "$T/out" "^# threads = $c$" "runs/threads=$c/t0$t.dtr ran on $c threads"
+        has "$T/out" "^# seed = $t$" "runs/threads=$c/t0$t.dtr has seed $t ({trial})"
+        [ -f "$T/d/runs/threads=$c/t0$t.log" ] && ok "runs/threads=$c/t0$t.log kept" || bad "no runs/threads=$c/t0$t.log"
     done
 done
 [ "$(count_files "$T/d" '*.part')" -eq 0 ] && ok "no .part left" || bad ".part files left"
 cmp -s "$T/s.sweep" "$T/d/sweep.spec" && ok "DIR/sweep.spec is the sweep file" || bad "DIR/sweep.spec differs"
 # the same trial recorded by hand is bitwise the same run
 "$DT" record -q --layers 784,8,784 --steps 20 --seed 2 --threads 2 -o "$T/hand.dtr" 2>/dev/null
-expect 0 "a trial equals record with the same options" -- "$DT" diff "$T/hand.dtr" "$T/d/runs/2/t02.dtr"
-expect 1 "trials 1 and 2 differ (seed {trial})" -- "$DT" diff "$T/d/runs/1/t01.dtr" "$T/d/runs/1/t02.dtr"
+expect 0 "a trial equals record with the same options" -- "$DT" diff "$T/hand.dtr" "$T/d/runs/threads=2/t02.dtr"
+expect 1 "trials 1 and 2 differ (seed {trial})" -- "$DT" diff "$T/d/runs/threads=1/t01.dtr" "$T/d/runs/threads=1/t02.dtr"
 
 # ---- --list, and a rerun that keeps everything ----
 expect 0 "--list" -- "$DT" sweep "$T/s.sweep" -o "$T/d" --list
 n=$(grep -c " done " "$T/out")
 [ "$n" -eq 4 ] && ok "--list: 4 trials done" || bad "--list: $n done"
-has "$T/out" "^1 +t02 done +divtrace record --layers 784,8,784 --steps 20 --seed 2 --threads 1 -o $T/d/runs/1/t02\.dtr$" "--list: condition, trial, status, command"
+has "$T/out" "^threads=1 +t02 done +divtrace record --layers 784,8,784 --steps 20 --seed 2 --threads 1 -o $T/d/runs/threads=1/t02\.dtr$" "--list: condition (FACTOR=LEVEL), trial, status, command"
 expect 0 "--list of a directory not yet made" -- "$DT" sweep "$T/s.sweep" -o "$T/none" --list
 n=$(grep -c " pending " "$T/out")
 [ "$n" -eq 4 ] && ok "--list: 4 pending" || bad "--list: $n pending"
 [ ! -e "$T/none" ] && ok "--list writes nothing" || bad "--list created $T/none"
-s1=$(stamp "$T/d/runs/1/t01.dtr")
+s1=$(stamp "$T/d/runs/threads=1/t01.dtr")
 expect 0 "rerun of a finished sweep" -- "$DT" sweep "$T/s.sweep" -o "$T/d"
 has "$T/out" "\(0 run now, 4 kept\)" "rerun: all 4 kept"
-[ "$(stamp "$T/d/runs/1/t01.dtr")" = "$s1" ] && ok "rerun: trace untouched" || bad "rerun rewrote a trace"
+[ "$(stamp "$T/d/runs/threads=1/t01.dtr")" = "$s1" ] && ok "rerun: trace untouched" || bad "rerun rewrote a trace"
 
 # ---- killed and resumed ----
 cat >"$T/k.sweep" <<'EOF'
@@ -131,14 +134,14 @@ expect 0 "--only into another directory" -- "$DT" sweep "$T/f.sweep" -o "$T/f2" 
 # ---- --emit make ----
 expect 0 "--emit make" -- "$DT" sweep "$T/s.sweep" -o "$T/m" --emit make
 has "$T/out" "^wrote $T/m/Makefile: 4 trials" "--emit make says where"
-n=$(grep -c '^runs/[12]/t0[12]\.dtr:$' "$T/m/Makefile")
+n=$(grep -c '^runs/threads\$(EQ)[12]/t0[12]\.dtr:$' "$T/m/Makefile")
 [ "$n" -eq 4 ] && ok "--emit make: one target per trial" || bad "--emit make: $n targets"
 if command -v make >/dev/null 2>&1; then
     expect 0 "make -n -C DIR" -- make -n -C "$T/m"
     expect 0 "make -j2 -C DIR" -- make -j2 -C "$T/m"
     for c in 1 2; do
         for t in 1 2; do
-            expect 0 "make's runs/$c/t0$t.dtr equals the sweep's" -- "$DT" diff "$T/m/runs/$c/t0$t.dtr" "$T/d/runs/$c/t0$t.dtr"
+            expect 0 "make's runs/threads=$c/t0$t.dtr equals the sweep's" -- "$DT" diff "$T/m/runs/threads=$c/t0$t.dtr" "$T/d/runs/threads=$c/t0$t.dtr"
         done
     done
     expect 0 "make again: nothing to do" -- make -C "$T/m"
@@ -158,7 +161,7 @@ n=$(grep -Ec '^[0-9]+\) trial=runs/' "$T/sl/sweep.slurm")
 printf '#!/bin/sh\necho "$@" >"%s/args"\n' "$T" >"$T/fake"
 chmod +x "$T/fake"
 SLURM_ARRAY_TASK_ID=3 DIVTRACE="$T/fake" bash "$T/sl/sweep.slurm" 2>/dev/null
-has "$T/args" "^record --layers 784,8,784 --steps 20 --seed 2 --threads 2 -o $T/sl/runs/2/t02\.dtr\.part$" "array task 3 records trial 2 of condition 2"
+has "$T/args" "^record --layers 784,8,784 --steps 20 --seed 2 --threads 2 -o $T/sl/runs/threads=2/t02\.dtr\.part$" "array task 3 records trial 2 of condition threads=2"
 
 # ---- a trial with a carry fault (record exits 1, its trace complete) is kept ----
 cat >"$T/c.sweep" <<'EOF'
@@ -168,19 +171,52 @@ common --layers 784,8,784 --steps 6
 factor fault none : --seed 1
 factor fault rt : --inject *.W:roundtrip:bf16
 EOF
-expect 0 "a sweep with a carry fault in one condition" -- "$DT" sweep "$T/c.sweep" -o "$T/c"
-has "$T/err" "runs/rt/t01: a carry fault \(record exited 1; the trace is kept\)" "the carry fault is said"
-[ -f "$T/c/runs/rt/t01.dtr" ] && ok "its trace is kept" || bad "the carry fault's trace was dropped"
-expect 1 "explain names it" -- "$DT" explain "$T/c/runs/none/t01.dtr" "$T/c/runs/rt/t01.dtr"
+expect 1 "a sweep with a carry fault in one condition: exit 1 (a finding)" -- "$DT" sweep "$T/c.sweep" -o "$T/c"
+has "$T/err" "runs/fault=rt/t01: a carry fault \(record exited 1; the trace is kept\)" "the carry fault is said"
+[ -f "$T/c/runs/fault=rt/t01.dtr" ] && ok "its trace is kept" || bad "the carry fault's trace was dropped"
+has "$T/err" "^divtrace sweep: 1 of 2 trials recorded a carry fault .*the first runs/fault=rt/t01" "the finding is named in one line"
+expect 1 "the sweep again: the kept trial's carry fault is still a finding" -- "$DT" sweep "$T/c.sweep" -o "$T/c"
+has "$T/err" "^divtrace sweep: 1 of 2 trials recorded a carry fault .*the first runs/fault=rt/t01" "the rerun names it too"
+expect 1 "explain names it" -- "$DT" explain "$T/c/runs/fault=none/t01.dtr" "$T/c/runs/fault=rt/t01.dtr"
 has "$T/out" "^bug in B: enc1\.W changed between steps 0 and 1" "the kept trace explains"
 if command -v make >/dev/null 2>&1; then
     expect 0 "--emit make of it" -- "$DT" sweep "$T/c.sweep" -o "$T/cm" --emit make
     expect 0 "make keeps the carry fault's trace" -- make -C "$T/cm"
-    [ -f "$T/cm/runs/rt/t01.dtr" ] && ok "make: the trace is there" || bad "make: no trace"
+    [ -f "$T/cm/runs/fault=rt/t01.dtr" ] && ok "make: the trace is there" || bad "make: no trace"
 fi
 expect 0 "--emit slurm of it" -- "$DT" sweep "$T/c.sweep" -o "$T/cs" --emit slurm
 expect 0 "the array task of the carry fault" -- env SLURM_ARRAY_TASK_ID=1 DIVTRACE="$DT" WORKDIR="$T" bash "$T/cs/sweep.slurm"
-[ -f "$T/cs/runs/rt/t01.dtr" ] && ok "slurm: the trace is kept" || bad "slurm: no trace"
+[ -f "$T/cs/runs/fault=rt/t01.dtr" ] && ok "slurm: the trace is kept" || bad "slurm: no trace"
+
+# ---- record options checked before any trial starts ----
+cat >"$T/typo.sweep" <<'EOF'
+trials 2
+common --layers 784,8,784 --steps 5 --thraeds 1
+factor threads 1 : --threads 1
+factor threads 2 : --threads 2
+EOF
+expect 2 "a typo in the common line" -- "$DT" sweep "$T/typo.sweep" -o "$T/typo" -j2
+one_line "a typo in the common line"
+has "$T/err" "^divtrace sweep: $T/typo\.sweep: condition 'threads=1': unknown record option '--thraeds'$" "the typo: condition and option named"
+[ ! -e "$T/typo" ] && ok "the typo: no trial started, nothing written" || bad "the typo: $T/typo was made"
+expect 2 "the typo, --emit make" -- "$DT" sweep "$T/typo.sweep" -o "$T/typo" --emit make
+[ ! -e "$T/typo" ] && ok "the typo: no Makefile of failing trials" || bad "the typo: --emit wrote $T/typo"
+printf 'common --layers 784,8,784 --steps 5\ncondition a : --threads 1\ncondition b : --threads 0\n' >"$T/val.sweep"
+expect 2 "a bad value in the second condition" -- "$DT" sweep "$T/val.sweep" -o "$T/val"
+one_line "a bad value"
+has "$T/err" "^divtrace sweep: $T/val\.sweep: condition 'b': --threads '0': expected an integer from 1 to 1024$" "the bad value: condition, option and value named"
+[ ! -e "$T/val" ] && ok "the bad value: the first condition did not start either" || bad "the bad value: $T/val was made"
+expect 0 "--only the good condition" -- "$DT" sweep "$T/val.sweep" -o "$T/val" --only cond=a -q
+[ -f "$T/val/runs/a/t01.dtr" ] && ok "--only: the good condition ran" || bad "--only: no trace of the good condition"
+printf 'trials 3\ncommon --layers 784,8,784 --steps 5 --threads 10{trial}0\n' >"$T/trial.sweep"
+expect 2 "a value bad in one trial only ({trial})" -- "$DT" sweep "$T/trial.sweep" -o "$T/trial"
+has "$T/err" "^divtrace sweep: $T/trial\.sweep: condition 'run', trial 3: --threads '1030': expected an integer from 1 to 1024$" "{trial}: the trial named"
+for opt in "--steps" "--help" "extra" "-x"; do
+    printf 'common --layers 784,8,784 --steps 5 %s\n' "$opt" >"$T/opt.sweep"
+    expect 2 "record option '$opt' refused before running" -- "$DT" sweep "$T/opt.sweep" -o "$T/opt"
+    one_line "record option '$opt'"
+    [ ! -e "$T/opt" ] && ok "'$opt': nothing written" || bad "'$opt': $T/opt was made"
+done
 
 # ---- refusals: exit 2, one line, nothing lost ----
 printf 'common --steps 5\nfactor a x : --threads 1\nbogus line\n' >"$T/bad.sweep"
@@ -212,12 +248,12 @@ if [ "$(id -u)" -ne 0 ]; then
     expect 2 "unwritable DIR" -- "$DT" sweep "$T/s.sweep" -o "$T/ro"
     one_line "unwritable DIR"
 fi
-s1=$(stamp "$T/d/runs/1/t01.dtr")
+s1=$(stamp "$T/d/runs/threads=1/t01.dtr")
 expect 2 "another sweep's DIR" -- "$DT" sweep "$T/k.sweep" -o "$T/d"
 one_line "another sweep's DIR"
 has "$T/err" "sweep\.spec differs from $T/k\.sweep" "says the spec differs"
 cmp -s "$T/s.sweep" "$T/d/sweep.spec" && ok "the old sweep.spec is kept" || bad "sweep.spec replaced"
-[ "$(stamp "$T/d/runs/1/t01.dtr")" = "$s1" ] && ok "traces kept after a refusal" || bad "a refusal touched a trace"
+[ "$(stamp "$T/d/runs/threads=1/t01.dtr")" = "$s1" ] && ok "traces kept after a refusal" || bad "a refusal touched a trace"
 expect 0 "--force --list" -- "$DT" sweep "$T/k.sweep" -o "$T/d" --force --list
 expect 2 "extra argument" -- "$DT" sweep "$T/s.sweep" "$T/k.sweep" -o "$T/d"
 expect 0 "--help" -- "$DT" sweep --help

@@ -302,32 +302,34 @@ static void test_exponential(void **state)
 }
 
 /* Where the flatness test (step 5 of escape.c) ends a plateau, on a curve
- * whose smoothed slope is known: ln loss = -k t is linear, so away from the
- * ends z is linear too and its slope is exactly k; step t is flat exactly
- * when k <= flat * E / (t+1), so with --flat F the first run of flat steps
- * is [0, floor(F E / k - 1)]. E, the rate through the ends, is checked
- * against the line's own k (N-1) / ln N first (the cut windows at the ends
- * shift it by under 5%). Any other comparison (a constant rate, t for t+1,
- * flat ignored, < for <=, the wrong side) moves the end. */
+ * whose smoothed slope is known: ln loss = -k t is linear, so z is linear
+ * too away from the ends and its slope (taken over whole windows only) is
+ * exactly k; step t is flat exactly when k <= flat * E / (t + t0), t0 =
+ * N/10, so with --flat F the first run of flat steps is [0, floor(F E / k -
+ * t0)], and being a straight line it is level as a whole (step 7). E, the
+ * rate through the ends, is checked against the line's own k (N-1) /
+ * ln((N-1+t0)/t0) first (the cut windows at the ends shift it by under
+ * 5%). Any other comparison (the old t+1 for t+t0, a constant rate, flat
+ * ignored, < for <=, the wrong side) moves the end. */
 static void test_flat_boundary(void **state)
 {
     (void)state;
     static double loss[2000];
     const size_t n = 2000;
-    const double k = 1e-3;
+    const double k = 1e-3, t0 = 200;
     for (size_t t = 0; t < n; t++)
         loss[t] = exp(-k * (double)t);
-    static const double flats[] = {1.0, 2.0, 3.0};
+    static const double flats[] = {0.5, 1.0, 2.0};
     for (int i = 0; i < 3; i++) {
         struct escape_params p;
         escape_params_defaults(&p);
         p.flat = flats[i];
         struct escape_result r;
         assert_int_equal(escape_analyze(loss, NULL, n, &p, &r), 0);
-        double e_line = k * (double)(n - 1) / log((double)n);
+        double e_line = k * (double)(n - 1) / log(((double)n - 1 + t0) / t0);
         if (fabs(r.rate / e_line - 1) > 0.05)
             fail_msg("rate %g, the line's %g", r.rate, e_line);
-        double tstar = p.flat * r.rate / k - 1; /* last flat step */
+        double tstar = p.flat * r.rate / k - t0; /* last flat step */
         assert_true(r.nplateaus >= 1);
         assert_int_equal(r.plateaus[0].start, 0);
         if ((double)r.plateaus[0].end != floor(tstar))
@@ -335,7 +337,7 @@ static void test_flat_boundary(void **state)
                      r.plateaus[0].end, floor(tstar));
         escape_result_free(&r);
     }
-    /* flat 0.25 (default): the flat start is 0.25 E / k = 66 steps, under min_len */
+    /* flat 0.25 (default): no step is flat (0.25 E / k = 208 < t0) */
     struct escape_result r;
     te_analyze(loss, n, &r);
     assert_int_equal(r.nplateaus, 0);

@@ -69,9 +69,11 @@ static void test_crossing(void **state)
                     "factor threads 4 : --threads 4\n");
     assert_string_equal(s.name, "demo");
     assert_int_equal(s.ncond, 6);
-    /* The first factor outermost, file order within each. */
-    static const char *const names[] = {"random-1", "random-2", "random-4",
-                                        "fixed-1",  "fixed-2",  "fixed-4"};
+    /* The first factor outermost, file order within each; each condition
+     * named FACTOR=LEVEL, joined by ','. */
+    static const char *const names[] = {"init=random,threads=1", "init=random,threads=2",
+                                        "init=random,threads=4", "init=fixed,threads=1",
+                                        "init=fixed,threads=2",  "init=fixed,threads=4"};
     for (int i = 0; i < 6; i++) {
         assert_string_equal(s.cond[i].name, names[i]);
         assert_string_equal(s.cond[i].group, names[i]);
@@ -85,8 +87,9 @@ static void test_crossing(void **state)
     assert_string_equal(ts_args(&s.cond[4]),
                         "--layers 784,8,784 --steps 20 --init-seed 7 --seed {trial} --threads 2");
     assert_null(s.cond[4].args[s.cond[4].nargs]);
-    assert_ptr_equal(sweep_cond_find(&s, "fixed-2"), &s.cond[4]);
-    assert_null(sweep_cond_find(&s, "fixed"));
+    assert_ptr_equal(sweep_cond_find(&s, "init=fixed,threads=2"), &s.cond[4]);
+    assert_null(sweep_cond_find(&s, "fixed-2"));
+    assert_null(sweep_cond_find(&s, "init=fixed"));
     assert_int_equal(s.ncompare, 0);
     assert_int_equal(s.npair, 0);
     assert_non_null(strstr(s.text, "factor threads 4"));
@@ -109,8 +112,9 @@ static void test_explicit_conditions(void **state)
                     "pair group=cpu group=gpu\n");
     assert_string_equal(s.name, "sweep");
     assert_int_equal(s.ncond, 6);
-    static const char *const names[] = {"cpu1-random", "cpu1-fixed", "cpu2-random",
-                                        "cpu2-fixed",  "gpu-random", "gpu-fixed"};
+    static const char *const names[] = {"cpu1,init=random", "cpu1,init=fixed",
+                                        "cpu2,init=random", "cpu2,init=fixed",
+                                        "gpu,init=random",  "gpu,init=fixed"};
     static const char *const groups[] = {"cpu", "cpu", "cpu", "cpu", "gpu", "gpu"};
     static const int trials[] = {2, 2, 5, 5, 2, 2};
     for (int i = 0; i < 6; i++) {
@@ -160,7 +164,8 @@ static void test_explicit_only_and_default(void **state)
                     "factor lr default\n"
                     "factor lr big: --lr \"3\\\"5\" --x=a#b a\\ b\n");
     assert_int_equal(s.ncond, 2);
-    assert_string_equal(s.cond[0].name, "c-default");
+    assert_string_equal(s.cond[0].name, "c,lr=default");
+    assert_string_equal(s.cond[1].name, "c,lr=big");
     assert_int_equal(s.cond[0].nargs, 2);
     assert_string_equal(s.cond[0].args[1], "my dir/x");
     assert_int_equal(s.cond[1].nargs, 6);
@@ -181,10 +186,11 @@ static void test_selectors(void **state)
                     "condition gpu : --backend cuda\n"
                     "factor det on : --x 1\n"
                     "factor det off : --x 2\n");
-    const struct sweep_cond *c = sweep_cond_find(&s, "cpu-off");
+    const struct sweep_cond *c = sweep_cond_find(&s, "cpu,det=off");
     assert_non_null(c);
     assert_true(sweep_cond_matches(c, "*"));
-    assert_true(sweep_cond_matches(c, "cond=cpu-off"));
+    assert_true(sweep_cond_matches(c, "cond=cpu,det=off"));
+    assert_false(sweep_cond_matches(c, "cond=cpu-off"));
     assert_false(sweep_cond_matches(c, "cond=cpu"));
     assert_true(sweep_cond_matches(c, "group=host"));
     assert_true(sweep_cond_matches(c, "det=off"));
@@ -193,13 +199,15 @@ static void test_selectors(void **state)
     assert_false(sweep_cond_matches(c, "de=off"));
     assert_false(sweep_cond_matches(c, "group=cpu"));
     assert_false(sweep_cond_matches(c, "nokey"));
-    c = sweep_cond_find(&s, "gpu-on");
+    c = sweep_cond_find(&s, "gpu,det=on");
     assert_true(sweep_cond_matches(c, "group=gpu"));
-    assert_false(sweep_cond_matches(c, "group=gpu-on"));
+    assert_false(sweep_cond_matches(c, "group=gpu,det=on"));
     sweep_spec_free(&s);
     /* Without explicit conditions the group is the condition's name. */
     ts_parse_ok(&s, "factor a x : --x 1\nfactor b y : --y 1\n");
-    assert_true(sweep_cond_matches(&s.cond[0], "group=x-y"));
+    assert_string_equal(s.cond[0].name, "a=x,b=y");
+    assert_true(sweep_cond_matches(&s.cond[0], "group=a=x,b=y"));
+    assert_true(sweep_cond_matches(&s.cond[0], "cond=a=x,b=y"));
     sweep_spec_free(&s);
 }
 
@@ -214,23 +222,23 @@ static void test_trial_args_and_paths(void **state)
     char **a = sweep_trial_args(&s, c, 7);
     assert_string_equal(a[0], "--seed");
     assert_string_equal(a[1], "7");
-    assert_string_equal(a[3], "d/a/x77");
+    assert_string_equal(a[3], "d/k=a/x77");
     assert_string_equal(a[5], "{notaword");
     assert_string_equal(a[6], "{x");
-    assert_string_equal(a[8], "a");
+    assert_string_equal(a[8], "k=a");
     assert_null(a[9]);
     sweep_args_free(a);
     /* The condition's own arguments keep the placeholders. */
     assert_string_equal(c->args[1], "{trial}");
     char path[256];
     sweep_trial_path(c, 3, ".dtr", path, sizeof path);
-    assert_string_equal(path, "runs/a/t03.dtr");
+    assert_string_equal(path, "runs/k=a/t03.dtr");
     sweep_trial_path(c, 12, ".dtr.part", path, sizeof path);
-    assert_string_equal(path, "runs/a/t12.dtr.part");
+    assert_string_equal(path, "runs/k=a/t12.dtr.part");
     sweep_trial_path(c, 100, "log", path, sizeof path);
-    assert_string_equal(path, "runs/a/t100.log");
+    assert_string_equal(path, "runs/k=a/t100.log");
     sweep_trial_path(c, 1, "", path, sizeof path);
-    assert_string_equal(path, "runs/a/t01");
+    assert_string_equal(path, "runs/k=a/t01");
     sweep_spec_free(&s);
 }
 
@@ -247,8 +255,9 @@ static void test_pairs(void **state)
                     "pair dev=cpu dev=det\n"
                     "pair init=random *\n"
                     "pair dev=det init=fixed\n");
-    /* Conditions: random-cpu 0, random-det 1, random-fast 2, fixed-cpu 3,
-     * fixed-det 4, fixed-fast 5. */
+    /* Conditions: init=random,dev=cpu 0, init=random,dev=det 1,
+     * init=random,dev=fast 2, init=fixed,dev=cpu 3, init=fixed,dev=det 4,
+     * init=fixed,dev=fast 5. */
     int(*m)[2] = NULL;
     int n = sweep_pair_conditions(&s, &s.pair[0], &m);
     assert_int_equal(n, 2);
@@ -364,11 +373,19 @@ static void test_errors_conditions(void **state)
                  "factor f4 a : --x 1\nfactor f5 a : --x 1\nfactor f6 a : --x 1\n"
                  "factor f7 a : --x 1\nfactor f8 a : --x 1\nfactor f9 a : --x 1\n",
                  "t.sweep:9: factor 'f9': at most 8 factors");
-    /* Crossing makes the same name twice: "a-b" + "c" and "a" + "b-c". */
-    ts_parse_err("common --x 1\nfactor f a-b : \nfactor f a :\nfactor g c :\nfactor g b-c :\n",
-                 "t.sweep:5: condition name 'a-b-c' given twice (also on line 4)");
-    ts_parse_err("condition a-b : --x 1\ncondition a : --x 2\nfactor f c :\nfactor f b-c :\n",
-                 "t.sweep:4: condition name 'a-b-c' given twice (also on line 3)");
+    /* Levels joined by '-' made one name of "a-b" + "c" and "a" + "b-c";
+     * FACTOR=LEVEL joined by ',' cannot ('=' and ',' are in no name). */
+    struct sweep_spec s;
+    ts_parse_ok(&s, "common --x 1\nfactor f a-b : \nfactor f a :\nfactor g c :\nfactor g b-c :\n");
+    assert_int_equal(s.ncond, 4);
+    assert_string_equal(s.cond[1].name, "f=a-b,g=b-c");
+    assert_string_equal(s.cond[2].name, "f=a,g=c");
+    sweep_spec_free(&s);
+    ts_parse_ok(&s, "condition a-b : --x 1\ncondition a : --x 2\nfactor f c :\nfactor f b-c :\n");
+    assert_int_equal(s.ncond, 4);
+    assert_string_equal(s.cond[0].name, "a-b,f=c");
+    assert_string_equal(s.cond[3].name, "a,f=b-c");
+    sweep_spec_free(&s);
 }
 
 static void test_errors_compare_pair(void **state)
