@@ -9,6 +9,10 @@
 #define CLI_EXIT_TROUBLE 2
 
 int cmd_record(int argc, char **argv);
+/* The options of one `record` (argv[0] a name, no -o needed) parsed and
+ * checked as record does, without training: 0, or -1 with dt_error set to
+ * one line naming the option (divtrace sweep, before any trial starts). */
+int record_check_options(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
@@ -29,7 +33,8 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
 int cli_u64(const char *opt, const char *s, uint64_t *out);
 int cli_int(const char *opt, const char *s, int lo, int hi, int *out);
 int cli_double(const char *opt, const char *s, double *out);
-/* The standard reply to a bad option (getopt has already said what). */
+/* The reply to a bad option: getopt_long has already said what, in one
+ * line; returns CLI_EXIT_TROUBLE. */
 int cli_usage_error(const char *cmd);
 
 /* JSON output: json.h (json_put_str, json_put_num). */

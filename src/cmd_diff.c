@@ -8,8 +8,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_diff.h"
 #include "diff.h"
 #include "escape.h"
+#include "html.h"
 #include "ranks.h"
 #include "trace.h"
 #include "util.h"
@@ -28,10 +30,25 @@ static void diff_usage(FILE *f)
           "parameters, gradients, updates, optimizer state and checkpoints must be\n"
           "bitwise equal across ranks; the first step, rank and tensor where they part.\n"
           "\n"
+          "Identical traces give one line. Different traces give the first divergence,\n"
+          "its origin ops, a short timeline and the command to run next; the plateaus\n"
+          "and escapes of the loss curves follow where both runs have plateaus.\n"
+          "\n"
           "  -r, --reference REF  each run's distance from the reference trajectory REF\n"
           "                   (e.g. recorded with --backend mpfr) at every checkpoint,\n"
           "                   and which run stays closer to exact arithmetic for longer\n"
-          "      --json       one JSON object instead of text\n"
+          "  -v, --verbose    everything: the configurations and events in full, every\n"
+          "                   origin op, the timeline at every checkpoint, the notes\n"
+          "      --escape     the plateaus and escapes of both runs even where the\n"
+          "                   analysis finds none (or the traces are identical)\n"
+          "      --json       one JSON object instead of the text\n"
+          "      --html FILE  also write one self-contained HTML page to FILE: loss\n"
+          "                   curves, timeline, a layer x step heatmap of the ops that\n"
+          "                   differ (click a cell for their records in both runs)\n"
+          "      --explain    with --html: run divtrace explain's analysis too and show\n"
+          "                   its verdict on the page\n"
+          "      --explain-json FILE  with --html: show the verdict of a saved\n"
+          "                   `divtrace explain --json A B` output instead\n"
           "  -q, --quiet      print nothing; only the exit status\n"
           "  -h, --help       show this help and exit\n"
           "  -V, --version    show the version and exit\n"
@@ -44,7 +61,7 @@ static void diff_usage(FILE *f)
 
 /* A trace that holds no step (a run killed before its first step ended)
  * has nothing to compare: trouble, not a match. 0, or -1 with dt_error set. */
-static int diff_has_steps(const struct trace_file *t)
+int cmd_diff_has_steps(const struct trace_file *t)
 {
     if (t->nsteps > 0)
         return DT_OK;
@@ -53,7 +70,7 @@ static int diff_has_steps(const struct trace_file *t)
     return DT_ERR;
 }
 
-static const char *diff_status(const struct trace_file *t, char *buf, size_t n)
+const char *cmd_diff_status(const struct trace_file *t, char *buf, size_t n)
 {
     if (t->complete)
         snprintf(buf, n, "%" PRIu64 " steps, %s", t->nsteps,
@@ -98,8 +115,104 @@ static void diff_json_change(void *arg, const char *key, const char *va, const c
     putchar('}');
 }
 
+/* What the text shows beyond the default. */
+struct diff_view {
+    int verbose;               /* --verbose: everything, in full */
+    int escape;                /* --escape: the plateau section always */
+};
+
+/* Text lists are cut to this many items unless --verbose. */
+#define DIFF_SHORT_LIST 12
+/* ... and the timeline to this many checkpoints. */
+#define DIFF_SHORT_TIMELINE 6
+
 static void diff_print_escapes(const struct trace_file *a, const struct trace_file *b,
-                               const struct diff_result *r);
+                               const struct diff_result *r, int always);
+
+/* A path as a word for sh, quoted where it must be. */
+static void diff_put_word(const char *s)
+{
+    if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./,:@%") ==
+                  strlen(s)) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('\'');
+    for (; *s; s++)
+        if (*s == '\'')
+            fputs("'\\''", stdout);
+        else
+            putchar(*s);
+    putchar('\'');
+}
+
+/* Identical traces, in one line: what was compared, and what else differs. */
+struct diff_keys {
+    char text[160];
+    int n;
+};
+
+static void diff_key_name(void *arg, const char *key, const char *va, const char *vb)
+{
+    struct diff_keys *k = arg;
+    size_t len = strlen(k->text);
+    if (k->n++ < 3 && len < sizeof k->text)
+        snprintf(k->text + len, sizeof k->text - len, "%s%s", len ? ", " : "", key);
+    (void)va;
+    (void)vb;
+}
+
+static void diff_identical_line(const struct trace_file *a, const struct trace_file *b,
+                                const struct diff_result *r)
+{
+    printf("identical: every op hash of all %" PRIu64 " common steps matches", r->common);
+    if (a->nsteps != b->nsteps)
+        printf(" (A has %" PRIu64 " steps, B has %" PRIu64 ")", a->nsteps, b->nsteps);
+    struct diff_keys k = {"", 0};
+    diff_for_each_change(a, b, diff_key_name, &k);
+    if (k.n)
+        printf("; the configurations differ in %s%s", k.text, k.n > 3 ? " and more" : "");
+    putchar('\n');
+}
+
+/* The threshold crossings in one line: "exceeds 1e-06 at step 5, 0.001 at
+ * ~step 40 (sketch estimate), 0.1 not reached". */
+static void diff_cross_line(const struct diff_result *r)
+{
+    int any = 0;
+    for (int t = 0; t < DIFF_NTHRESH; t++)
+        any |= r->cross_ckpt[t] >= 0 || (r->sketch_ok && r->cross_sketch[t] >= 0);
+    if (!any) {
+        printf("  the distance stays below %g%s\n", diff_thresholds[0],
+               r->sketch_ok ? " (checkpoints and per-step sketch estimates)" : " at every checkpoint");
+        return;
+    }
+    printf("  exceeds");
+    for (int t = 0; t < DIFF_NTHRESH; t++) {
+        printf("%s %g ", t ? "," : "", diff_thresholds[t]);
+        if (r->cross_ckpt[t] >= 0)
+            printf("at step %" PRId64, r->cross_ckpt[t]);
+        else if (r->sketch_ok && r->cross_sketch[t] >= 0)
+            printf("at ~step %" PRId64 " (sketch estimate)", r->cross_sketch[t]);
+        else
+            printf("not reached");
+    }
+    putchar('\n');
+}
+
+/* What to run next, after a difference. */
+static void diff_next(const struct trace_file *a, const struct trace_file *b, const struct diff_result *r)
+{
+    if (r->values_unknown) {
+        printf("next: record both runs with --trace-level op, so that their values compare\n");
+        return;
+    }
+    printf("next: divtrace explain ");
+    diff_put_word(a->path);
+    putchar(' ');
+    diff_put_word(b->path);
+    printf("   (rounding, or a bug in A or B?)\n");
+}
 
 /* What differs in op i's definition, without the "NAME: " the text starts
  * with ("" when nothing does). */
@@ -180,20 +293,49 @@ static int diff_same_names(const struct trace_file *a, const struct trace_file *
     return 1;
 }
 
+static void diff_print_events(const char *label, const struct trace_file *t, int verbose)
+{
+    uint32_t n = verbose || t->nevents <= DIFF_SHORT_LIST ? t->nevents : DIFF_SHORT_LIST - 1;
+    for (uint32_t i = 0; i < n; i++)
+        printf("%s event: %s\n", label, t->events[i].text);
+    if (n < t->nevents)
+        printf("%s events: %u more (--verbose lists them)\n", label, t->nevents - n);
+}
+
+/* The configuration changes, cut short unless verbose. */
+struct diff_changes {
+    int n, shown, verbose;
+};
+
+static void diff_print_change_short(void *arg, const char *key, const char *va, const char *vb)
+{
+    struct diff_changes *c = arg;
+    if (c->verbose || c->n < DIFF_SHORT_LIST - 1) {
+        diff_print_change(&c->shown, key, va, vb);
+    }
+    c->n++;
+}
+
 static void diff_text(const struct trace_file *a, const struct trace_file *b,
-                      const struct diff_result *r)
+                      const struct diff_result *r, const struct diff_view *v)
 {
     char buf[512];
-    printf("A: %s (%s)\n", a->path, diff_status(a, buf, sizeof buf));
-    printf("B: %s (%s)\n", b->path, diff_status(b, buf, sizeof buf));
-    int nchanges = 0;
-    diff_for_each_change(a, b, diff_print_change, &nchanges);
-    if (!nchanges)
+    if (!r->diverged && !v->verbose) {
+        diff_identical_line(a, b, r);
+        if (v->escape)
+            diff_print_escapes(a, b, r, 1);
+        return;
+    }
+    printf("A: %s (%s)\n", a->path, cmd_diff_status(a, buf, sizeof buf));
+    printf("B: %s (%s)\n", b->path, cmd_diff_status(b, buf, sizeof buf));
+    struct diff_changes ch = {0, 0, v->verbose};
+    diff_for_each_change(a, b, diff_print_change_short, &ch);
+    if (!ch.n)
         printf("configurations: identical\n");
-    for (uint32_t i = 0; i < a->nevents; i++)
-        printf("A event: %s\n", a->events[i].text);
-    for (uint32_t i = 0; i < b->nevents; i++)
-        printf("B event: %s\n", b->events[i].text);
+    else if (ch.shown < ch.n)
+        printf("  ... and %d more (--verbose lists them)\n", ch.n - ch.shown);
+    diff_print_events("A", a, v->verbose);
+    diff_print_events("B", b, v->verbose);
     if (a->nsteps != b->nsteps)
         printf("compared over the %" PRIu64 " common steps (A has %" PRIu64 ", B has %" PRIu64 ")\n",
                r->common, a->nsteps, b->nsteps);
@@ -238,6 +380,8 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
                        r->max_ulp, r->rel_l2);
             else if (diff_shapes_differ(a, b, r, r->first_op))
                 printf("  the shapes differ: no relative L2 difference\n");
+            else if (!v->verbose)
+                printf("  relative L2 difference ~%.3g (estimated from sketches)\n", r->rel_l2);
             else
                 printf("  relative L2 difference ~%.3g (estimated from the records' sketches; "
                        "element counts are known only for %s)\n", r->rel_l2,
@@ -248,31 +392,41 @@ static void diff_text(const struct trace_file *a, const struct trace_file *b,
             printf("  origin ops of step %" PRIu64 " (inputs identical, output different): %d%s\n",
                    r->first_step, r->norigins,
                    r->origins_partial ? " (some ops have no records at this trace level)" : "");
-            for (int k = 0; k < r->norigins; k++)
+            int shown = v->verbose || r->norigins <= DIFF_SHORT_LIST ? r->norigins : DIFF_SHORT_LIST - 1;
+            for (int k = 0; k < shown; k++)
                 diff_op_line(a, b, r, r->origins[k], "    ");
+            if (shown < r->norigins)
+                printf("    ... and %d more (--verbose lists them)\n", r->norigins - shown);
         } else {
             printf("  the step root hashes differ, but the traces keep no op records that tell "
                    "which op (record with --trace-level op)\n");
         }
     }
     if (r->npoints) {
-        printf("divergence timeline (relative L2 distance of %s, at checkpoints):\n",
-               r->ops_match ? "all parameters" : "the parameters both traces hold in one shape");
-        int stride = r->npoints > 24 ? (r->npoints + 23) / 24 : 1;
+        printf("divergence timeline (relative L2 distance of %s, at %scheckpoints):\n",
+               r->ops_match ? "all parameters" : "the parameters both traces hold in one shape",
+               v->verbose || r->npoints <= DIFF_SHORT_TIMELINE ? "" : "some ");
+        int max = DIFF_SHORT_TIMELINE - 1;
+        int stride = v->verbose || r->npoints <= DIFF_SHORT_TIMELINE ? 1 : (r->npoints - 1 + max - 1) / max;
         for (int k = 0; k < r->npoints; k++)
             if (k % stride == 0 || k == r->npoints - 1)
                 printf("  step %8" PRIu64 "  %.3g\n", r->points[k].step, r->points[k].dist);
-        for (int t = 0; t < DIFF_NTHRESH; t++) {
-            printf("  exceeds %g: ", diff_thresholds[t]);
-            diff_print_cross("checkpoint step ", r->cross_ckpt[t]);
-            if (r->sketch_ok)
-                diff_print_cross("; per-step sketch estimate: step ", r->cross_sketch[t]);
-            putchar('\n');
-        }
+        if (v->verbose)
+            for (int t = 0; t < DIFF_NTHRESH; t++) {
+                printf("  exceeds %g: ", diff_thresholds[t]);
+                diff_print_cross("checkpoint step ", r->cross_ckpt[t]);
+                if (r->sketch_ok)
+                    diff_print_cross("; per-step sketch estimate: step ", r->cross_sketch[t]);
+                putchar('\n');
+            }
+        else
+            diff_cross_line(r);
     }
     printf("final loss: A %.6f (mean of last %d steps %.6f), B %.6f (mean of last %d steps %.6f)\n",
            r->final_a, diff_last(a), r->mean50_a, r->final_b, diff_last(b), r->mean50_b);
-    diff_print_escapes(a, b, r);
+    diff_print_escapes(a, b, r, v->escape);
+    if (r->diverged)
+        diff_next(a, b, r);
 }
 
 /* The loss curve of a trace and its plateaus (divtrace escape's defaults). */
@@ -303,9 +457,10 @@ static int diff_in_plateau(const struct escape_result *er, uint64_t s)
 
 /* When both runs sit on plateaus: their escapes, where the distance
  * thresholds are crossed relative to them, and how fast the log distance
- * grows per step inside plateaus (of run A) and outside. */
+ * grows per step inside plateaus (of run A) and outside. always (--escape):
+ * the section also when a run has none ("none"). */
 static void diff_print_escapes(const struct trace_file *a, const struct trace_file *b,
-                               const struct diff_result *r)
+                               const struct diff_result *r, int always)
 {
     struct escape_result ea, eb;
     if (diff_escapes(a, &ea) < 0)
@@ -313,6 +468,22 @@ static void diff_print_escapes(const struct trace_file *a, const struct trace_fi
     if (diff_escapes(b, &eb) < 0) {
         escape_result_free(&ea);
         return;
+    }
+    if (always && !(ea.nplateaus && eb.nplateaus)) {
+        printf("saddle plateaus and escapes (divtrace escape's defaults): A %zu, B %zu\n",
+               ea.nplateaus, eb.nplateaus);
+        for (int k = 0; k < 2; k++) {
+            const struct escape_result *e = k ? &eb : &ea;
+            for (size_t q = 0; q < e->nplateaus; q++) {
+                const struct escape_plateau *pl = &e->plateaus[q];
+                printf("  %c: plateau at loss %.4g from step %zu to %zu", k ? 'B' : 'A', pl->level,
+                       pl->start, pl->end);
+                if (pl->escaped)
+                    printf(", escape at step %zu\n", pl->escape);
+                else
+                    printf(", not escaped\n");
+            }
+        }
     }
     if (ea.nplateaus && eb.nplateaus) {
         printf("saddle plateaus and escapes (divtrace escape's defaults):\n");
@@ -493,141 +664,6 @@ static void diff_json(const struct trace_file *a, const struct trace_file *b,
     printf("}}\n");
 }
 
-static void diff_ref_text(const struct trace_file *ref, struct trace_file **runs, int n,
-                          const struct diff_refresult *r)
-{
-    char buf[512];
-    const char *prec = trace_config_get(&ref->cfg, "precision");
-    printf("reference: %s (backend %s%s%s; %s)\n", ref->path,
-           trace_config_get(&ref->cfg, "backend") ? trace_config_get(&ref->cfg, "backend") : "?",
-           prec ? ", precision " : "", prec ? prec : "", diff_status(ref, buf, sizeof buf));
-    for (int k = 0; k < n; k++)
-        printf("%c: %s (%s)\n", 'A' + k, runs[k]->path, diff_status(runs[k], buf, sizeof buf));
-    printf("distance from the reference (relative L2 distance of all parameters, at checkpoints):\n");
-    printf("  %8s", "step");
-    for (int k = 0; k < n; k++)
-        printf("  %12c", 'A' + k);
-    putchar('\n');
-    int stride = r->npoints > 24 ? (r->npoints + 23) / 24 : 1;
-    for (int p = 0; p < r->npoints; p++) {
-        if (p % stride && p != r->npoints - 1)
-            continue;
-        printf("  %8" PRIu64, r->points[p].step);
-        for (int k = 0; k < n; k++)
-            printf("  %12.3g", r->points[p].dist[k]);
-        putchar('\n');
-    }
-    for (int t = 0; t < DIFF_NTHRESH; t++) {
-        printf("  exceeds %g:", diff_thresholds[t]);
-        for (int k = 0; k < n; k++) {
-            printf(" %c ", 'A' + k);
-            if (r->cross[k][t] >= 0)
-                printf("at step %" PRId64, r->cross[k][t]);
-            else
-                printf("never");
-            printf("%s", k + 1 < n ? ";" : "");
-        }
-        putchar('\n');
-    }
-    if (n == 2) {
-        /* closer for longer: the later first crossing of the smallest
-         * threshold that separates them, else the smaller final distance */
-        int winner = -1;
-        for (int t = 0; t < DIFF_NTHRESH && winner < 0; t++) {
-            int64_t a = r->cross[0][t], b = r->cross[1][t];
-            if (a == b)
-                continue;
-            if (a < 0 || (b >= 0 && a > b))
-                winner = 0;
-            else
-                winner = 1;
-        }
-        /* else the end distance, when the two differ by more than 5% */
-        const struct diff_refpoint *last = &r->points[r->npoints - 1];
-        double a = last->dist[0], b = last->dist[1];
-        if (winner < 0 && !isnan(a) && !isnan(b) && fabs(a - b) > 0.05 * fmax(a, b))
-            winner = a < b ? 0 : 1;
-        if (winner < 0)
-            printf("neither run stays closer to the reference than the other (at step %" PRIu64
-                   ": A %.3g, B %.3g)\n", last->step, a, b);
-        else
-            printf("closer to exact arithmetic for longer: %c (%s)\n", 'A' + winner, runs[winner]->path);
-    }
-}
-
-static void diff_ref_json(const struct trace_file *ref, struct trace_file **runs, int n,
-                          const struct diff_refresult *r)
-{
-    printf("{\"reference\": ");
-    json_put_str(stdout, ref->path);
-    printf(", \"runs\": [");
-    for (int k = 0; k < n; k++) {
-        printf("%s", k ? ", " : "");
-        json_put_str(stdout, runs[k]->path);
-    }
-    printf("],\n \"points\": [");
-    for (int p = 0; p < r->npoints; p++) {
-        printf("%s{\"step\": %" PRIu64 ", \"distance\": [", p ? ", " : "", r->points[p].step);
-        for (int k = 0; k < n; k++) {
-            printf("%s", k ? ", " : "");
-            json_put_num(stdout, r->points[p].dist[k]);
-        }
-        printf("]}");
-    }
-    printf("],\n \"crossings\": [");
-    for (int t = 0; t < DIFF_NTHRESH; t++) {
-        printf("%s{\"threshold\": %g, \"steps\": [", t ? ", " : "", diff_thresholds[t]);
-        for (int k = 0; k < n; k++) {
-            printf("%s", k ? ", " : "");
-            if (r->cross[k][t] >= 0)
-                printf("%" PRId64, r->cross[k][t]);
-            else
-                fputs("null", stdout);
-        }
-        printf("]}");
-    }
-    printf("]}\n");
-}
-
-static int diff_with_reference(const char *refpath, char **paths, int n, int json, int quiet)
-{
-    if (n < 1 || n > 2) {
-        cli_error("diff", "--reference takes one or two runs to compare with it");
-        return CLI_EXIT_TROUBLE;
-    }
-    struct trace_file *ref = NULL, *runs[2] = {NULL, NULL};
-    int rc = CLI_EXIT_TROUBLE;
-    if (trace_open(&ref, refpath) < 0 || diff_has_steps(ref) < 0)
-        goto fail;
-    for (int k = 0; k < n; k++)
-        if (trace_open(&runs[k], paths[k]) < 0 || diff_has_steps(runs[k]) < 0)
-            goto fail;
-    struct diff_refresult r;
-    if (diff_reference(ref, runs, n, &r) < 0) {
-        diff_refresult_free(&r);
-        goto fail;
-    }
-    if (!quiet && json)
-        diff_ref_json(ref, runs, n, &r);
-    else if (!quiet)
-        diff_ref_text(ref, runs, n, &r);
-    rc = 0;
-    for (int k = 0; k < n; k++)
-        if (!r.identical[k])
-            rc = 1;
-    diff_refresult_free(&r);
-    goto out;
-fail:
-    cli_error("diff", "%s", dt_error());
-out:
-    if (ref)
-        trace_close(ref);
-    for (int k = 0; k < 2; k++)
-        if (runs[k])
-            trace_close(runs[k]);
-    return rc;
-}
-
 /* A damaged trace was compared as its readable prefix: say so, and that
  * this is trouble, after the comparison; and a failed write of the report. */
 static int diff_finish(struct trace_file *const *tf, int n, int quiet, int rc)
@@ -645,7 +681,8 @@ static int diff_finish(struct trace_file *const *tf, int n, int quiet, int rc)
     return rc;
 }
 
-static int diff_two(struct trace_file *a, struct trace_file *b, int json, int quiet)
+static int diff_two(struct trace_file *a, struct trace_file *b, int json, int quiet,
+                    const struct diff_view *v)
 {
     struct diff_result r;
     int rc;
@@ -656,7 +693,7 @@ static int diff_two(struct trace_file *a, struct trace_file *b, int json, int qu
         if (!quiet && json)
             diff_json(a, b, &r);
         else if (!quiet)
-            diff_text(a, b, &r);
+            diff_text(a, b, &r, v);
         struct trace_file *ab[2] = {a, b};
         rc = diff_finish(ab, 2, quiet, r.diverged ? 1 : 0);
     }
@@ -665,7 +702,7 @@ static int diff_two(struct trace_file *a, struct trace_file *b, int json, int qu
 }
 
 /* Distinct ranks of one job, compared as replicas (ranks.h). */
-static int diff_ranks(struct trace_file **tf, int n, int json, int quiet)
+static int diff_ranks(struct trace_file **tf, int n, int json, int quiet, char **paths)
 {
     struct ranks_result r;
     int rc;
@@ -679,6 +716,14 @@ static int diff_ranks(struct trace_file **tf, int n, int json, int quiet)
             printf("}\n");
         } else if (!quiet) {
             ranks_print_text(stdout, &r, 1);
+            if (!r.agree && r.compared) {
+                printf("next: divtrace explain");
+                for (int k = 0; k < n; k++) {
+                    putchar(' ');
+                    diff_put_word(paths[k]);
+                }
+                putchar('\n');
+            }
         }
         rc = r.agree ? 0 : r.compared ? CLI_EXIT_FINDING : CLI_EXIT_TROUBLE;
         if (!r.compared)
@@ -695,26 +740,42 @@ int cmd_diff(int argc, char **argv)
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'},
         {"reference", required_argument, NULL, 'r'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"escape", no_argument, NULL, 'e'},
+        {"html", required_argument, NULL, 'H'},
+        {"explain", no_argument, NULL, 'E'},
+        {"explain-json", required_argument, NULL, 'X'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int json = 0, quiet = 0, c;
-    const char *reference = NULL;
+    struct diff_view view = {0, 0};
+    const char *reference = NULL, *html = NULL;
+    struct html_options hopt = {.explain_json = NULL};
     optind = 0;
-    while ((c = getopt_long(argc, argv, "r:qhV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "r:vqhV", opts, NULL)) != -1) {
         switch (c) {
         case 'j': json = 1; break;
         case 'r': reference = optarg; break;
+        case 'v': view.verbose = 1; break;
+        case 'e': view.escape = 1; break;
+        case 'H': html = optarg; break;
+        case 'E': hopt.explain = 1; break;
+        case 'X': hopt.explain_json = optarg; break;
         case 'q': quiet = 1; break;
         case 'h': diff_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("diff");
         }
     }
+    if (html_diff_options(html, reference != NULL, quiet, &hopt) < 0) {
+        cli_error("diff", "%s", dt_error());
+        return CLI_EXIT_TROUBLE;
+    }
     if (reference)
-        return diff_with_reference(reference, argv + optind, argc - optind, json, quiet);
+        return cmd_diff_reference(reference, argv + optind, argc - optind, json, quiet);
     int n = argc - optind;
     if (n < 2) {
         cli_error("diff", "expected two trace files");
@@ -723,16 +784,18 @@ int cmd_diff(int argc, char **argv)
     struct trace_file **tf = dt_calloc((size_t)n, sizeof *tf);
     int rc = CLI_EXIT_TROUBLE, k, mode = -1;
     for (k = 0; k < n; k++)
-        if (trace_open(&tf[k], argv[optind + k]) < 0 || diff_has_steps(tf[k]) < 0)
+        if (trace_open(&tf[k], argv[optind + k]) < 0 || cmd_diff_has_steps(tf[k]) < 0)
             break;
     if (k == n)
         mode = ranks_detect(tf, n);
     if (mode < 0)
         cli_error("diff", "%s", dt_error());
+    else if (html && html_write_diff(html, tf, n, mode == 1, &hopt) < 0)
+        cli_error("diff", "%s", dt_error());
     else if (mode == 1)
-        rc = diff_ranks(tf, n, json, quiet);
+        rc = diff_ranks(tf, n, json, quiet, argv + optind);
     else
-        rc = diff_two(tf[0], tf[1], json, quiet);
+        rc = diff_two(tf[0], tf[1], json, quiet, &view);
     for (k = 0; k < n; k++)
         trace_close(tf[k]);
     free(tf);

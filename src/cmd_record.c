@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "cpu_blas.h"
 #include "fault.h"
+#include "progress.h"
 #include "train.h"
 #include "util.h"
 
@@ -23,8 +24,12 @@ static void record_usage(FILE *f)
           "      --trace-level LEVEL   op (every op), param (parameters, gradients,\n"
           "                            optimizer) or step (summaries only); default op\n"
           "      --checkpoint-every K  full state every K steps (default: the smallest\n"
-          "                            round K keeping checkpoints under 150 MB)\n"
-          "  -q, --quiet               no progress line, no final summary\n"
+          "                            round K >= 10 giving at most 100 intervals and\n"
+          "                            checkpoints under 150 MB before compression)\n"
+          "  -q, --quiet               print nothing on stdout (no summary) and no progress\n"
+          "      --progress            progress as plain lines on stderr, every 10 s and at\n"
+          "                            the end (for logs; on a terminal a line is rewritten\n"
+          "                            in place without it)\n"
           "\n"
           "Model and training:\n"
           "      --model NAME          autoencoder (default) or prednet\n"
@@ -116,7 +121,7 @@ enum {
     OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
     OPT_PRECISION, OPT_INJECT, OPT_NO_SELF_CHECK, OPT_STACK, OPT_RSTACK, OPT_SIZE, OPT_NT,
     OPT_LAYER_WEIGHTS, OPT_VIDEO, OPT_NPY_LAYOUT, OPT_PROTOCOL, OPT_REDUCE, OPT_CUDNN_ALGO,
-    OPT_DEVICE, OPT_CUDA_GRAPH, OPT_STREAMS,
+    OPT_DEVICE, OPT_CUDA_GRAPH, OPT_STREAMS, OPT_PROGRESS,
 };
 
 static const struct option record_options[] = {
@@ -124,6 +129,7 @@ static const struct option record_options[] = {
     {"trace-level", required_argument, NULL, OPT_TRACE_LEVEL},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT},
     {"quiet", no_argument, NULL, 'q'},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
     {"model", required_argument, NULL, OPT_MODEL},
     {"preset", required_argument, NULL, OPT_PRESET},
     {"layers", required_argument, NULL, OPT_LAYERS},
@@ -193,6 +199,7 @@ static int record_option(int c, const char *arg, struct train_config *tc)
     switch (c) {
     case 'o': tc->out = arg; return DT_OK;
     case 'q': tc->quiet = 1; return DT_OK;
+    case OPT_PROGRESS: tc->progress = PROGRESS_LINES; return DT_OK;
     case OPT_TRACE_LEVEL:
         if (trace_level_parse(arg, &tc->level) < 0) {
             dt_error_set("--trace-level '%s': expected op, param or step", arg);
@@ -355,7 +362,7 @@ int cmd_record(int argc, char **argv)
         cli_error("record", "%s", dt_error());
         return CLI_EXIT_TROUBLE;
     }
-    tc.progress = !tc.quiet && isatty(STDERR_FILENO);
+    tc.progress = progress_mode_pick(tc.quiet, tc.progress == PROGRESS_LINES);
     if (tc.inject && !tc.quiet && fault_planted(tc.inject, tc.backend) == 0)
         fprintf(stderr, "divtrace record: --inject '%s' is for another backend: nothing planted on %s\n",
                 tc.inject, tc.backend);
@@ -388,4 +395,54 @@ int cmd_record(int argc, char **argv)
         return CLI_EXIT_FINDING;
     }
     return 0;
+}
+
+/* `divtrace sweep` checks every trial's options before it starts any: the
+ * parse of cmd_record, without training and without the output file (the
+ * sweep gives it). getopt's own messages are off: the one line is the
+ * caller's. */
+int record_check_options(int argc, char **argv)
+{
+    struct train_config tc;
+    train_config_defaults(&tc);
+    if (model_parse_layers(tc.layers, &tc.model) < 0)
+        DT_ASSERT(0, "default layers do not parse");
+    const char *shortopts = "+:o:qhV";
+    int c, rc = DT_OK, saved = opterr;
+    opterr = 0;
+    optind = 0;
+    /* pass 1: the preset, which later options override */
+    while (rc == DT_OK && (c = getopt_long(argc, argv, shortopts, record_options, NULL)) != -1)
+        if (c == OPT_PRESET && train_apply_preset(&tc, optarg) < 0)
+            rc = DT_ERR;
+    optind = 0;
+    while (rc == DT_OK && (c = getopt_long(argc, argv, shortopts, record_options, NULL)) != -1) {
+        /* the word at fault: a long option as written, a short one as -c
+         * (optopt, which for a long option holds its code) */
+        const char *word = argv[optind - 1];
+        char opt[3] = {'-', (char)optopt, 0};
+        if (word[1] != '-' && optopt > ' ' && optopt < 127)
+            word = opt;
+        if (c == '?') {
+            dt_error_set("unknown record option '%s'", word);
+            rc = DT_ERR;
+        } else if (c == ':') {
+            dt_error_set("record option '%s' needs a value", word);
+            rc = DT_ERR;
+        } else if (c == 'h' || c == 'V') {
+            dt_error_set("record option '%s' prints and exits: it records no trace", word);
+            rc = DT_ERR;
+        } else if (record_option(c, optarg, &tc) < 0) {
+            rc = DT_ERR;
+        }
+    }
+    if (rc == DT_OK && optind < argc) {
+        dt_error_set("unexpected record argument '%s'", argv[optind]);
+        rc = DT_ERR;
+    }
+    if (rc == DT_OK && train_finish_config(&tc) < 0)
+        rc = DT_ERR;
+    opterr = saved;
+    optind = 0;
+    return rc;
 }

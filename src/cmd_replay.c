@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "diff.h"
+#include "progress.h"
 #include "replay.h"
 #include "torchcheck.h"
 #include "trace.h"
@@ -19,7 +20,8 @@ static void replay_usage(FILE *f)
           "Re-execute recorded steps from a checkpoint and check them.\n"
           "\n"
           "  -s, --step S         the first step to check (required)\n"
-          "  -n, --steps N        how many steps to check (default 1)\n"
+          "  -n, --steps N        how many steps to check, S to S+N-1 (a count, as in\n"
+          "                       every command; default 1)\n"
           "      --from F         start at the last checkpoint at or before step F\n"
           "                       (default S - 1, so that state one step hands to the\n"
           "                       next is rebuilt); every step from there is\n"
@@ -35,14 +37,21 @@ static void replay_usage(FILE *f)
           "                       FFT or Winograd algorithm is held to a normwise bound\n"
           "      --ops LIST       against mpfr: check only these ops (names, commas)\n"
           "      --inject OP:KIND a fault in op OP (as for record) during the replay\n"
-          "      --all            against mpfr: list every op, not only the inexact ones\n"
-          "      --json           one JSON object instead of text\n"
+          "      --threshold X    against mpfr: list the ops whose error is above X times\n"
+          "                       their bound (default 1: the SEMANTIC ones; 0: every\n"
+          "                       inexact op); ops not reproduced are listed too\n"
+          "      --all            against mpfr: list every op checked\n"
+          "      --json           one JSON object instead of the text (every op)\n"
           "      --result-fd FD   write the result to file descriptor FD in a binary\n"
           "                       form only this divtrace reads (divtrace explain)\n"
           "  -q, --quiet          print nothing; only the exit status\n"
+          "      --progress       progress as plain lines on stderr, every 10 s and at\n"
+          "                       the end (on a terminal a line is rewritten in place\n"
+          "                       without it)\n"
           "  -h, --help           show this help and exit\n"
           "  -V, --version        show the version and exit\n"
           "\n"
+          "Text lists only the ops that matter and says how many it leaves out.\n"
           "A recorded op output that re-execution does not give from the same inputs is\n"
           "a finding: replay names the first and what differs in the configuration.\n"
           "Exit status: 0 reproduced bitwise (and, against mpfr, no op SEMANTIC);\n"
@@ -62,6 +71,10 @@ static void replay_print_check(const struct trace_file *tf, const struct replay_
            replay_class_name(c->cls));
     if (c->normwise)
         printf(" (normwise bound: %s)", c->algorithm);
+    if (c->bitwise == 0 && c->inputs_recorded == 1)
+        printf("; not reproduced: the recording holds another output");
+    if (c->recorded_ok == 0 && c->cls != REPLAY_SEMANTIC)
+        printf("; the recorded statistics fit no output within the bound");
     putchar('\n');
     if (c->cls == REPLAY_SEMANTIC)
         printf("        worst element %" PRIu64 ": %.9g, exact %.9g, error %.3g, bound %.3g\n",
@@ -75,19 +88,33 @@ static void replay_text(const struct trace_file *tf, const struct replay_options
     printf("%s: steps %" PRIu64 " to %" PRIu64 " replayed from the checkpoint at step %" PRIu64
            " in %.2f s\n", tf->path, r->first, r->last, r->from_ckpt, r->seconds);
     if (opt->against == REPLAY_ORACLE) {
-        uint64_t step = UINT64_MAX;
+        uint64_t step = UINT64_MAX, left[3] = {0, 0, 0};
         for (int k = 0; k < r->ncheck; k++) {
             const struct replay_opcheck *c = &r->check[k];
-            if (!all && c->cls == REPLAY_EXACT)
+            if (!all && !replay_op_matters(c, opt->threshold)) {
+                left[c->cls]++;
                 continue;
+            }
             if (c->step != step) {
                 step = c->step;
                 printf("step %" PRIu64 " against the exact oracle%s:\n", step,
-                       all ? "" : " (ops that are not exact)");
+                       all ? "" : " (the ops that matter)");
                 printf("  %4s  %-24s %-12s %10s  %10s  %s\n", "op", "name", "type", "max ulp",
                        "err/bound", "class");
             }
             replay_print_check(tf, c);
+        }
+        uint64_t nleft = left[0] + left[1] + left[2];
+        if (nleft && nleft == left[0])
+            printf("not listed: %" PRIu64 " op results, all exact (--all lists them)\n", nleft);
+        else if (nleft) {
+            printf("not listed: %" PRIu64 " op results, %" PRIu64 " exact and %" PRIu64 " rounding within ",
+                   nleft, left[0], left[1] + left[2]);
+            if (opt->threshold == 1)
+                printf("their bound");
+            else
+                printf("%g times their bound", opt->threshold);
+            printf(" (--all lists them)\n");
         }
         printf("summary: %d op results checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64
                " SEMANTIC\n", r->ncheck, r->nexact, r->nrounding, r->nsemantic);
@@ -142,7 +169,7 @@ static void replay_json(const struct trace_file *tf, const struct replay_options
 
 int cmd_replay(int argc, char **argv)
 {
-    enum { OPT_INJECT = 256, OPT_ALL, OPT_JSON, OPT_FROM, OPT_OPS, OPT_FD };
+    enum { OPT_INJECT = 256, OPT_ALL, OPT_JSON, OPT_FROM, OPT_OPS, OPT_FD, OPT_THRESHOLD, OPT_PROGRESS };
     static const struct option opts[] = {
         {"step", required_argument, NULL, 's'},
         {"steps", required_argument, NULL, 'n'},
@@ -152,14 +179,16 @@ int cmd_replay(int argc, char **argv)
         {"against", required_argument, NULL, 'a'},
         {"inject", required_argument, NULL, OPT_INJECT},
         {"all", no_argument, NULL, OPT_ALL},
+        {"threshold", required_argument, NULL, OPT_THRESHOLD},
         {"json", no_argument, NULL, OPT_JSON},
         {"quiet", no_argument, NULL, 'q'},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct replay_options opt = {.steps = 1, .against = REPLAY_SAME};
-    int has_step = 0, has_from = 0, all = 0, fd = -1, c;
+    struct replay_options opt = {.steps = 1, .against = REPLAY_SAME, .threshold = 1};
+    int has_step = 0, has_from = 0, all = 0, fd = -1, lines = 0, c;
     const char *against = "same";
     optind = 0;
     while ((c = getopt_long(argc, argv, "s:n:a:qhV", opts, NULL)) != -1) {
@@ -186,8 +215,17 @@ int cmd_replay(int argc, char **argv)
         case 'a': against = optarg; break;
         case OPT_INJECT: opt.inject = optarg; break;
         case OPT_ALL: all = 1; break;
+        case OPT_THRESHOLD:
+            if (cli_double("--threshold", optarg, &opt.threshold) < 0)
+                goto bad;
+            if (opt.threshold < 0) {
+                dt_error_set("--threshold '%s': expected a number of at least 0", optarg);
+                goto bad;
+            }
+            break;
         case OPT_JSON: opt.json = 1; break;
         case 'q': opt.quiet = 1; break;
+        case OPT_PROGRESS: lines = 1; break;
         case 'h': replay_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("replay");
@@ -207,7 +245,7 @@ int cmd_replay(int argc, char **argv)
         cli_error("replay", "--from %" PRIu64 " is after --step %" PRIu64, opt.from, opt.step);
         return CLI_EXIT_TROUBLE;
     }
-    opt.progress = !opt.quiet && isatty(STDERR_FILENO);
+    opt.progress = progress_mode_pick(opt.quiet, lines);
     struct trace_file *tf;
     if (trace_open(&tf, argv[optind]) < 0) {
         if (fd >= 0)

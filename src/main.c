@@ -29,6 +29,11 @@ static void main_usage(FILE *f)
           "  -h, --help     show this help and exit\n"
           "  -V, --version  show the version and exit\n"
           "\n"
+          "Every command takes -h, -V and -q (nothing on stdout); --json, where a command\n"
+          "has it, prints one JSON object instead of the text; results go to stdout,\n"
+          "progress and errors to stderr; exit 0 fine, 1 a finding, 2 trouble (one line\n"
+          "on stderr). See CONVENTIONS in divtrace(1).\n"
+          "\n"
           "'divtrace COMMAND --help' describes a command; man divtrace for more.\n",
           f);
 }
@@ -49,7 +54,7 @@ static int main_stdout(const char *prog, int rc)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fputs("divtrace: no command given\nTry 'divtrace --help'.\n", stderr);
+        fputs("divtrace: no command given (try 'divtrace --help')\n", stderr);
         return CLI_EXIT_TROUBLE;
     }
     const char *cmd = argv[1];
@@ -91,6 +96,6 @@ int main(int argc, char **argv)
         free(sub);
         return rc;
     }
-    fprintf(stderr, "divtrace: unknown command '%s'\nTry 'divtrace --help'.\n", cmd);
+    fprintf(stderr, "divtrace: unknown command '%s' (try 'divtrace --help')\n", cmd);
     return CLI_EXIT_TROUBLE;
 }

@@ -16,6 +16,7 @@
 #include "hash.h"
 #include "json.h"
 #include "oracle.h"
+#include "progress.h"
 #include "run.h"
 #include "util.h"
 
@@ -23,6 +24,12 @@ const char *replay_class_name(enum replay_class c)
 {
     static const char *const names[] = {"exact", "rounding", "SEMANTIC"};
     return names[c];
+}
+
+int replay_op_matters(const struct replay_opcheck *c, double threshold)
+{
+    return c->cls == REPLAY_SEMANTIC || c->max_ratio > threshold || c->max_ulp == UINT64_MAX ||
+           (c->bitwise == 0 && c->inputs_recorded == 1) || c->recorded_ok == 0;
 }
 
 uint64_t replay_default_from(uint64_t step)
@@ -41,6 +48,9 @@ struct replay_state {
     float **in;                /* host copies of an op's inputs */
     float *out, *exact;
     double *bound;
+    struct progress prog;
+    const struct replay_options *opt;
+    uint64_t first;            /* the checkpoint's step, where the replay began */
 };
 
 double replay_normwise_floor(const float *a, size_t na, const float *b, size_t nb)
@@ -200,6 +210,21 @@ static void replay_check_op(struct replay_state *s, int i)
         res->nsemantic++;
 }
 
+/* Where the replay is: the step, and against the oracle the op (a step of
+ * a large model can take minutes there). */
+static void replay_progress(struct replay_state *s, int op)
+{
+    if (!progress_due(&s->prog))
+        return;
+    const struct replay_options *opt = s->opt;
+    char at[96] = "";
+    if (op >= 0)
+        snprintf(at, sizeof at, ", op %d of %d", op + 1, s->r.g.n);
+    progress_show(&s->prog, "%s%sstep %" PRIu64 "%s (steps %" PRIu64 " to %" PRIu64 "), %.0f s",
+                  opt->label ? opt->label : "", opt->label ? ": " : "", s->step, at, s->first,
+                  s->res->last, progress_elapsed(&s->prog));
+}
+
 static void replay_hook(void *arg, int i, const backend_buf *buf)
 {
     struct replay_state *s = arg;
@@ -207,6 +232,7 @@ static void replay_hook(void *arg, int i, const backend_buf *buf)
     enum op_type t = s->r.g.nodes[i].type;
     if (s->checking && t != OP_INPUT && t != OP_PARAM && t != OP_STATE && (!s->want || s->want[i]))
         replay_check_op(s, i);
+    replay_progress(s, i);
 }
 
 /* Compare the step just replayed with its recording: the root, then op by
@@ -308,18 +334,6 @@ static void replay_config_diff(struct replay_state *s, const struct trace_file *
     trace_config_free(&now);
 }
 
-static void replay_progress(const struct replay_options *opt, uint64_t step, uint64_t first,
-                            uint64_t last, double t0, double *shown)
-{
-    double now = dt_now();
-    if (!opt->progress || now - t0 < 1.0 || now - *shown < 0.2)
-        return;
-    *shown = now;
-    fprintf(stderr, "\r%s%sreplaying step %" PRIu64 " (%" PRIu64 " to %" PRIu64 ")  %.0f s ",
-            opt->label ? opt->label : "", opt->label ? ": " : "", step, first, last, now - t0);
-    fflush(stderr);
-}
-
 int replay_run(struct trace_file *tf, const struct replay_options *opt, char **argv,
                struct replay_result *res)
 {
@@ -345,6 +359,7 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
     memset(&s, 0, sizeof s);
     s.res = res;
     s.tf = tf;
+    s.opt = opt;
     if (run_config_from_trace(&s.tc, &tf->cfg) < 0)
         return DT_ERR;
     if (opt->inject)
@@ -403,9 +418,12 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
     res->first = opt->step;
     res->last = opt->step + opt->steps - 1;
     res->reproduced = 1;
-    double t0 = dt_now(), shown = 0;
+    double t0 = dt_now();
+    s.first = ck.step;
+    progress_init(&s.prog, (enum progress_mode)opt->progress, "divtrace replay");
     for (uint64_t step = ck.step; step <= res->last; step++) {
-        replay_progress(opt, step, ck.step, res->last, t0, &shown);
+        s.step = step;
+        replay_progress(&s, -1);
         run_step_begin(&s.r, step);
         fault_between(&s.r, step);
         /* the recording flipped the bit before it took that step's
@@ -432,10 +450,8 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
         exec_advance(&s.r.e);
     }
     res->seconds = dt_now() - t0;
-    if (opt->progress && shown > 0) {
-        fputs("\r\033[K", stderr);
-        fflush(stderr);
-    }
+    progress_end(&s.prog, "%s%ssteps %" PRIu64 " to %" PRIu64 " in %.1f s", opt->label ? opt->label : "",
+                 opt->label ? ": " : "", ck.step, s.step, res->seconds);
     if (!res->reproduced)
         replay_config_diff(&s, tf, res->config_diff, sizeof res->config_diff);
     rc = DT_OK;

@@ -23,7 +23,10 @@ struct replay_options {
     const char *ops;               /* against the oracle: the names of the ops to check,
                                     * comma-separated; NULL: every op */
     const char *label;             /* progress: the name the replay goes by, or NULL */
-    int json, quiet, progress;
+    double threshold;              /* text: ops are listed beyond this error/bound (1: the
+                                    * SEMANTIC ones) unless all are asked for */
+    int json, quiet;
+    int progress;                  /* enum progress_mode (progress.h) */
 };
 uint64_t replay_default_from(uint64_t step);
 
@@ -90,6 +93,12 @@ int replay_result_recv(int fd, struct replay_result *res);
 /* Instead of a result: why there is none (recv then fails with it). */
 int replay_error_send(int fd, const char *msg);
 const char *replay_class_name(enum replay_class c);
+/* Whether a checked op is one that matters, listed in text without --all:
+ * its error is beyond threshold times its bound (threshold 1: SEMANTIC),
+ * it is NaN against a number, its recorded output is not what re-execution
+ * gives from the recorded inputs (not reproduced), or its recorded
+ * statistics fit no output within the bounds. */
+int replay_op_matters(const struct replay_opcheck *c, double threshold);
 
 /* An op's output against the oracle: element k is within bounds when
  * |out - exact| <= max(bound[k], least) + ulp(exact)/2 (least: 0, or a

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -47,34 +48,75 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
     }
     double t0 = dt_now();
     struct trace_file *rerun = NULL;
+    /* --json: the object is built aside and printed whole, once no trouble
+     * cut it short */
+    int text = !opt->quiet && !opt->json;
+    char *jbuf = NULL;
+    size_t jlen = 0;
+    FILE *js = opt->json && !opt->quiet ? open_memstream(&jbuf, &jlen) : NULL;
+    if (js) {
+        fputs("{\"trace\": ", js);
+        json_put_str(js, tf->path);
+        fprintf(js, ", \"torch\": true, \"against\": \"%s\", \"first\": %" PRIu64 ", \"last\": %" PRIu64,
+                opt->against == REPLAY_SAME ? "same" : "mpfr", opt->step, step);
+    }
     if (opt->against == REPLAY_SAME) {
-        if (!(rerun = rt_rerun(tf, step, opt->quiet)))
+        if (!(rerun = rt_rerun(tf, step, opt->quiet))) {
+            if (js)
+                fclose(js);
+            free(jbuf);
             return CLI_EXIT_TROUBLE;
+        }
         uint64_t bad;
         int same = tcheck_same_steps(tf, rerun, step, &bad);
         trace_close(rerun);
         rt_unlink();
-        if (!opt->quiet && same)
+        if (js) {
+            fprintf(js, ", \"reproduced\": %s, \"mismatch_step\": ", same ? "true" : "false");
+            if (same)
+                fputs("null", js);
+            else
+                fprintf(js, "%" PRIu64, bad);
+            fputs("}\n", js);
+            fclose(js);
+            fwrite(jbuf, 1, jlen, stdout);
+            free(jbuf);
+        } else if (text && same)
             printf("%s: its command re-run (%.1f s): steps 0 to %" PRIu64 " match the recording bitwise\n"
                    "reproduced: every replayed step matches the recording bitwise\n", tf->path,
                    dt_now() - t0, step);
-        else if (!opt->quiet)
+        else if (text)
             printf("%s: its command re-run (%.1f s)\nnot reproduced: step %" PRIu64 " differs from the "
                    "recording\n", tf->path, dt_now() - t0, bad);
         return same ? 0 : CLI_EXIT_FINDING;
     }
     int rc = 0;
+    uint64_t total[3] = {0, 0, 0};
+    if (js)
+        fputs(", \"reproduced\": true, \"steps\": [", js);
     for (uint64_t s = opt->step; s <= step; s++) {
         struct tcheck_data d;
         const char *from = "stored in the trace";
         int lr = tcheck_load(tf, s, &d);
         if (lr == 1) {
-            if (!rerun && !(rerun = rt_rerun(tf, step, opt->quiet)))
-                return CLI_EXIT_TROUBLE;
+            if (!rerun && !(rerun = rt_rerun(tf, step, opt->quiet))) {
+                rc = CLI_EXIT_TROUBLE;
+                break;
+            }
             uint64_t bad;
             if (tcheck_same_steps(tf, rerun, step, &bad) != 1) {
-                printf("%s: its command re-run parts from the recording at step %" PRIu64 ": the re-run's "
-                       "module data are not the recording's\n", tf->path, bad);
+                if (js) {
+                    fclose(js);
+                    printf("{\"trace\": ");
+                    json_put_str(stdout, tf->path);
+                    printf(", \"torch\": true, \"against\": \"mpfr\", \"reproduced\": false, "
+                           "\"mismatch_step\": %" PRIu64 "}\n", bad);
+                    free(jbuf);
+                    js = NULL;
+                }
+                if (text)
+                    printf("%s: its command re-run parts from the recording at step %" PRIu64 ": the "
+                           "re-run's module data are not the recording's\n", tf->path, bad);
                 trace_close(rerun);
                 rt_unlink();
                 return CLI_EXIT_FINDING;
@@ -88,8 +130,17 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
             rc = CLI_EXIT_TROUBLE;
             break;
         }
-        uint64_t n[3] = {0, 0, 0}, nnot = 0;
-        if (!opt->quiet)
+        uint64_t n[3] = {0, 0, 0}, nnot = 0, nleft = 0;
+        if (js) {
+            fprintf(js, "%s\n {\"step\": %" PRIu64 ", \"module_data\": ", s == opt->step ? "" : ",", s);
+            json_put_str(js, from);
+            fputs(", \"ops\": [", js);
+        }
+        int jn = 0, jnot = 0;
+        char *nbuf = NULL;
+        size_t nlen = 0;
+        FILE *jnc = js ? open_memstream(&nbuf, &nlen) : NULL;
+        if (text)
             printf("step %" PRIu64 " against the exact oracle (module data %s):\n  %-28s %-16s %10s  %10s  %s\n",
                    s, from, "name", "type", "max ulp", "err/bound", "class");
         for (uint32_t op = 0; op < tf->nops; op++) {
@@ -109,15 +160,30 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
                 nnot++;
                 if (tcheck_custom_backward(it, err, sizeof err) == 1 && rc == 0)
                     rc = CLI_EXIT_FINDING; /* a backward that is not its forward's derivative */
-                if (!opt->quiet)
+                if (text)
                     printf("  %-28s not checked: %s\n", it->name, why);
+                if (jnc) {
+                    fprintf(jnc, "%s{\"name\": ", jnot++ ? ", " : "");
+                    json_put_str(jnc, it->name);
+                    fputs(", \"why\": ", jnc);
+                    json_put_str(jnc, why);
+                    fputc('}', jnc);
+                }
                 continue;
             }
             n[c.cls]++;
             if (c.cls == REPLAY_SEMANTIC && rc == 0)
                 rc = CLI_EXIT_FINDING;
-            if (opt->quiet || (!all && c.cls == REPLAY_EXACT))
+            if (js) {
+                c.step = s;
+                c.op = (int)op;
+                fputs(jn++ ? ",\n  " : "\n  ", js);
+                replay_check_json(js, tf, &c);
+            }
+            if (!text || (!all && !replay_op_matters(&c, opt->threshold))) {
+                nleft++;
                 continue;
+            }
             char ulp[32];
             snprintf(ulp, sizeof ulp, c.max_ulp == UINT64_MAX ? "NaN" : "%" PRIu64, c.max_ulp);
             printf("  %-28s %-16s %10s  %10.3g  %s%s%s\n", it->name, it->type, ulp, c.max_ratio,
@@ -127,7 +193,22 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
                        c.worst, (double)c.worst_value, (double)c.worst_exact,
                        fabs((double)c.worst_value - (double)c.worst_exact), c.worst_bound);
         }
-        if (!opt->quiet)
+        if (jnc) {
+            fclose(jnc);
+            fprintf(js, "], \"not_checked\": [%s]}", nbuf);
+            free(nbuf);
+        }
+        for (int k = 0; k < 3; k++)
+            total[k] += n[k];
+        if (text && nleft) {
+            printf("not listed: %" PRIu64 " modules, exact or rounding within ", nleft);
+            if (opt->threshold == 1)
+                printf("their bound");
+            else
+                printf("%g times their bound", opt->threshold);
+            printf(" (--all lists them)\n");
+        }
+        if (text)
             printf("summary: %" PRIu64 " modules checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64
                    " SEMANTIC; %" PRIu64 " not checked\n", n[0] + n[1] + n[2], n[0], n[1], n[2], nnot);
         tcheck_free(&d);
@@ -137,6 +218,14 @@ int replay_torch(struct trace_file *tf, const struct replay_options *opt, int al
     if (rerun) {
         trace_close(rerun);
         rt_unlink();
+    }
+    if (js) {
+        fprintf(js, "],\n \"exact\": %" PRIu64 ", \"rounding\": %" PRIu64 ", \"semantic\": %" PRIu64 "}\n",
+                total[0], total[1], total[2]);
+        fclose(js);
+        if (rc != CLI_EXIT_TROUBLE)
+            fwrite(jbuf, 1, jlen, stdout);
+        free(jbuf);
     }
     return rc;
 }

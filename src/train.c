@@ -18,6 +18,7 @@
 #include "graph.h"
 #include "hash.h"
 #include "fault.h"
+#include "progress.h"
 #include "run.h"
 #include "tracer.h"
 #include "util.h"
@@ -180,14 +181,18 @@ const char *train_preset_name(const struct train_config *tc)
 
 uint64_t train_default_ckpt_every(uint64_t steps, uint64_t ckpt_bytes)
 {
-    /* The smallest round interval whose checkpoints take at most 150 MB. */
-    static const uint64_t nice[] = {1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000,
-                                    2000, 2500, 5000, 10000, 20000, 50000, 100000};
+    /* The smallest round interval of at least 10 steps (a replay redoes at
+     * most that many; a checkpoint per step costs a model a step), with at
+     * most 100 intervals in the run, whose checkpoints take at most 150 MB
+     * before compression (divtrace-record(1), Checkpoints). */
+    static const uint64_t nice[] = {10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500,
+                                    5000, 10000, 20000, 25000, 50000, 100000, 200000, 250000,
+                                    500000, 1000000};
     const double budget = 150e6;
     for (size_t i = 0; i < sizeof nice / sizeof nice[0]; i++)
-        if ((double)(steps / nice[i] + 2) * (double)ckpt_bytes <= budget)
+        if (steps / nice[i] <= 100 && (double)(steps / nice[i] + 2) * (double)ckpt_bytes <= budget)
             return nice[i];
-    return steps ? steps : 1;
+    return steps > 10 ? steps : 10;
 }
 
 /* ---- helpers of train_run ---- */
@@ -201,6 +206,7 @@ struct train_state {
     struct trace_writer *w;
     struct trace_config cfg;
     uint64_t ckpt_every;
+    struct progress prog;      /* tc->progress: the step, the loss, the rate */
 };
 
 static int train_ckpt(struct train_state *s, uint64_t step)
@@ -301,19 +307,20 @@ static void train_teardown(struct train_state *s)
     trace_config_free(&s->cfg);
 }
 
-static void train_progress(const struct train_config *tc, uint64_t step, double loss,
-                           double t0, double *last, int final)
+/* Steps done (step + 1) of tc->steps, the loss and the rate; final: the
+ * last line, whether due or not. */
+static void train_progress(struct train_state *s, uint64_t step, double loss, int final)
 {
-    double now = dt_now();
-    if (!final && now - *last < 0.2)
+    struct progress *p = &s->prog;
+    if (!final && !progress_due(p))
         return;
-    *last = now;
-    double rate = (double)(step + 1) / (now - t0 > 1e-9 ? now - t0 : 1e-9);
-    fprintf(stderr, "\rstep %" PRIu64 "/%" PRIu64 "  loss %.6f  %.0f steps/s ", step + 1,
-            tc->steps, loss, rate);
+    double el = progress_elapsed(p);
+    double rate = (double)(step + 1) / (el > 1e-9 ? el : 1e-9);
     if (final)
-        fputc('\n', stderr);
-    fflush(stderr);
+        progress_end(p, "%" PRIu64 " steps in %.1f s, loss %.6f, %.0f steps/s", step + 1, el, loss, rate);
+    else
+        progress_show(p, "step %" PRIu64 "/%" PRIu64 ", loss %.6f, %.0f steps/s, %.0f s", step + 1,
+                      s->tc->steps, loss, rate, el);
 }
 
 /* At most this many carry events go into a trace (one a step): a state
@@ -327,7 +334,6 @@ static void train_progress(const struct train_config *tc, uint64_t step, double 
  * TRAIN_CARRY_EVENTS. */
 static int train_carry(struct train_state *s, struct train_result *res, uint64_t step)
 {
-    const struct train_config *tc = s->tc;
     struct run *r = &s->r;
     const int *leaves;
     int n = tracer_carry(r->tr, step, &leaves);
@@ -348,8 +354,7 @@ static int train_carry(struct train_state *s, struct train_result *res, uint64_t
     if (n > 4 && len < sizeof text)
         snprintf(text + len, sizeof text - len, " and %d more", n - 4);
     if (res->carry_steps == 1) {
-        if (tc->progress)
-            fputc('\n', stderr);
+        progress_clear(&s->prog);
         fprintf(stderr, "divtrace record: %s (changed between the steps)\n", text);
     }
     if (res->carry_steps == TRAIN_CARRY_EVENTS)
@@ -387,8 +392,7 @@ static int train_out(struct train_state *s, struct train_result *res, uint64_t s
     snprintf(text, sizeof text,
              "step %" PRIu64 ": op %d %s (%s) produced %" PRIu64 " NaN and %" PRIu64 " Inf from finite inputs",
              step, nf, nd->name, op_type_name(nd->type), rec->nan, rec->inf);
-    if (tc->progress)
-        fputc('\n', stderr);
+    progress_clear(&s->prog);
     fprintf(stderr, "divtrace record: non-finite values: %s\n", text);
     res->nonfinite = 1;
     struct trace_event ev = {TRACE_EVENT_NONFINITE, step, (uint32_t)nf, text};
@@ -435,7 +439,8 @@ int train_run(const struct train_config *tc, struct train_result *res)
     double pend_loss = 0;
 
     double ring[50];
-    double t0 = dt_now(), c0 = dt_cpu_now(), last = 0;
+    double t0 = dt_now(), c0 = dt_cpu_now();
+    progress_init(&s.prog, (enum progress_mode)tc->progress, "divtrace record");
     int stopped = 0;
     uint64_t step;
     double t2 = NAN;
@@ -516,8 +521,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
         }
         exec_advance(&r->e);
         DT_PROF_ADD(DT_PROF_REST, tz);
-        if (tc->progress)
-            train_progress(tc, step, loss, t0, &last, 0);
+        train_progress(&s, step, loss, 0);
     }
 #ifdef DT_PROFILE_STEP
     if (step > 3) {
@@ -537,8 +541,8 @@ int train_run(const struct train_config *tc, struct train_result *res)
         if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)
             goto out;
     }
-    if (tc->progress && !stopped)
-        train_progress(tc, step - 1, res->final_loss, t0, &last, 1);
+    if (step > 0)
+        train_progress(&s, step - 1, res->final_loss, 1);
     if (stopped)
         exec_advance(&r->e);
     res->steps = step;

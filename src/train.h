@@ -41,7 +41,7 @@ struct train_config {
     enum trace_level level;
     uint64_t ckpt_every;        /* 0: chosen so the trace stays small */
     int stop_on_nonfinite;
-    int progress;               /* progress line on stderr */
+    int progress;               /* enum progress_mode (progress.h): progress on stderr */
     int quiet;
     int notrace;                /* benchmarks: no hashing, no file */
     int no_self_check;          /* mpfr: skip the run at twice the precision */

@@ -2,7 +2,8 @@
 # cli_build.sh: every trace says which build wrote it: a recorded run's and
 # a libdivtrace program's headers hold the build's revision, whether its
 # tree was modified, compiler, flags, nvcc and library versions; and diff
-# lists a build key that differs under "configurations differ:".
+# lists a build key that differs under "configurations differ:" (diff -v;
+# the one line of identical traces names it).
 set -u
 NAME=cli_build.sh
 . "$(dirname "$0")/cli_lib.sh"
@@ -66,6 +67,8 @@ fi
 # one build twice: no build key differs
 expect 0 "record the same run again" -- "$DT" record -q --steps 2 --layers 784,8,784 -o "$T/y.dtr"
 expect 0 "the same build: identical" -- "$DT" diff "$T/x.dtr" "$T/y.dtr"
+has "$T/out" "^identical: every op hash of all 2 common steps matches$" "the same build: one line, no key differs"
+expect 0 "the same build: identical, in full" -- "$DT" diff -v "$T/x.dtr" "$T/y.dtr"
 has "$T/out" "^configurations: identical$" "the same build: configurations identical"
 
 # a build key that differs is listed under "configurations differ:": two
@@ -96,6 +99,8 @@ if command -v python3 >/dev/null && [ -r "$LIB" ] && ! sanitized "$LIB"; then
     expect 0 "libdivtrace: one that says build_modified = patched" -- \
         python3 "$T/open.py" "$LIB" "$T/e2.dtr" build_modified patched
     expect 0 "diff of the two (one identical step)" -- "$DT" diff "$T/e1.dtr" "$T/e2.dtr"
+    has "$T/out" "^identical: .*; the configurations differ in build_modified$" "diff: identical, the key named"
+    expect 0 "diff -v of the two" -- "$DT" diff -v "$T/e1.dtr" "$T/e2.dtr"
     has "$T/out" "^configurations differ:$" "diff: configurations differ"
     has "$T/out" "^  build_modified +(yes|no|unknown) \| patched$" "diff: build_modified A | B"
 else

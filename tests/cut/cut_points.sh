@@ -68,7 +68,7 @@ read_ok() {
     fi
     awk -v k="$k" -v s="$nsteps" '
         $0 == "identical: every op hash of all " k " common steps matches" { same = 1 }
-        $0 == "compared over the " k " common steps (A has " k ", B has " s ")" { shorter = 1 }
+        $0 == "identical: every op hash of all " k " common steps matches (A has " k " steps, B has " s ")" { same = 1; shorter = 1 }
         END { exit !(same && shorter == (k < s)) }' "$W/out" && [ $rc -eq 0 ] && [ ! -s "$W/err" ] ||
         bad "$what: diff exit $rc, not identical over $k of $nsteps steps: $(grep -v '^[AB]: ' "$W/out" | head -3) $(cat "$W/err")"
 }

@@ -360,9 +360,8 @@ def main(argv):
     try:
         o = parse(argv)
     except _Usage as e:
-        _say(str(e))
-        if e.try_line:
-            sys.stderr.write("Try 'divtrace run --help'.\n")
+        # one line, as every divtrace command says an error (divtrace(1))
+        _say(str(e) + (" (try 'divtrace run --help')" if e.try_line else ""))
         return 2
     if o.help:
         sys.stdout.write(USAGE)
