@@ -478,6 +478,8 @@ struct diff_side {
     const struct trace_file *t;
     const int32_t *to_other;               /* its ops' namesakes in the other trace */
     const struct trace_oprec **rec, **orec; /* the step's records: this trace's, the other's */
+    const struct trace_oprec **prev, **oprev; /* the previous step's, when its inputs are
+                                              compared too (diff_step_ops), else NULL */
     uint8_t *memo;                         /* ops in this trace only: 0 not known, 1 being
                                               looked at, 2 clean, 3 not */
 };
@@ -522,6 +524,18 @@ static int diff_inputs_clean(struct diff_side *sd, uint32_t i, int depth, int *p
     const struct trace_opdef *o = &sd->t->ops[i];
     for (uint32_t k = 0; k < o->ninputs; k++) {
         uint32_t ref = o->inputs[k];
+        if ((ref & TRACE_INPUT_PREV) && sd->prev) {
+            /* the op of the previous step, by its records there */
+            uint32_t x = ref & ~TRACE_INPUT_PREV;
+            int32_t y = x < sd->t->nops ? sd->to_other[x] : -1;
+            if (y < 0 || !sd->prev[x] || !sd->oprev[y]) {
+                *partial = 1;
+                return 0;
+            }
+            if (sd->prev[x]->hash != sd->oprev[y]->hash)
+                return 0;
+            continue;
+        }
         if (ref & TRACE_INPUT_PREV)
             continue;
         if (ref >= sd->t->nops) {
@@ -545,7 +559,8 @@ static void diff_locate(const struct trace_file *a, const struct trace_file *b, 
     uint8_t *ma = dt_calloc(a->nops ? a->nops : 1, 1), *mb = dt_calloc(b->nops ? b->nops : 1, 1);
     diff_index(&a->steps[s], a->nops, ra);
     diff_index(&b->steps[s], b->nops, rb);
-    struct diff_side sa = {a, r->a_to_b, ra, rb, ma}, sb = {b, r->b_to_a, rb, ra, mb};
+    struct diff_side sa = {a, r->a_to_b, ra, rb, NULL, NULL, ma},
+                     sb = {b, r->b_to_a, rb, ra, NULL, NULL, mb};
     r->first_op = -1;
     r->origins = dt_calloc(a->nops ? a->nops : 1, sizeof *r->origins);
     for (uint32_t i = 0; i < a->nops; i++) {
@@ -575,6 +590,49 @@ static void diff_locate(const struct trace_file *a, const struct trace_file *b, 
     }
     free(ra);
     free(rb);
+    free(ma);
+    free(mb);
+}
+
+void diff_step_ops(const struct trace_file *a, const struct trace_file *b,
+                   const struct diff_result *r, uint64_t s, int *first_op, int *origins,
+                   int *norigins, int *partial)
+{
+    const struct trace_oprec **ra = dt_calloc(a->nops ? a->nops : 1, sizeof *ra);
+    const struct trace_oprec **rb = dt_calloc(b->nops ? b->nops : 1, sizeof *rb);
+    const struct trace_oprec **pa = NULL, **pb = NULL;
+    uint8_t *ma = dt_calloc(a->nops ? a->nops : 1, 1), *mb = dt_calloc(b->nops ? b->nops : 1, 1);
+    diff_index(&a->steps[s], a->nops, ra);
+    diff_index(&b->steps[s], b->nops, rb);
+    /* up to the first divergent step the previous step is identical */
+    if (r->values_differ && s > r->first_step) {
+        pa = dt_calloc(a->nops ? a->nops : 1, sizeof *pa);
+        pb = dt_calloc(b->nops ? b->nops : 1, sizeof *pb);
+        diff_index(&a->steps[s - 1], a->nops, pa);
+        diff_index(&b->steps[s - 1], b->nops, pb);
+    }
+    struct diff_side sa = {a, r->a_to_b, ra, rb, pa, pb, ma}, sb = {b, r->b_to_a, rb, ra, pb, pa, mb};
+    *first_op = -1;
+    *norigins = 0;
+    for (uint32_t i = 0; i < a->nops; i++) {
+        int32_t j = r->a_to_b[i];
+        if (j < 0)
+            continue;
+        if (!ra[i] || !rb[j]) {
+            *partial = 1;
+            continue;
+        }
+        if (ra[i]->hash == rb[j]->hash)
+            continue;
+        if (*first_op < 0)
+            *first_op = (int)i;
+        if (diff_inputs_clean(&sa, i, 0, partial) && diff_inputs_clean(&sb, (uint32_t)j, 0, partial))
+            origins[(*norigins)++] = (int)i;
+    }
+    free(ra);
+    free(rb);
+    free(pa);
+    free(pb);
     free(ma);
     free(mb);
 }

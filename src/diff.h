@@ -101,6 +101,18 @@ void diff_refresult_free(struct diff_refresult *r);
 int diff_traces(struct trace_file *a, struct trace_file *b, struct diff_result *r);
 void diff_result_free(struct diff_result *r);
 
+/* Step s (< r->common) on its own, for a view of every step (html.c): the
+ * first op of A's order whose hashes differ (*first_op, -1 when none) and
+ * the step's origin ops (A's op indices into origins, which holds a->nops;
+ * *norigins of them), by diff_traces's rule, except that in a step after
+ * the first divergent one an input from the previous step is equal only
+ * when its records there are (a parameter that differs because the update
+ * that wrote it did is carried, not born). *partial is set when records
+ * were missing. r is diff_traces(a, b)'s. */
+void diff_step_ops(const struct trace_file *a, const struct trace_file *b,
+                   const struct diff_result *r, uint64_t s, int *first_op, int *origins,
+                   int *norigins, int *partial);
+
 /* What differs between A's op ia and B's op ib ("" when they are equal):
  * "NAME: type sigmoid became tanh", "NAME: input 0 L2.t00.c became
  * L2.init.c", "NAME: shape 100x32 became 100x64" (several joined by "; "),
