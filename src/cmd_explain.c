@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "explain.h"
+#include "progress.h"
 #include "ranks.h"
 #include "trace.h"
 #include "util.h"
@@ -29,13 +30,21 @@ static void explain_usage(FILE *f)
           "Distinct ranks of one torch.distributed job are held to bitwise equal\n"
           "replicas: the verdict names the first step, rank and tensor where they part.\n"
           "\n"
-          "      --all        check every op of the first divergent step, not only the\n"
-          "                   origin ops\n"
-          "      --json       one JSON object instead of text\n"
+          "      --all        check every op of the first divergent step at once (by\n"
+          "                   default the origin ops first, then every op when those are\n"
+          "                   within their bounds), and list every op checked\n"
+          "      --threshold X  list the checked ops whose error is above X times their\n"
+          "                   bound (default 1: the SEMANTIC ones; 0: every inexact op);\n"
+          "                   ops not reproduced are listed too\n"
+          "      --json       one JSON object instead of the text (every op checked)\n"
           "  -q, --quiet      print nothing; only the exit status\n"
+          "      --progress   progress as plain lines on stderr, a line per phase and at\n"
+          "                   the end (on a terminal a line is rewritten in place\n"
+          "                   without it)\n"
           "  -h, --help       show this help and exit\n"
           "  -V, --version    show the version and exit\n"
           "\n"
+          "Text lists only the ops that matter and says how many it leaves out.\n"
           "Exit status: 0 no bug found (identical, or rounding only); 1 a bug, or a\n"
           "recorded op that re-execution does not reproduce; 2 trouble, or no verdict\n"
           "(what could not be checked is said).\n",
@@ -52,21 +61,48 @@ static const char *explain_class_text(const struct replay_opcheck *c, char *buf,
     return buf;
 }
 
+/* Which checked ops the text lists: every one (--all), else those that
+ * matter (replay_op_matters). */
+struct explain_view {
+    int all;
+    double threshold;
+};
+
+/* The line that says how many checked ops were left out, if any. */
+static void explain_text_left(int nleft, const char *what, const struct explain_view *v)
+{
+    if (!nleft)
+        return;
+    printf("  not listed: %d %s%s, exact or rounding within ", nleft, what, nleft == 1 ? "" : "s");
+    if (v->threshold == 1)
+        printf("the bound");
+    else
+        printf("%g times the bound", v->threshold);
+    printf(" (--all lists them)\n");
+}
+
 /* A PyTorch adapter trace's side: its modules checked from their stored
  * data, and those that could not be. */
-static void explain_text_torch(const struct explain_result *res, const struct explain_side *s)
+static void explain_text_torch(const struct explain_result *res, const struct explain_side *s,
+                               const struct explain_view *v)
 {
     const struct trace_file *tf = s->tf;
     char buf[EXPLAIN_TEXT];
     if (s->replayed) {
         printf("%s: %s; against the exact oracle:\n", s->label, s->source);
+        int nleft = 0;
         for (int k = 0; k < s->rr.ncheck; k++) {
             const struct replay_opcheck *c = &s->rr.check[k];
+            if (!v->all && !replay_op_matters(c, v->threshold)) {
+                nleft++;
+                continue;
+            }
             char name[160];
             snprintf(name, sizeof name, "%s (%s)", tf->ops[c->op].name, tf->ops[c->op].type);
             printf("  %-28s %s%s%s\n", name, explain_class_text(c, buf, sizeof buf),
                    c->algorithm[0] ? ", worst in " : "", c->algorithm);
         }
+        explain_text_left(nleft, "module", v);
         printf("  %d modules checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64 " SEMANTIC\n",
                s->rr.ncheck, s->rr.nexact, s->rr.nrounding, s->rr.nsemantic);
     }
@@ -77,7 +113,8 @@ static void explain_text_torch(const struct explain_result *res, const struct ex
     (void)res;
 }
 
-static void explain_text_side(const struct explain_result *res, const struct explain_side *s)
+static void explain_text_side(const struct explain_result *res, const struct explain_side *s,
+                              const struct explain_view *v)
 {
     const struct trace_file *tf = s->tf;
     char buf[EXPLAIN_TEXT];
@@ -94,7 +131,7 @@ static void explain_text_side(const struct explain_result *res, const struct exp
     if (!res->checked_step)
         return;
     if (s->torch) {
-        explain_text_torch(res, s);
+        explain_text_torch(res, s, v);
         return;
     }
     if (s->not_checked[0]) {
@@ -105,14 +142,18 @@ static void explain_text_side(const struct explain_result *res, const struct exp
     printf("%s: replayed steps %" PRIu64 " to %" PRIu64 " from the checkpoint at step %" PRIu64
            " (%.2f s); step %" PRIu64 " against the exact oracle:\n", s->label, rr->from_ckpt, rr->last,
            rr->from_ckpt, rr->seconds, res->step);
+    int nleft = 0;
     for (int k = 0; k < rr->ncheck; k++) {
         const struct replay_opcheck *c = &rr->check[k];
-        if (c->cls == REPLAY_EXACT && rr->ncheck > 8)
+        if (!v->all && !replay_op_matters(c, v->threshold)) {
+            nleft++;
             continue;
+        }
         printf("  %-28s %s%s\n", tf->ops[c->op].name, explain_class_text(c, buf, sizeof buf),
                c->bitwise == 1 ? "; bitwise the recorded backend's own result"
                : c->bitwise == 0 ? "; not the recorded backend's own result" : "");
     }
+    explain_text_left(nleft, "op", v);
     printf("  %d ops checked: %" PRIu64 " exact, %" PRIu64 " rounding, %" PRIu64 " SEMANTIC\n", rr->ncheck,
            rr->nexact, rr->nrounding, rr->nsemantic);
     if (s->nondet_checked)
@@ -125,7 +166,7 @@ static void explain_text_side(const struct explain_result *res, const struct exp
                rr->config_diff);
 }
 
-static void explain_text(const struct explain_result *res)
+static void explain_text(const struct explain_result *res, const struct explain_view *v)
 {
     const struct diff_result *d = &res->d;
     for (int x = 0; x < 2; x++) {
@@ -152,7 +193,7 @@ static void explain_text(const struct explain_result *res)
         printf("values: identical in all %" PRIu64 " common steps\n", d->common);
     }
     for (int x = 0; x < 2; x++)
-        explain_text_side(res, &res->side[x]);
+        explain_text_side(res, &res->side[x], v);
     printf("%s\n", res->line);
 }
 
@@ -226,8 +267,15 @@ static void explain_json(const struct explain_result *res)
     printf("}\n");
 }
 
+/* With --progress, the last line: the verdict and the time. */
+static void explain_done(const struct explain_options *opt, const char *verdict, double seconds)
+{
+    if (opt->progress == PROGRESS_LINES)
+        fprintf(stderr, "divtrace explain: done: %s in %.1f s\n", verdict, seconds);
+}
+
 static int explain_two(struct trace_file *a, struct trace_file *b, const struct explain_options *opt, int json,
-                       int quiet)
+                       int quiet, const struct explain_view *v)
 {
     struct explain_result res;
     int rc;
@@ -239,11 +287,15 @@ static int explain_two(struct trace_file *a, struct trace_file *b, const struct 
         if (!quiet && json)
             explain_json(&res);
         else if (!quiet)
-            explain_text(&res);
+            explain_text(&res, v);
+        explain_done(opt, explain_verdict_name(res.verdict), res.seconds);
         if (res.verdict == EXPLAIN_BUG || res.side[0].mismatch || res.side[1].mismatch)
             rc = CLI_EXIT_FINDING;
-        else if (res.verdict == EXPLAIN_UNKNOWN)
+        else if (res.verdict == EXPLAIN_UNKNOWN) {
+            /* trouble is one line on stderr, also under -q and --json */
+            cli_error("explain", "%s", res.line);
             rc = CLI_EXIT_TROUBLE;
+        }
         else
             rc = 0;
         if (!quiet && fflush(stdout) != 0) {
@@ -301,7 +353,7 @@ static enum explain_verdict explain_ranks_verdict(const struct ranks_result *r, 
     return EXPLAIN_IDENTICAL;
 }
 
-static int explain_ranks(struct trace_file **tf, int n, int json, int quiet)
+static int explain_ranks(struct trace_file **tf, int n, const struct explain_options *opt, int json, int quiet)
 {
     double t0 = dt_now();
     struct ranks_result r;
@@ -315,6 +367,7 @@ static int explain_ranks(struct trace_file **tf, int n, int json, int quiet)
     }
     char line[4 * EXPLAIN_TEXT], buf[EXPLAIN_TEXT];
     enum explain_verdict v = explain_ranks_verdict(&r, carry, line, sizeof line);
+    explain_done(opt, explain_verdict_name(v), dt_now() - t0);
     if (!quiet && json) {
         printf("{\"verdict\": \"%s\", \"line\": ", explain_verdict_name(v));
         json_put_str(stdout, line);
@@ -350,6 +403,8 @@ static int explain_ranks(struct trace_file **tf, int n, int json, int quiet)
         printf("%s\n", line);
     }
     rc = v == EXPLAIN_BUG ? CLI_EXIT_FINDING : v == EXPLAIN_UNKNOWN ? CLI_EXIT_TROUBLE : 0;
+    if (v == EXPLAIN_UNKNOWN)
+        cli_error("explain", "%s", line);
     if (!quiet && fflush(stdout) != 0) {
         cli_error("explain", "writing the report: %s", strerror(errno));
         rc = CLI_EXIT_TROUBLE;
@@ -364,23 +419,33 @@ out:
 
 int cmd_explain(int argc, char **argv)
 {
-    enum { OPT_ALL = 256, OPT_JSON };
+    enum { OPT_ALL = 256, OPT_JSON, OPT_THRESHOLD, OPT_PROGRESS };
     static const struct option opts[] = {
         {"all", no_argument, NULL, OPT_ALL},
+        {"threshold", required_argument, NULL, OPT_THRESHOLD},
         {"json", no_argument, NULL, OPT_JSON},
         {"quiet", no_argument, NULL, 'q'},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     struct explain_options opt = {.self = "/proc/self/exe"};
-    int json = 0, quiet = 0, c;
+    struct explain_view view = {0, 1};
+    int json = 0, quiet = 0, lines = 0, c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "qhV", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_ALL: opt.all = 1; break;
+        case OPT_ALL: opt.all = view.all = 1; break;
+        case OPT_THRESHOLD:
+            if (cli_double("--threshold", optarg, &view.threshold) < 0 || view.threshold < 0) {
+                cli_error("explain", "--threshold '%s': expected a number of at least 0", optarg);
+                return CLI_EXIT_TROUBLE;
+            }
+            break;
         case OPT_JSON: json = 1; break;
         case 'q': quiet = 1; break;
+        case OPT_PROGRESS: lines = 1; break;
         case 'h': explain_usage(stdout); return 0;
         case 'V': return cli_version();
         default: return cli_usage_error("explain");
@@ -391,7 +456,7 @@ int cmd_explain(int argc, char **argv)
         cli_error("explain", "expected two trace files");
         return cli_usage_error("explain");
     }
-    opt.progress = !quiet && isatty(STDERR_FILENO);
+    opt.progress = progress_mode_pick(quiet, lines);
     struct trace_file **tf = dt_calloc((size_t)n, sizeof *tf);
     int rc = CLI_EXIT_TROUBLE;
     for (int k = 0; k < n; k++) {
@@ -407,9 +472,9 @@ int cmd_explain(int argc, char **argv)
     if (mode < 0)
         cli_error("explain", "%s", dt_error());
     else if (mode == 1)
-        rc = explain_ranks(tf, n, json, quiet);
+        rc = explain_ranks(tf, n, &opt, json, quiet);
     else
-        rc = explain_two(tf[0], tf[1], &opt, json, quiet);
+        rc = explain_two(tf[0], tf[1], &opt, json, quiet, &view);
 out:
     for (int k = 0; k < n; k++)
         trace_close(tf[k]);

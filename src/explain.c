@@ -15,6 +15,7 @@
 
 #include "graph.h"
 #include "model.h"
+#include "progress.h"
 #include "run.h"
 #include "train.h"
 #include "util.h"
@@ -189,8 +190,10 @@ static int explain_replay(const struct explain_options *opt, const struct trace_
         argv[k++] = (char *)"mpfr";
         argv[k++] = (char *)"--result-fd";
         argv[k++] = s_fd;
-        if (!opt->progress)
+        if (opt->progress == PROGRESS_OFF)
             argv[k++] = (char *)"--quiet";
+        else if (opt->progress == PROGRESS_LINES)
+            argv[k++] = (char *)"--progress";
         if (ops) {
             argv[k++] = (char *)"--ops";
             argv[k++] = (char *)ops;
@@ -218,12 +221,14 @@ static int explain_replay(const struct explain_options *opt, const struct trace_
 
 void explain_phase(const struct explain_options *opt, const char *what)
 {
-    if (!opt->progress)
-        return;
-    if (what)
-        fprintf(stderr, "\rexplain: %s\033[K", what);
-    else
+    if (opt->progress == PROGRESS_LINES && what)
+        fprintf(stderr, "divtrace explain: %s\n", what);
+    else if (opt->progress == PROGRESS_TERMINAL && what)
+        fprintf(stderr, "\rdivtrace explain: %s\033[K", what);
+    else if (opt->progress == PROGRESS_TERMINAL)
         fputs("\r\033[K", stderr);
+    else
+        return;
     fflush(stderr);
 }
 
@@ -417,16 +422,18 @@ static void explain_check_side(struct explain_result *res, const struct explain_
           (rr->mismatch_op < 0 || rr->mismatch_op <= explain_last_origin(res, x) || opt->all)))) {
         s->mismatch = 1;
         const char *name = rr->mismatch_op >= 0 ? tf->ops[rr->mismatch_op].name : NULL;
+        char cdiff[sizeof rr->config_diff]; /* (a copy: the compiler cannot tell it from s->finding) */
+        memcpy(cdiff, rr->config_diff, sizeof cdiff);
         if (name)
             explain_where(name, (uint64_t)rr->mismatch_step, where, sizeof where);
         if (rr->config_diff[0] && name)
             snprintf(s->finding, sizeof s->finding,
                      "%s's op %s (%s) is not what re-execution here gives from the same inputs; the "
-                     "configuration here differs: %s", s->label, name, where, rr->config_diff);
+                     "configuration here differs: %s", s->label, name, where, cdiff);
         else if (rr->config_diff[0])
             snprintf(s->finding, sizeof s->finding,
                      "%s's step %" PRId64 " is not what re-execution here gives; the configuration "
-                     "here differs: %s", s->label, rr->mismatch_step, rr->config_diff);
+                     "here differs: %s", s->label, rr->mismatch_step, cdiff);
         else {
             s->bug = 1;
             if (name)
@@ -438,6 +445,13 @@ static void explain_check_side(struct explain_result *res, const struct explain_
                          "step %" PRId64 " recorded other values than re-execution gives, in the "
                          "recorded configuration", rr->mismatch_step);
         }
+        return;
+    }
+    if (lost && opt->all && s->nondet && s->all_checked) {
+        /* the second pass over every op: what the nondeterministic run no
+         * longer has the inputs of is counted and said, not a verdict stopper */
+        for (int k = 0; k < rr->ncheck; k++)
+            s->unchecked += rr->check[k].step == step && rr->check[k].inputs_recorded == 0;
         return;
     }
     if (lost)
@@ -523,6 +537,32 @@ int explain_run(struct trace_file *a, struct trace_file *b, const struct explain
                 explain_check_side(res, opt, x);
                 nbug += res->side[x].bug;
             }
+            /* The origins are rounding. An op further on that computes
+             * wrong values hides behind them (its inputs differ already, so
+             * it is no origin): before "rounding only", every op of the
+             * step, in both runs. */
+            struct explain_side *A = &res->side[0], *B = &res->side[1];
+            if (!nbug && !opt->all && !A->mismatch && !B->mismatch && !A->not_checked[0] &&
+                !B->not_checked[0]) {
+                struct explain_options every = *opt;
+                every.all = 1;
+                for (int x = 0; x < 2; x++) {
+                    struct explain_side *s = &res->side[x];
+                    char what[80];
+                    snprintf(what, sizeof what, "replaying every op of %s's step %" PRIu64, s->label,
+                             res->step);
+                    explain_phase(opt, what);
+                    replay_result_free(&s->rr);
+                    memset(&s->rr, 0, sizeof s->rr);
+                    s->replayed = 0;
+                    s->nondet_checked = 0;
+                    s->all_checked = 1;
+                    explain_check_side(res, &every, x);
+                    nbug += s->bug;
+                }
+            } else if (opt->all) {
+                A->all_checked = B->all_checked = 1;
+            }
         }
     }
 
@@ -579,6 +619,16 @@ int explain_run(struct trace_file *a, struct trace_file *b, const struct explain
         else
             snprintf(res->line, sizeof res->line, "rounding only, with the same configuration: "
                      "an evaluation order that changes from run to run");
+        /* what a nondeterministic run kept from the check of every op */
+        size_t len = strlen(res->line);
+        for (int x = 0; x < 2; x++) {
+            const struct explain_side *s = &res->side[x];
+            if (s->unchecked && len < sizeof res->line)
+                len += (size_t)snprintf(res->line + len, sizeof res->line - len,
+                                        "; not checked: %d ops of %s's step %" PRIu64 " after its "
+                                        "re-execution parted from its nondeterministic recording",
+                                        s->unchecked, s->label, res->step);
+        }
     }
     res->seconds = dt_now() - t0;
     return DT_OK;

@@ -39,6 +39,9 @@ struct explain_side {
     char finding[EXPLAIN_TEXT];     /* the bug, or a re-execution mismatch, or "" */
     int mismatch;                   /* its recording is not what re-execution gives */
     int nondet;                     /* it ran kernels whose bits change from run to run */
+    int all_checked;                /* every op of the step was checked, not only the origins */
+    int unchecked;                  /* of those, ops a nondeterministic run's re-execution no
+                                     * longer has the recorded inputs of (not checked) */
     int nondet_checked;             /* ops whose recorded outputs, which re-execution does not
                                      * give again, were checked by their statistics */
     int torch;                      /* a PyTorch adapter trace: checked from its module data */
@@ -48,7 +51,7 @@ struct explain_side {
 
 struct explain_options {
     int all;                        /* check every op of the step, not only the origins */
-    int progress;                   /* progress lines on stderr */
+    int progress;                   /* enum progress_mode (progress.h): progress on stderr */
     const char *self;               /* this program, for the replays' processes */
 };
 
@@ -71,8 +74,9 @@ int explain_run(struct trace_file *a, struct trace_file *b, const struct explain
                 struct explain_result *res);
 void explain_result_free(struct explain_result *res);
 const char *explain_verdict_name(enum explain_verdict v);
-/* A progress line on stderr (opt->progress): what explain is doing, or
- * NULL to clear it. */
+/* What explain is doing, on stderr (opt->progress): a terminal line
+ * rewritten, or with --progress a line per phase; NULL clears the
+ * terminal line. */
 void explain_phase(const struct explain_options *opt, const char *what);
 
 /* Step 3 for two PyTorch adapter traces (explain_torch.c): the origin ops

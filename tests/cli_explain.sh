@@ -109,6 +109,11 @@ verdict 0 "ae: threads" '^rounding only: threads 1 \| 2$' -- "$T/t1.dtr" "$T/t2.
 expect 0 "ae: --json" -- "$DT" explain --json "$T/t1.dtr" "$T/t2.dtr"
 has "$T/out" '"verdict": "rounding only"' "ae: --json verdict"
 has "$T/out" '"origins": \["enc1\.matmul"\]' "ae: --json origins"
+# a bug behind a rounding divergence: the runs part at enc1.matmul (the
+# thread counts), so the wrong dec1.matmul of B, whose inputs differ
+# already, is no origin; the origins alone would read as rounding only
+expect 0 "ae: two threads and a wrong op further on" -- $K --threads 2 --inject dec1.matmul:scale -o "$T/t2bug.dtr"
+verdict 1 "ae: bug behind rounding" '^bug in B: op dec1\.matmul \(step 0, layer dec1\) computes wrong values' -- "$T/t1.dtr" "$T/t2bug.dtr"
 
 # valid float32 rewrites of ops (src/variant.c: other summation orders,
 # FMA, float32 accumulation, other formulas): rounding only, never a bug
