@@ -514,8 +514,7 @@ static int report_pairs_parallel(const struct report_study *st)
     int jobs = st->o->jobs < npairs ? st->o->jobs : npairs;
     if (jobs < 2)
         return DT_OK;
-    if (st->progress)
-        fprintf(stderr, "\rdivtrace report: %d pairs, %d at a time", npairs, jobs);
+    progress_show(st->prog, "%d pairs, %d at a time", npairs, jobs);
     fflush(NULL);
     pid_t *pid = dt_calloc((size_t)jobs, sizeof *pid);
     for (int j = 0; j < jobs; j++) {
@@ -555,8 +554,8 @@ static int report_load(struct report_study *st)
         for (int t = 1; t <= s->cond[ci].trials; t++, k++) {
             if (report_trial_load(o->dir, s, ci, t, o->rebuild, &st->tr[k]) < 0)
                 return DT_ERR;
-            if (st->progress)
-                fprintf(stderr, "\rdivtrace report: %d/%d trials", k + 1, st->ntr);
+            if (progress_due(st->prog))
+                progress_show(st->prog, "%d/%d trials", k + 1, st->ntr);
         }
     if (o->jobs > 1 && report_pairs_parallel(st) < 0)
         return DT_ERR;
@@ -587,15 +586,13 @@ static int report_load(struct report_study *st)
                 st->npr++;
                 p->escape[0] = st->tr[st->first[ca] + t - 1].first_escape;
                 p->escape[1] = st->tr[st->first[cb] + t - 1].first_escape;
-                if (st->progress)
-                    fprintf(stderr, "\rdivtrace report: %d/%d trials, %d pairs", st->ntr,
-                            st->ntr, st->npr);
+                if (progress_due(st->prog))
+                    progress_show(st->prog, "%d/%d trials, %d pairs", st->ntr, st->ntr, st->npr);
             }
         }
         free(pc);
     }
-    if (st->progress)
-        fputc('\n', stderr);
+    progress_clear(st->prog);
     return DT_OK;
 }
 
@@ -632,14 +629,17 @@ int report_run(const struct report_options *o)
     struct report_study st;
     memset(&st, 0, sizeof st);
     st.o = o;
-    st.progress = !o->quiet && isatty(2);
+    struct progress prog;
+    progress_init(&prog, progress_mode_pick(o->quiet, o->progress), "divtrace report");
+    st.prog = &prog;
     if (sweep_spec_load(&st.spec, path) < 0)
         return DT_ERR;
     int rc = DT_ERR;
     if (report_load(&st) < 0 || report_summary_tables(&st, o->dir) < 0)
         goto out;
     report_stats_compute(&st);
-    FILE *log = o->quiet || o->json ? NULL : stderr;
+    /* the text on stdout: the plots, then the report (--json: the tables) */
+    FILE *log = o->quiet || o->json ? NULL : stdout;
     if (report_plot_all(o->dir, &st.spec, st.tr, st.ntr, st.pr, st.npr, log, &st.plots,
                         &st.nplots) < 0)
         goto out;
@@ -662,12 +662,14 @@ int report_run(const struct report_options *o)
         dt_error_set("cannot write %s", mdpath);
         goto out;
     }
-    if (o->json)
+    if (o->json && !o->quiet)
         report_json(&st, stdout);
     else if (!o->quiet)
-        fprintf(stderr, "divtrace report: wrote %s and %s/report/\n", mdpath, o->dir);
+        printf("wrote %s and %s/report/\n", mdpath, o->dir);
+    progress_end(&prog, "%d trials, %d pairs in %.1f s", st.ntr, st.npr, progress_elapsed(&prog));
     rc = DT_OK;
 out:
+    progress_clear(&prog);
     report_study_free(&st);
     return rc;
 }

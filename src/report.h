@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "diff.h"
+#include "progress.h"
 #include "stattest.h"
 #include "sweep.h"
 
@@ -28,6 +29,7 @@ struct report_options {
     const char *dir;
     const char *output;        /* the markdown; NULL: DIR/report.md */
     int rebuild, no_replay, json, quiet;
+    int progress;              /* --progress: plain progress lines */
     int no_explain;            /* no explain verdicts for the pairs */
     int jobs;                  /* pairs computed this many at a time (0, 1: one) */
     int replay_trials;         /* replay only trials 1..N of each pair (0: all) */
@@ -167,7 +169,7 @@ struct report_study {
                                  * tests without those that stopped learning */
     char **plots;
     int nplots;
-    int progress;               /* a progress line on stderr (a terminal) */
+    struct progress *prog;      /* progress on stderr (progress.h) */
 };
 
 const char *report_metric_name(enum sweep_metric m);

@@ -60,6 +60,11 @@ static void report_answer(const struct report_study *st, const struct report_tes
     double d, lo, hi, p, holm;
     const char *how;
     char howbuf[128];
+    if (!t->pt.ok && t->pt.why && strstr(t->pt.why, "every difference zero")) {
+        fprintf(f, "the same in every one of the %zu pairs of runs with one seed (A - B = 0 in "
+                   "each).\n", t->pt.n);
+        return;
+    }
     if (t->pt.ok) {
         d = t->pt.mean, lo = t->pt.lo, hi = t->pt.hi, p = t->pt.p, holm = t->holm[2];
         snprintf(howbuf, sizeof howbuf, "paired by seed, %zu pairs of independent runs", t->pt.n);
@@ -74,8 +79,12 @@ static void report_answer(const struct report_study *st, const struct report_tes
         fprintf(f, "no test (%s; paired: %s).\n", t->w.why, t->pt.ok ? "made" : t->pt.why);
         return;
     }
-    fprintf(f, "A - B = %.3g (95%% CI %.3g to %.3g; %s; p = %s, Holm %s). ", d, lo, hi, how,
+    double mb = t->w.mean2; /* B's mean, over its runs */
+    fprintf(f, "A - B = %.3g (95%% CI %.3g to %.3g; %s; p = %s, Holm %s", d, lo, hi, how,
             report_p(p1, sizeof p1, p), report_p(p2, sizeof p2, holm));
+    if (isfinite(mb) && mb != 0 && t->metric == SWEEP_METRIC_FINAL)
+        fprintf(f, "; %.2g of B's mean", fabs(d / mb));
+    fputs("). ", f);
     if (lo <= 0 && hi >= 0)
         fputs("The interval holds zero: no difference shown at this number of runs.\n", f);
     else if (holm >= 0.05)
@@ -135,6 +144,31 @@ void report_intro(const struct report_study *st, FILE *f)
     int nfinal = 0;
     for (int k = 0; k < st->ntest; k++)
         nfinal += !st->test[k].learning;
+    if (!nfinal && !st->npr) {
+        /* no comparison asked for: each condition's final loss with the 95%
+         * interval of its mean and its spread */
+        fputs("**Answer** (no compare or pair line: each condition on its own).\n\n", f);
+        for (int ci = 0; ci < s->ncond; ci++) {
+            /* over independent runs: the first trial of each */
+            double *v = dt_malloc(((size_t)st->ntr + 1) * sizeof *v), mean, sd;
+            size_t n = 0;
+            for (int k = st->first[ci]; k < st->first[ci + 1]; k++)
+                if (st->tr[k].src != REPORT_SRC_NONE && st->tr[k].run == k &&
+                    isfinite(st->tr[k].mean50))
+                    v[n++] = st->tr[k].mean50;
+            stattest_mean_sd(v, n, &mean, &sd);
+            free(v);
+            fprintf(f, "- `%s`: final loss %.6g", s->cond[ci].name, mean);
+            if (n > 1 && isfinite(sd)) {
+                double h = stattest_t_quantile(0.975, (double)(n - 1)) * sd / sqrt((double)n);
+                fprintf(f, " (95%% CI %.6g to %.6g), sd %.3g over %zu independent runs", mean - h,
+                        mean + h, sd, n);
+            } else {
+                fprintf(f, " (%zu independent run%s)", n, n == 1 ? "" : "s");
+            }
+            fputs(".\n", f);
+        }
+    }
     if (nfinal || st->npr) {
         fputs("**Answer.**\n\n", f);
         for (int k = 0; k < st->ntest; k++)

@@ -36,6 +36,10 @@ static const char *const report_pair_cols =
 /* the columns before explain's verdict joined them (summaries still read) */
 #define REPORT_PAIR_NCOLS_OLD 24
 
+static int report_curve_read(const char *dir, const struct sweep_spec *s,
+                             const struct report_trial *tr, double **step, double **loss,
+                             double **gn, size_t *n);
+
 void report_path(char *out, size_t n, const char *dir, const char *kind, const char *cond, int t,
                  const char *ext)
 {
@@ -255,6 +259,33 @@ void report_trial_row(FILE *f, const struct sweep_spec *s, const struct report_t
     fputc('\n', f);
 }
 
+/* The phases and escapes of a loss curve (divtrace escape's defaults) into
+ * tr: first_escape, escapes ("120 340"), phases. */
+static int report_escapes(struct report_trial *tr, const double *step, const double *loss,
+                          const double *gn, size_t n)
+{
+    struct escape_params p;
+    escape_params_defaults(&p);
+    struct escape_result er;
+    if (escape_analyze(loss, gn, n, &p, &er) < 0)
+        return DT_ERR;
+    tr->phases = er.phases;
+    tr->first_escape = -1;
+    size_t cap = 1 + 24 * er.nplateaus;
+    free(tr->escapes);
+    tr->escapes = dt_calloc(cap, 1);
+    for (size_t i = 0; i < er.nplateaus; i++)
+        if (er.plateaus[i].escaped) {
+            uint64_t st = (uint64_t)step[er.plateaus[i].escape];
+            if (tr->first_escape < 0)
+                tr->first_escape = (int64_t)st;
+            size_t len = strlen(tr->escapes);
+            snprintf(tr->escapes + len, cap - len, "%s%" PRIu64, len ? " " : "", st);
+        }
+    escape_result_free(&er);
+    return DT_OK;
+}
+
 static int report_trial_from_trace(const char *dir, const struct sweep_spec *s,
                                    const char *trace, struct report_trial *tr)
 {
@@ -278,27 +309,16 @@ static int report_trial_from_trace(const char *dir, const struct sweep_spec *s,
     for (size_t i = n - m; i < n; i++)
         sum += loss[i];
     tr->mean50 = m ? sum / (double)m : NAN;
-    struct escape_params p;
-    escape_params_defaults(&p);
-    struct escape_result er;
     int rc = DT_ERR;
-    if (escape_analyze(loss, gn, n, &p, &er) < 0) {
+    double *stepno = dt_malloc((n + 1) * sizeof *stepno);
+    for (size_t i = 0; i < n; i++)
+        stepno[i] = (double)tf->steps[i].step;
+    int erc = report_escapes(tr, stepno, loss, gn, n);
+    free(stepno);
+    if (erc < 0) {
         dt_error_set("%s: out of memory analyzing the loss curve", trace);
         goto out;
     }
-    tr->phases = er.phases;
-    tr->first_escape = -1;
-    size_t cap = 1 + 24 * er.nplateaus;
-    tr->escapes = dt_calloc(cap, 1);
-    for (size_t i = 0; i < er.nplateaus; i++)
-        if (er.plateaus[i].escaped) {
-            uint64_t st = tf->steps[er.plateaus[i].escape].step;
-            if (tr->first_escape < 0)
-                tr->first_escape = (int64_t)st;
-            size_t len = strlen(tr->escapes);
-            snprintf(tr->escapes + len, cap - len, "%s%" PRIu64, len ? " " : "", st);
-        }
-    escape_result_free(&er);
     for (int k = 0; k < REPORT_NMETA; k++) {
         const char *v = trace_config_get(&tf->cfg, report_meta_keys[k]);
         tr->meta[k] = dt_strdup(v ? v : "");
@@ -364,8 +384,25 @@ int report_trial_load(const char *dir, const struct sweep_spec *s, int ci, int t
     report_path(trace, sizeof trace, dir, "runs", cond, t, ".dtr");
     report_path(sum, sizeof sum, dir, "summary/trials", cond, t, ".csv");
     int have_trace = report_exists(trace), have_sum = report_exists(sum);
-    if (have_sum && (!have_trace || (!rebuild && !report_newer(trace, sum))))
-        return report_trial_from_summary(sum, tr);
+    if (have_sum && (!have_trace || (!rebuild && !report_newer(trace, sum)))) {
+        if (report_trial_from_summary(sum, tr) < 0)
+            return DT_ERR;
+        /* the escapes as today's detector finds them in the stored curve, so
+         * that a summary made before a change of the detector agrees with it */
+        double *st, *loss, *gn;
+        size_t n;
+        if (report_curve_read(dir, s, tr, &st, &loss, &gn, &n) == 0) {
+            int erc = n ? report_escapes(tr, st, loss, gn, n) : 0;
+            free(st);
+            free(loss);
+            free(gn);
+            if (erc < 0) {
+                dt_error_set("%s: out of memory analyzing the loss curve", sum);
+                return DT_ERR;
+            }
+        }
+        return DT_OK;
+    }
     if (have_trace)
         return report_trial_from_trace(dir, s, trace, tr);
     report_path(trace, sizeof trace, dir, "runs", cond, t, ".dtr.part");
@@ -387,9 +424,19 @@ void report_trial_free(struct report_trial *tr)
 int report_curve_load(const char *dir, const struct sweep_spec *s, const struct report_trial *tr,
                       double **step, double **loss, size_t *n)
 {
+    double *gn = NULL;
+    int rc = report_curve_read(dir, s, tr, step, loss, &gn, n);
+    free(gn);
+    return rc;
+}
+
+static int report_curve_read(const char *dir, const struct sweep_spec *s,
+                             const struct report_trial *tr, double **step, double **loss,
+                             double **gn, size_t *n)
+{
     char path[4096];
     report_path(path, sizeof path, dir, "summary/curves", s->cond[tr->ci].name, tr->t, ".csv");
-    *step = *loss = NULL;
+    *step = *loss = *gn = NULL;
     *n = 0;
     FILE *f = report_ropen(path);
     if (!f)
@@ -409,9 +456,11 @@ int report_curve_load(const char *dir, const struct sweep_spec *s, const struct 
             ncap = ncap ? 2 * ncap : 1024;
             *step = dt_realloc(*step, ncap * sizeof **step);
             *loss = dt_realloc(*loss, ncap * sizeof **loss);
+            *gn = dt_realloc(*gn, ncap * sizeof **gn);
         }
         (*step)[*n] = strtod(fld[0], NULL);
         (*loss)[*n] = report_parse_num(fld[1]);
+        (*gn)[*n] = report_parse_num(fld[2]);
         (*n)++;
     }
     free(line);
