@@ -1,9 +1,10 @@
 #!/bin/sh
 # run.sh: `make bench`: hash throughput, tracing overhead per step (the
 # autoencoder's and PredNet's), conv2d against sgemm, the oracle and the mpfr
-# backend, and the time diff takes on two 5000-step autoencoder traces.
-# Prints Markdown; tests/bench/RESULTS.md keeps the figures of past runs with
-# machine and date.
+# backend, the time diff takes on two 5000-step autoencoder traces, and the
+# compressors a trace's checkpoints and records could use (bench_ckpt).
+# Prints Markdown; tests/bench/RESULTS.md holds the current table of each
+# benchmark with its command and machine (git keeps the older ones).
 set -eu
 B=${1:-$(pwd)}
 DT="$B/src/divtrace"
@@ -48,3 +49,12 @@ for i in 1 2 3 4 5; do
     echo "$s $e"
 done | awk '{ t = $2 - $1; if (NR == 1 || t < best) best = t }
             END { printf "diff: best of 5 runs %.3f s (target < 1 s)\n", best }'
+echo
+echo "### Checkpoint and record compression, one core: the default autoencoder trace"
+echo
+"$B/tests/bench/bench_ckpt" "$T/a.dtr"
+echo
+echo "### The same for PredNet (3 steps, a checkpoint every step)"
+echo
+"$DT" record -q --model prednet --steps 3 --checkpoint-every 1 -o "$T/p.dtr"
+"$B/tests/bench/bench_ckpt" "$T/p.dtr"
