@@ -64,6 +64,9 @@ int progress_due(const struct progress *p)
 }
 
 static void progress_vput(struct progress *p, const char *done, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static void progress_vput(struct progress *p, const char *done, const char *fmt, va_list ap)
 {
     if (p->mode == PROGRESS_TERMINAL)
         fputs("\r\033[K", stderr);
