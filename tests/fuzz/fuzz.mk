@@ -21,7 +21,8 @@ FUZZ_PROGS = tests/fuzz/fuzz_trace tests/fuzz/fuzz_idx tests/fuzz/fuzz_npy \
 noinst_PROGRAMS += $(FUZZ_PROGS)
 # show and diff are the program's commands, not the core library's
 tests_fuzz_fuzz_trace_SOURCES = tests/fuzz/fuzz_trace.c $(FUZZ_UTIL) src/cli.h \
-	src/cli_common.c src/cmd_show.c src/cmd_diff.c
+	src/cli_common.c src/cmd_show.c src/cmd_show.h src/cmd_show_export.c src/cmd_diff.c \
+	src/cmd_diff.h src/cmd_diff_ref.c
 tests_fuzz_fuzz_trace_LDFLAGS = $(FUZZ_LINK_FLAGS)
 tests_fuzz_fuzz_trace_LDADD = $(CORE_LIBS)
 tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c $(FUZZ_UTIL)
