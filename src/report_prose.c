@@ -51,7 +51,7 @@ static const char *report_p(char *buf, size_t n, double p)
 
 /* One sentence for one test: the difference of the means A - B with its
  * 95% interval, paired by seed where the trials pair up, else Welch's. */
-static void report_answer(const struct report_study *st, const struct report_test *t, FILE *f)
+static void report_answer(const struct report_test *t, FILE *f)
 {
     char p1[32], p2[32];
     static const char *const what_of[] = {"final loss", "first escape step", "number of phases"};
@@ -91,7 +91,6 @@ static void report_answer(const struct report_study *st, const struct report_tes
         fputs("The interval excludes zero, but not after Holm's correction over the family.\n", f);
     else
         fprintf(f, "A is %s than B, beyond the family's correction.\n", d < 0 ? "lower" : "higher");
-    (void)st;
 }
 
 /* explain's verdicts of one pair of conditions: "12 rounding only, 1 bug" */
@@ -173,7 +172,7 @@ void report_intro(const struct report_study *st, FILE *f)
         fputs("**Answer.**\n\n", f);
         for (int k = 0; k < st->ntest; k++)
             if (!st->test[k].learning)
-                report_answer(st, &st->test[k], f);
+                report_answer(&st->test[k], f);
         for (int k = 0; k < st->npr; k++)
             if (k == 0 || st->pr[k].ca != st->pr[k - 1].ca || st->pr[k].cb != st->pr[k - 1].cb)
                 report_verdicts(st, k, f);
