@@ -114,6 +114,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oracle_conv.h"
 #include "oracle_impl.h"
 #include "util.h"
 
@@ -246,145 +247,78 @@ static double bnd_sum_prods(double s, size_t m)
     return oracle_bnd_ovf(s * (1 + gk)) || isnan(s) ? INFINITY : gk * s + (double)m * 0x1p-149;
 }
 
-/* The shift of kernel row r of R (or column s of S) from the centre. */
-#define BND_D(r, R) ((long)(r) - (long)((R) / 2))
-
-/* Offset of row a + da, column b + db of an H x W plane, or -1 outside it. */
-static long bnd_at(size_t a, long da, size_t b, long db, size_t h, size_t w)
+/* The convolutions (conv2d (N,K,H,W), conv2d_bwd_data (N,C,H,W),
+ * conv2d_bwd_filter (K,C,R,S)): each element a sum of its in-image products,
+ * bounded by bnd_sum_prods from their sum of magnitudes (oracle_conv.c; a
+ * term that is not finite makes it Inf or NaN, so the bound +Inf). +Inf too
+ * when any weight of the element's filter is not finite (a kernel that
+ * multiplies the padding would turn one there into NaN); for
+ * conv2d_bwd_filter, when any of its dy[:,k] or x[:,c] is not finite. */
+int oracle_conv_bound(const struct graph *g, const struct node *nd, double *bound,
+                      const float *const *in, const struct oracle_conv *given)
 {
-    long r = (long)a + da, c = (long)b + db;
-    return r < 0 || r >= (long)h || c < 0 || c >= (long)w ? -1 : r * (long)w + c;
-}
-
-/* conv2d (N,K,H,W): the terms of element (n,k,h,w) are x[n,c,h+r-R/2,w+s-S/2]
- * w[k,c,r,s] over in-image (c, r, s). +Inf when a term's x or any of w[k] is
- * not finite (a kernel that multiplies the padding would turn a non-finite
- * weight there into NaN). */
-static void bnd_conv2d(const struct graph *g, const struct node *nd, double *bound,
-                       const float *x, /* (N,C,H,W) */ const float *w /* (K,C,R,S) */)
-{
-    const uint32_t *xs = g->nodes[nd->inputs[0]].shape, *ws = g->nodes[nd->inputs[1]].shape;
-    size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], R = ws[2], S = ws[3];
-    size_t crs = C * R * S, hw = H * W;
-    double *xb = dt_malloc((crs + 1) * sizeof *xb);
-    size_t *off = dt_malloc((crs + 1) * sizeof *off);
-    char *wok = dt_malloc(K + 1);
-    for (size_t k = 0; k < K; k++)
-        wok[k] = (char)bnd_all_finite(w + k * crs, crs);
-    for (size_t n = 0; n < N; n++)
-        for (size_t h = 0; h < H; h++)
-            for (size_t v = 0; v < W; v++) {
-                size_t m = 0;
-                int bad = 0;
-                for (size_t c = 0; c < C; c++)
-                    for (size_t r = 0; r < R; r++)
-                        for (size_t s = 0; s < S; s++) {
-                            long p = bnd_at(h, BND_D(r, R), v, BND_D(s, S), H, W);
-                            if (p < 0)
-                                continue;
-                            float xv = x[(n * C + c) * hw + (size_t)p];
-                            bad |= !isfinite(xv);
-                            xb[m] = fabs((double)xv);
-                            off[m++] = (c * R + r) * S + s;
-                        }
-                for (size_t k = 0; k < K; k++) {
-                    double a = 0;
-                    for (size_t j = 0; j < m; j++)
-                        a += xb[j] * fabs((double)w[k * crs + off[j]]);
-                    bound[(n * K + k) * hw + h * W + v] =
-                        bad || !wok[k] ? INFINITY : bnd_sum_prods(a, m);
-                }
-            }
-    free(xb);
-    free(off);
-    free(wok);
-}
-
-/* conv2d_bwd_data (N,C,H,W): terms dy[n,k,h-r+R/2,w-s+S/2] w[k,c,r,s] over
- * in-image (k, r, s); +Inf when a term's dy or any of w[:,c] is not finite. */
-static void bnd_conv2d_bwd_data(const struct graph *g, const struct node *nd, double *bound,
-                                const float *dy, /* (N,K,H,W) */ const float *w /* (K,C,R,S) */)
-{
-    const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
-    size_t N = nd->shape[0], C = nd->shape[1], H = nd->shape[2], W = nd->shape[3];
-    size_t K = ws[0], R = ws[2], S = ws[3], krs = K * R * S, hw = H * W, rs = R * S;
-    double *db = dt_malloc((krs + 1) * sizeof *db);
-    size_t *off = dt_malloc((krs + 1) * sizeof *off);
-    char *wok = dt_malloc(C + 1);
-    for (size_t c = 0; c < C; c++) {
-        wok[c] = 1;
+    struct oracle_conv own;
+    const struct oracle_conv *cs = given;
+    if (!cs) {
+        if (oracle_conv_sums(g, nd, in[0], in[1], 0, &own) < 0) {
+            dt_error_set("oracle: %s has too many elements for its bound (%zu)", nd->name,
+                         (size_t)nd->count);
+            return DT_ERR;
+        }
+        cs = &own;
+    }
+    size_t cnt = nd->count;
+    /* ok[j]: the element's filter (or dy and x planes) finite; j per element below */
+    size_t nok, per, mod;
+    char *ok;
+    if (nd->type == OP_CONV2D_BWD_FILTER) {
+        const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
+        size_t N = xs[0], C = xs[1], hw = (size_t)xs[2] * xs[3], K = nd->shape[0];
+        char *dok = dt_malloc(K + 1), *xok = dt_malloc(C + 1);
+        for (size_t k = 0; k < K; k++) {
+            dok[k] = 1;
+            for (size_t n = 0; n < N; n++)
+                dok[k] &= (char)bnd_all_finite(in[1] + (n * K + k) * hw, hw);
+        }
+        for (size_t c = 0; c < C; c++) {
+            xok[c] = 1;
+            for (size_t n = 0; n < N; n++)
+                xok[c] &= (char)bnd_all_finite(in[0] + (n * C + c) * hw, hw);
+        }
+        nok = K * C;
+        ok = dt_malloc(nok + 1);
         for (size_t k = 0; k < K; k++)
-            wok[c] &= (char)bnd_all_finite(w + (k * C + c) * rs, rs);
-    }
-    for (size_t n = 0; n < N; n++)
-        for (size_t h = 0; h < H; h++)
-            for (size_t v = 0; v < W; v++) {
-                size_t m = 0;
-                int bad = 0;
+            for (size_t c = 0; c < C; c++)
+                ok[k * C + c] = dok[k] && xok[c];
+        per = (size_t)nd->shape[2] * nd->shape[3]; /* R S elements per (k, c) */
+        mod = nok;
+        free(dok);
+        free(xok);
+    } else {
+        const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
+        size_t K = ws[0], C = ws[1], rs = (size_t)ws[2] * ws[3];
+        int fwd = nd->type == OP_CONV2D;
+        nok = fwd ? K : C;
+        ok = dt_malloc(nok + 1);
+        for (size_t o = 0; o < nok; o++) {
+            ok[o] = 1;
+            if (fwd)
+                ok[o] = (char)bnd_all_finite(in[1] + o * C * rs, C * rs);
+            else
                 for (size_t k = 0; k < K; k++)
-                    for (size_t r = 0; r < R; r++)
-                        for (size_t s = 0; s < S; s++) {
-                            long p = bnd_at(h, -BND_D(r, R), v, -BND_D(s, S), H, W);
-                            if (p < 0)
-                                continue;
-                            float d = dy[(n * K + k) * hw + (size_t)p];
-                            bad |= !isfinite(d);
-                            db[m] = fabs((double)d);
-                            off[m++] = k * C * rs + r * S + s; /* + c R S */
-                        }
-                for (size_t c = 0; c < C; c++) {
-                    double a = 0;
-                    for (size_t j = 0; j < m; j++)
-                        a += db[j] * fabs((double)w[off[j] + c * rs]);
-                    bound[(n * C + c) * hw + h * W + v] =
-                        bad || !wok[c] ? INFINITY : bnd_sum_prods(a, m);
-                }
-            }
-    free(db);
-    free(off);
-    free(wok);
-}
-
-/* conv2d_bwd_filter (K,C,R,S): terms dy[n,k,h,w] x[n,c,h+r-R/2,w+s-S/2] over
- * in-image (n, h, w); +Inf when any of dy[:,k] or x[:,c] is not finite. */
-static void bnd_conv2d_bwd_filter(const struct graph *g, const struct node *nd, double *bound,
-                                  const float *x, /* (N,C,H,W) */ const float *dy /* (N,K,H,W) */)
-{
-    const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
-    size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
-    size_t K = nd->shape[0], R = nd->shape[2], S = nd->shape[3], hw = H * W;
-    char *dok = dt_malloc(K + 1), *xok = dt_malloc(C + 1);
-    for (size_t k = 0; k < K; k++) {
-        dok[k] = 1;
-        for (size_t n = 0; n < N; n++)
-            dok[k] &= (char)bnd_all_finite(dy + (n * K + k) * hw, hw);
+                    ok[o] &= (char)bnd_all_finite(in[1] + (k * C + o) * rs, rs);
+        }
+        per = (size_t)nd->shape[2] * nd->shape[3]; /* pixels per (n, channel) */
+        mod = nok;
     }
-    for (size_t c = 0; c < C; c++) {
-        xok[c] = 1;
-        for (size_t n = 0; n < N; n++)
-            xok[c] &= (char)bnd_all_finite(x + (n * C + c) * hw, hw);
-    }
-    for (size_t k = 0; k < K; k++)
-        for (size_t c = 0; c < C; c++)
-            for (size_t r = 0; r < R; r++)
-                for (size_t s = 0; s < S; s++) {
-                    double a = 0;
-                    size_t m = 0;
-                    for (size_t n = 0; n < N; n++)
-                        for (size_t h = 0; h < H; h++)
-                            for (size_t v = 0; v < W; v++) {
-                                long p = bnd_at(h, BND_D(r, R), v, BND_D(s, S), H, W);
-                                if (p < 0)
-                                    continue;
-                                a += fabs((double)dy[(n * K + k) * hw + h * W + v]) *
-                                     fabs((double)x[(n * C + c) * hw + (size_t)p]);
-                                m++;
-                            }
-                    bound[((k * C + c) * R + r) * S + s] =
-                        dok[k] && xok[c] ? bnd_sum_prods(a, m) : INFINITY;
-                }
-    free(dok);
-    free(xok);
+    for (size_t i = 0; i < cnt; i++)
+        bound[i] = ok[i / per % mod] ? bnd_sum_prods(cs->a[i], cs->m[i]) : INFINITY;
+    free(ok);
+    if (cs == &own)
+        oracle_conv_free(&own);
+    for (size_t i = 0; i < cnt; i++)
+        bound[i] *= BND_UP;
+    return DT_OK;
 }
 
 /* A sum of m terms in any order and precision (m - 1 rounded additions,
@@ -553,14 +487,9 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
         memset(bound, 0, cnt * sizeof *bound); /* exact: any implementation copies or writes 0 */
         return DT_OK;
     case OP_CONV2D:
-        bnd_conv2d(g, nd, bound, in[0], in[1]);
-        break;
     case OP_CONV2D_BWD_DATA:
-        bnd_conv2d_bwd_data(g, nd, bound, in[0], in[1]);
-        break;
     case OP_CONV2D_BWD_FILTER:
-        bnd_conv2d_bwd_filter(g, nd, bound, in[0], in[1]);
-        break;
+        return oracle_conv_bound(g, nd, bound, in, NULL);
     case OP_UPSAMPLE2_BWD: { /* dy (N,C,2H,2W): four terms per element */
         size_t planes = (size_t)nd->shape[0] * nd->shape[1], H = nd->shape[2], W = nd->shape[3];
         for (size_t pl = 0; pl < planes; pl++)
@@ -644,4 +573,21 @@ int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
     for (size_t i = 0; i < cnt; i++)
         bound[i] *= BND_UP;
     return DT_OK;
+}
+
+int oracle_op_bound(const struct graph *g, const struct node *nd, float *out, double *bound,
+                    const float *const *in, const struct backend_step *st)
+{
+    int conv = nd->type == OP_CONV2D || nd->type == OP_CONV2D_BWD_DATA ||
+               nd->type == OP_CONV2D_BWD_FILTER;
+    struct oracle_conv cs;
+    if (!conv || oracle_conv_sums(g, nd, in[0], in[1], 1, &cs) < 0) {
+        if (oracle_op(g, nd, out, in, st) < 0)
+            return DT_ERR;
+        return oracle_bound(g, nd, bound, in, st);
+    }
+    oracle_conv_op(g, nd, out, in, &cs);
+    int rc = oracle_conv_bound(g, nd, bound, in, &cs);
+    oracle_conv_free(&cs);
+    return rc;
 }

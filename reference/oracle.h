@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <mpfr.h>
 
@@ -88,7 +89,34 @@ int oracle_op(const struct graph *g, const struct node *nd, float *out, const fl
 int oracle_bound(const struct graph *g, const struct node *nd, double *bound,
                  const float *const *in, const struct backend_step *st);
 
-/* The unit in the last place of float32 at x (2^-149 for subnormals and 0). */
-double oracle_ulp32(double x);
+/* The unit in the last place of float32 at x (2^-149 for subnormals and 0;
+ * |x| for NaN and Inf), from x's exponent bits: a hot loop of replay's. */
+static inline double oracle_ulp32(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    b &= ~((uint64_t)1 << 63);
+    uint64_t e = b >> 52;
+    if (e == 0x7ff) { /* |x|: NaN or Inf */
+        double ax;
+        memcpy(&ax, &b, sizeof ax);
+        return ax;
+    }
+    if (e < 1023 - 126) /* |x| < 2^-126 */
+        return 0x1p-149;
+    b = (e - 23) << 52; /* |x| in [2^E, 2^(E+1)): 2^(E-23) */
+    double u;
+    memcpy(&u, &b, sizeof u);
+    return u;
+}
+
+/* oracle_op and oracle_bound of one op in one call, with the same results:
+ * a convolution's sums, computed once, serve both (what replay does). */
+int oracle_op_bound(const struct graph *g, const struct node *nd, float *out, double *bound,
+                    const float *const *in, const struct backend_step *st);
+
+/* The threads the oracle's matrix products use: DIVTRACE_ORACLE_THREADS,
+ * else every online CPU. */
+int oracle_threads(void);
 
 #endif

@@ -22,6 +22,7 @@
 #include <emmintrin.h> /* SSE2: part of every x86-64 */
 #endif
 
+#include "oracle_conv.h"
 #include "util.h"
 
 #define ACC_NCHUNK 68
@@ -531,7 +532,7 @@ static void acc_add_dot(struct oracle_acc *a, const float *x, size_t incx, const
  * true bound E <= err / 2 (their rounding errors are <= 2^-53 (|a| + err)
  * <= err / 2), and RN32 is monotonic, so equal roundings of the endpoints
  * (bitwise: -0 and +0 differ) are the rounding of the exact value. */
-static int acc_cert32(double a, double err, float *out)
+int oracle_cert32(double a, double err, float *out)
 {
     double m = fabs(a) * 0x1p-51;
     if (err < m)
@@ -551,7 +552,7 @@ static int acc_cert32(double a, double err, float *out)
  * most gamma_{n-1} sum |p_i|, u = 2^-53, with gradual underflow adding
  * nothing to additions), with A = the computed sum |p_i| >= (1 - gamma) of
  * the true one. err = A (n + 2) 2^-51 is then more than twice the bound for
- * n < 2^40, which acc_cert32 needs. Partial sums start at -0 so that a sum
+ * n < 2^40, which oracle_cert32 needs. Partial sums start at -0 so that a sum
  * of -0 products stays -0 (then A = 0, the double sum is exact, sign too).
  * Returns 0 when undecided or a term is not finite. */
 static int acc_dot_fast(const float *x, size_t incx, const float *y, size_t incy, size_t n,
@@ -586,7 +587,7 @@ static int acc_dot_fast(const float *x, size_t incx, const float *y, size_t incy
         *out = (float)s; /* every product is a zero: s is exact with IEEE's sign */
         return 1;
     }
-    return acc_cert32(s, a * ((double)(n + 2) * 0x1p-51), out);
+    return oracle_cert32(s, a * ((double)(n + 2) * 0x1p-51), out);
 }
 
 /* Longer vectors go straight to the exact path: the fast path's bound grows
@@ -637,16 +638,4 @@ float oracle_sum(const float *x, size_t inc, size_t n)
     if (n <= ACC_FAST_MAX && !acc_exact_only() && acc_dot_fast(x, inc, NULL, 0, n, &r))
         return r;
     return acc_dot_exact(x, inc, NULL, 0, n);
-}
-
-double oracle_ulp32(double x)
-{
-    double ax = fabs(x);
-    if (isnan(x) || isinf(x))
-        return ax;
-    if (ax < 0x1p-126)
-        return 0x1p-149;
-    int e;
-    frexp(ax, &e); /* ax in [2^(e-1), 2^e) */
-    return ldexp(1.0, e - 24);
 }

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oracle_conv.h"
 #include "util.h"
 
 #define OPS_U 0x1p-53               /* unit roundoff of double */
@@ -842,11 +843,24 @@ static long ops_at(size_t a, long da, size_t b, long db, size_t h, size_t w)
     return r < 0 || r >= (long)h || c < 0 || c >= (long)w ? -1 : r * (long)w + c;
 }
 
+/* Whether any of the `count` elements at i0, i0 + stride, ... is still to be
+ * done (todo NULL: every element is). */
+static int ops_conv_any(const unsigned char *todo, size_t i0, size_t count, size_t stride)
+{
+    if (!todo)
+        return 1;
+    for (size_t k = 0; k < count; k++)
+        if (todo[i0 + k * stride])
+            return 1;
+    return 0;
+}
+
 /* conv2d: out (N,K,H,W) = sum over in-image (c, r, s) of x[n,c,h+r-R/2,w+s-S/2]
  * w[k,c,r,s]. Per output pixel the patch of x and the filter offsets of its
  * terms, then one dot product per output channel. */
 static void ops_conv2d(const struct graph *g, const struct node *nd, float *out, /* (N,K,H,W) */
-                       const float *x, /* (N,C,H,W) */ const float *w, /* (K,C,R,S) */ int slow)
+                       const float *x, /* (N,C,H,W) */ const float *w, /* (K,C,R,S) */ int slow,
+                       const unsigned char *todo)
 {
     const uint32_t *xs = g->nodes[nd->inputs[0]].shape, *ws = g->nodes[nd->inputs[1]].shape;
     size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], R = ws[2], S = ws[3];
@@ -856,6 +870,8 @@ static void ops_conv2d(const struct graph *g, const struct node *nd, float *out,
     for (size_t n = 0; n < N; n++)
         for (size_t h = 0; h < H; h++)
             for (size_t v = 0; v < W; v++) {
+                if (!ops_conv_any(todo, n * K * hw + h * W + v, K, hw))
+                    continue;
                 size_t m = 0;
                 for (size_t c = 0; c < C; c++)
                     for (size_t r = 0; r < R; r++)
@@ -867,6 +883,8 @@ static void ops_conv2d(const struct graph *g, const struct node *nd, float *out,
                             off[m++] = (c * R + r) * S + s;
                         }
                 for (size_t k = 0; k < K; k++) {
+                    if (todo && !todo[(n * K + k) * hw + h * W + v])
+                        continue;
                     for (size_t j = 0; j < m; j++)
                         wb[j] = w[k * crs + off[j]];
                     out[(n * K + k) * hw + h * W + v] = ops_sum_round(xb, wb, m, slow);
@@ -881,7 +899,8 @@ static void ops_conv2d(const struct graph *g, const struct node *nd, float *out,
  * dy[n,k,h-r+R/2,w-s+S/2] w[k,c,r,s]. */
 static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
                                 float *out, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
-                                const float *w, /* (K,C,R,S) */ int slow)
+                                const float *w, /* (K,C,R,S) */ int slow,
+                                const unsigned char *todo)
 {
     const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
     size_t N = nd->shape[0], C = nd->shape[1], H = nd->shape[2], W = nd->shape[3];
@@ -891,6 +910,8 @@ static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
     for (size_t n = 0; n < N; n++)
         for (size_t h = 0; h < H; h++)
             for (size_t v = 0; v < W; v++) {
+                if (!ops_conv_any(todo, n * C * hw + h * W + v, C, hw))
+                    continue;
                 size_t m = 0;
                 for (size_t k = 0; k < K; k++)
                     for (size_t r = 0; r < R; r++)
@@ -902,6 +923,8 @@ static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
                             off[m++] = k * C * R * S + r * S + s; /* + c R S */
                         }
                 for (size_t c = 0; c < C; c++) {
+                    if (todo && !todo[(n * C + c) * hw + h * W + v])
+                        continue;
                     for (size_t j = 0; j < m; j++)
                         wb[j] = w[off[j] + c * R * S];
                     out[(n * C + c) * hw + h * W + v] = ops_sum_round(db, wb, m, slow);
@@ -916,7 +939,8 @@ static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
  * dy[n,k,h,w] x[n,c,h+r-R/2,w+s-S/2]. */
 static void ops_conv2d_bwd_filter(const struct graph *g, const struct node *nd,
                                   float *out, /* (K,C,R,S) */ const float *x, /* (N,C,H,W) */
-                                  const float *dy, /* (N,K,H,W) */ int slow)
+                                  const float *dy, /* (N,K,H,W) */ int slow,
+                                  const unsigned char *todo)
 {
     const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
     size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
@@ -929,6 +953,8 @@ static void ops_conv2d_bwd_filter(const struct graph *g, const struct node *nd,
         for (size_t c = 0; c < C; c++)
             for (size_t r = 0; r < R; r++)
                 for (size_t s = 0; s < S; s++) {
+                    if (todo && !todo[((k * C + c) * R + r) * S + s])
+                        continue;
                     size_t m = 0;
                     for (size_t n = 0; n < N; n++)
                         for (size_t h = 0; h < H; h++)
@@ -943,6 +969,35 @@ static void ops_conv2d_bwd_filter(const struct graph *g, const struct node *nd,
                 }
     free(db);
     free(xb);
+}
+
+void oracle_conv_op(const struct graph *g, const struct node *nd, float *out,
+                    const float *const *in, const struct oracle_conv *given)
+{
+    int slow = ops_exact_only();
+    struct oracle_conv own;
+    const struct oracle_conv *cs = given;
+    if (!slow && !cs && oracle_conv_sums(g, nd, in[0], in[1], 1, &own) == 0)
+        cs = &own;
+    unsigned char *todo = NULL;
+    size_t left = nd->count;
+    if (!slow && cs) { /* the certified sums; the rest element by element */
+        todo = dt_malloc(nd->count + 1);
+        left = 0;
+        for (size_t i = 0; i < nd->count; i++) {
+            todo[i] = !oracle_conv_cert(cs, i, &out[i]);
+            left += todo[i];
+        }
+    }
+    if (left && nd->type == OP_CONV2D)
+        ops_conv2d(g, nd, out, in[0], in[1], slow, todo);
+    else if (left && nd->type == OP_CONV2D_BWD_DATA)
+        ops_conv2d_bwd_data(g, nd, out, in[0], in[1], slow, todo);
+    else if (left)
+        ops_conv2d_bwd_filter(g, nd, out, in[0], in[1], slow, todo);
+    free(todo);
+    if (cs == &own)
+        oracle_conv_free(&own);
 }
 
 /* The window element maxpool2 picks (op.h): the first NaN in row-major window
@@ -1287,13 +1342,9 @@ int oracle_op(const struct graph *g, const struct node *nd, float *out, const fl
             out[i] = ops_canon(nd->p.fill.value);
         return DT_OK;
     case OP_CONV2D:
-        ops_conv2d(g, nd, out, in[0], in[1], slow);
-        return DT_OK;
     case OP_CONV2D_BWD_DATA:
-        ops_conv2d_bwd_data(g, nd, out, in[0], in[1], slow);
-        return DT_OK;
     case OP_CONV2D_BWD_FILTER:
-        ops_conv2d_bwd_filter(g, nd, out, in[0], in[1], slow);
+        oracle_conv_op(g, nd, out, in, NULL);
         return DT_OK;
     case OP_MAXPOOL2:
     case OP_MAXPOOL2_BWD:

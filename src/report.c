@@ -14,6 +14,7 @@
 
 #include "escape.h"
 #include "json.h"
+#include "oracle.h"
 
 #include "report.h"
 #include "util.h"
@@ -520,6 +521,13 @@ static int report_pairs_parallel(const struct report_study *st)
     for (int j = 0; j < jobs; j++) {
         pid[j] = fork();
         if (pid[j] == 0) {
+            /* the replays' oracle shares the cores among the workers */
+            if (!getenv("DIVTRACE_ORACLE_THREADS")) {
+                char nt[16];
+                int per = oracle_threads() / jobs;
+                snprintf(nt, sizeof nt, "%d", per < 1 ? 1 : per);
+                setenv("DIVTRACE_ORACLE_THREADS", nt, 1);
+            }
             struct report_par w = {.st = st, .job = j, .jobs = jobs};
             int rc = report_each_pair(&st->spec, report_par_one, &w);
             fflush(NULL);

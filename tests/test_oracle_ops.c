@@ -533,6 +533,30 @@ static long ops_check(const struct tg *t, const char *what)
     return n;
 }
 
+/* oracle_op_bound gives what oracle_op and oracle_bound give apart. */
+static void op_bound_same(const struct tg *t, const char *what)
+{
+    const struct node *nd = tg_node(t);
+    float *o1 = malloc((nd->count + 1) * sizeof *o1), *o2 = malloc((nd->count + 1) * sizeof *o2);
+    double *b1 = malloc((nd->count + 1) * sizeof *b1), *b2 = malloc((nd->count + 1) * sizeof *b2);
+    assert_true(o1 && o2 && b1 && b2);
+    const float *in[OP_MAX_INPUTS];
+    for (int k = 0; k < t->nleaf; k++)
+        in[k] = t->val[k];
+    struct backend_step st = {.step = t->step};
+    assert_int_equal(oracle_op(&t->g, nd, o1, in, &st), 0);
+    assert_int_equal(oracle_bound(&t->g, nd, b1, in, &st), 0);
+    assert_int_equal(oracle_op_bound(&t->g, nd, o2, b2, in, &st), 0);
+    for (size_t i = 0; i < nd->count; i++)
+        if (!same32(o1[i], o2[i]) || !(b1[i] == b2[i] || (isnan(b1[i]) && isnan(b2[i]))))
+            fail_msg("%s %s[%zu]: oracle_op_bound %a, %g; apart %a, %g", what,
+                     op_type_name(nd->type), i, (double)o2[i], b2[i], (double)o1[i], b1[i]);
+    free(o1);
+    free(o2);
+    free(b1);
+    free(b2);
+}
+
 static const enum op_type ops_all[] = {
     OP_MATMUL, OP_ADD_BIAS, OP_BIAS_GRAD, OP_SIGMOID, OP_SIGMOID_BWD, OP_TANH, OP_TANH_BWD,
     OP_RELU, OP_RELU_BWD, OP_ADD, OP_MSE, OP_MSE_BWD, OP_SGD, OP_MOMENTUM, OP_ADAM_M,
@@ -577,6 +601,38 @@ static void test_ops_random(void **state)
             }
     if (verbose)
         printf("ops_random: %ld elements\n", total);
+}
+
+/* The convolutions' matrix-product path (reference/oracle_conv.c) on what
+ * PredNet's first time steps give it: most inputs zeros of either sign
+ * (sums of zeros only, whose sign the products' signs decide), small
+ * integers that cancel exactly (left to the exact path), whole zero planes;
+ * and oracle_op_bound, which shares the sums, giving the same. */
+static void test_conv_paths(void **state)
+{
+    (void)state;
+    static const enum op_type convs[] = {OP_CONV2D, OP_CONV2D_BWD_DATA, OP_CONV2D_BWD_FILTER};
+    for (int o = 0; o < 3; o++)
+        for (int rep = 0; rep < 18; rep++) {
+            struct tg t;
+            tg_make(&t, convs[o], rep % 2 ? D_FEW : D_UNIT, 20 + (uint32_t)(r64() % 100));
+            for (int k = 0; k < t.nleaf; k++) {
+                size_t n = tg_count(&t, k);
+                for (size_t i = 0; i < n; i++) {
+                    uint64_t u = r64() % 8;
+                    if (u < 5)
+                        t.val[k][i] = u & 1 ? -0.0f : 0.0f;
+                    else if (rep % 3 == 0)
+                        t.val[k][i] = (float)((int)(r64() % 7) - 3);
+                }
+                if (rep % 4 == 1) /* the first image (or filter) all zeros */
+                    for (size_t i = 0; i < n / t.g.nodes[t.leaf[k]].shape[0]; i++)
+                        t.val[k][i] = r64() & 1 ? -0.0f : 0.0f;
+            }
+            ops_check(&t, "conv paths");
+            op_bound_same(&t, "conv paths");
+            tg_free(&t);
+        }
 }
 
 /* NaN, Inf, zeros and subnormals mixed into every input. */
@@ -1397,6 +1453,7 @@ int main(void)
         cmocka_unit_test(test_op_leaves),
         cmocka_unit_test(test_ops_random),
         cmocka_unit_test(test_ops_special),
+        cmocka_unit_test(test_conv_paths),
         cmocka_unit_test(test_ops_ties),
         cmocka_unit_test(test_ops_cases),
         cmocka_unit_test(test_ops_hard),
