@@ -7,8 +7,14 @@
  * alternate tracing off, on, and off with every op on one CUDA stream
  * (--streams 1; the default spreads ops over 4). The IDX data directory is the default one
  * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU.
- * Usage: bench_gpu_step [--quick] [--rounds N] [--backend cuda|cudnn] [CONF...]
- * N: 1 to 8 (default 3, 1 with --quick); CONF: ae, pn1, pn4 or kitti (default: all four). */
+ * Usage: bench_gpu_step [--quick] [--rounds N] [--backend cuda|cudnn] [--cudnn-algo A]
+ *                       [--no-streams1] [CONF...]
+ * N: 1 to 8 (default 3, 1 with --quick); CONF: ae, pn1, pn4 or kitti (default: all four).
+ * --cudnn-algo A: the cudnn rows run with divtrace record's --cudnn-algo A
+ * (fastest: cuDNN's timed, possibly nondeterministic choice), their
+ * backend column "cudnn A"; the cuda rows are as before. --no-streams1:
+ * rounds of tracing off and on only, the --streams 1 column "-"
+ * (tests/bench/gpu_speed.sh). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +28,8 @@
 
 int main(int argc, char **argv)
 {
-    int quick = 0, rounds = 0;
-    const char *only_backend = NULL;
+    int quick = 0, rounds = 0, no_streams1 = 0;
+    const char *only_backend = NULL, *cudnn_algo = NULL;
     char want[BENCH_GPU_NCONF] = {0};
     int any = 0;
     for (int a = 1; a < argc; a++) {
@@ -39,11 +45,15 @@ int main(int argc, char **argv)
             rounds = (int)v;
         } else if (strcmp(argv[a], "--backend") == 0 && a + 1 < argc) {
             only_backend = argv[++a];
+        } else if (strcmp(argv[a], "--cudnn-algo") == 0 && a + 1 < argc) {
+            cudnn_algo = argv[++a];
+        } else if (strcmp(argv[a], "--no-streams1") == 0) {
+            no_streams1 = 1;
         } else {
             int k = bench_gpu_conf_find(argv[a]);
             if (k < 0) {
                 fprintf(stderr, "bench_gpu_step: unknown argument '%s' (--quick, --rounds N, --backend B, "
-                        "ae, pn1, pn4, kitti)\n", argv[a]);
+                        "--cudnn-algo A, --no-streams1, ae, pn1, pn4, kitti)\n", argv[a]);
                 return 2;
             }
             want[k] = any = 1;
@@ -70,13 +80,16 @@ int main(int argc, char **argv)
             const struct bench_gpu_conf *cf = bench_gpu_conf(ci);
             if ((any && !want[ci]) || (only_backend && strcmp(only_backend, backends[bi]) != 0))
                 continue;
+            int cudnn = strcmp(backends[bi], "cudnn") == 0;
             double ms[3][8];
             for (int r = 0; r < rounds; r++)
-                for (int v = 0; v < 3; v++) { /* off, op, off on one stream */
+                for (int v = 0; v < (no_streams1 ? 2 : 3); v++) { /* off, op, off on one stream */
                     int traced = v == 1;
                     struct train_config tc;
                     if (bench_gpu_conf_setup(&tc, cf, backends[bi], npy) < 0)
                         return 2;
+                    if (cudnn)
+                        tc.cudnn_algo = cudnn_algo;
                     uint64_t steps = strcmp(cf->model, "autoencoder") == 0 ? (quick ? 100 : 400) : (quick ? 5 : 20);
                     tc.steps = steps;
                     tc.steps_given = 1;
@@ -97,9 +110,12 @@ int main(int argc, char **argv)
                     /* steady state: the steps after the eager first and the captured second */
                     ms[v][r] = 1e3 * res.warm_seconds / (double)(res.steps - 3);
                 }
-            double off = bench_median(ms[0], rounds), on = bench_median(ms[1], rounds),
-                   one = bench_median(ms[2], rounds);
-            printf("| %s | %s | %.3f | %.3f | %+.1f%% | %.3f |\n", cf->what, backends[bi], off, on,
+            double off = bench_median(ms[0], rounds), on = bench_median(ms[1], rounds);
+            char one[32] = "-";
+            if (!no_streams1)
+                snprintf(one, sizeof one, "%.3f", bench_median(ms[2], rounds));
+            printf("| %s | %s%s%s | %.3f | %.3f | %+.1f%% | %s |\n", cf->what, backends[bi],
+                   cudnn && cudnn_algo ? " " : "", cudnn && cudnn_algo ? cudnn_algo : "", off, on,
                    100.0 * (on / off - 1.0), one);
             fflush(stdout);
         }

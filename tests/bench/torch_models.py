@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 # torch_models.py: the autoencoder and PredNet of models/ written independently
 # in PyTorch, to time a training step side by side with divtrace's GPU
-# backends (eager PyTorch and the whole step captured in a CUDA graph).
+# backends (eager PyTorch and the whole step captured in a CUDA graph). The
+# comparison baseline is the strongest plain PyTorch formulation: the four
+# gate convolutions of a PredNet layer fused into one, the whole step in a
+# CUDA graph, and, per --mode, deterministic cuDNN (against divtrace's
+# deterministic modes) or cudnn.benchmark (against --cudnn-algo fastest).
+# tests/bench/gpu_speed.sh runs both beside bench_gpu_step.
 #
 # How it matches divtrace (models/autoencoder.c, models/prednet.c,
 # models/model.c, src/op.h, src/train.c):
@@ -11,10 +16,15 @@
 #   (y - x)^2 (F.mse_loss, reduction "mean"); batch 100; SGD lr 3.0 (ours:
 #   p - lr g, no momentum) or Adam lr 3e-4, b1 0.9, b2 0.999, eps 1e-8.
 # - PredNet, per layer l and time step t, every convolution 3x3, stride 1,
-#   zero "same" padding, with a bias: four separate convolutions conv_i,
-#   conv_f, conv_o, conv_c (not one fused 4K-channel convolution) over
+#   zero "same" padding, with a bias. The gates over
 #   X = cat([R_l(t-1), E_l(t-1), up2(R_{l+1}(t))]) in that channel order (the
-#   up2 part only below the top layer); i, f, o = hsig(.), g = tanh(.),
+#   up2 part only below the top layer): --gates fused (the default) is one
+#   convolution conv_gates with 4K output channels, split along channels
+#   into i, f, o, c in that order (hsig applied to the i, f, o block at
+#   once); --gates separate is four convolutions conv_i, conv_f, conv_o,
+#   conv_c, as divtrace computes them (the same sums per output element;
+#   cuDNN may choose other algorithms for the wider filter). i, f, o =
+#   hsig(.), g = tanh(.),
 #   c = f * c(t-1) + i * g (f*c first, then i*g, then the sum), R = o * tanh(c);
 #   Ahat = relu(conv_ahat R), on layer 0 min(Ahat, pixel_max = 1) (clamp: its
 #   gradient passes at x == max, as SATLU_BWD's x <= m); E = cat([relu(A -
@@ -35,13 +45,22 @@
 # - Init: W Glorot-uniform U(-a, a), a = sqrt(6 / (fan_in + fan_out)) with
 #   fan_in = C R S, fan_out = K R S for a (K, C, R, S) filter and in, out for a
 #   linear map (set explicitly: torch's default init is Kaiming-uniform);
-#   biases zero. The random numbers come from torch's generator (--seed), not
-#   ours, so the initial weights are the same distribution, not the same
-#   values.
+#   biases zero. The fused gate filter (4K, C, 3, 3) is initialised a
+#   quarter at a time, each as a (K, C, 3, 3) filter (fan_in C 9, fan_out
+#   K 9): the distribution of four separate filters. The random numbers come
+#   from torch's generator (--seed), not ours, so the initial weights are
+#   the same distribution, not the same values.
 # - Arithmetic: float32 throughout; TF32 off for cuBLAS and cuDNN
-#   (allow_tf32 = False); cudnn.deterministic = True, cudnn.benchmark =
-#   False, torch.use_deterministic_algorithms(True) with
-#   CUBLAS_WORKSPACE_CONFIG=:4096:8 set before torch is imported.
+#   (allow_tf32 = False); CUBLAS_WORKSPACE_CONFIG=:4096:8 set before torch
+#   is imported. --mode det (the default): cudnn.deterministic = True,
+#   cudnn.benchmark = False, torch.use_deterministic_algorithms(True), with
+#   torch.utils.deterministic.fill_uninitialized_memory = False (torch's
+#   default, True, fills every new tensor with NaN: memsets that change no
+#   result; --fill-uninitialized turns it back on). --mode nondet:
+#   cudnn.benchmark = True (cuDNN's timed choice per convolution, the first
+#   time each shape is seen), cudnn.deterministic = False,
+#   use_deterministic_algorithms(False): the counterpart of divtrace's
+#   --cudnn-algo fastest. --mode det,nondet runs both, one row each.
 #
 # Where it cannot match bit for bit: cuDNN and cuBLAS choose their own
 # convolution and GEMM algorithms (and so the order of every sum over c, r, s
@@ -59,13 +78,18 @@
 # zero_grad, forward, backward, optimizer step; median over --steps timed
 # steps after --warmup steps, measured with CUDA events around each step.
 # Eager: plain PyTorch on the default stream. Graph: --warmup - 1 steps on a
-# side stream, the step captured with torch.cuda.graph (Adam capturable=True),
-# one untimed replay, then --steps timed replays; both modes run --warmup +
-# --steps steps from the same initial weights, so their last losses should be
-# close.
+# side stream (at least 3 in --mode nondet, so that cudnn.benchmark has timed
+# every convolution, forward and backward, before the capture: no timing can
+# run inside one), the step captured with torch.cuda.graph (Adam
+# capturable=True), one untimed replay, then --steps timed replays; both
+# modes run --warmup + --steps steps from the same initial weights (nondet
+# with --warmup < 4: more), so their last losses should be close. The graph
+# is the form the comparison tables use; --no-eager leaves eager out.
 #
-# Usage: python3 torch_models.py [--config NAME]... [options]; --help lists
-# them. Prints a Markdown table. --check N prints the first N losses instead.
+# Usage: python3 torch_models.py [--config NAME]... [--mode det|nondet|det,nondet]
+# [--gates fused|separate] [options]; --help lists them. Prints a Markdown
+# table, one row per configuration and mode, naming both and the gate form
+# ("-" for the autoencoder). --check N prints the first N losses instead.
 import os
 
 os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # must precede importing torch
@@ -81,18 +105,25 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 
-def set_arithmetic(fill_uninit):
+MODES = ("det", "nondet")
+
+
+def set_arithmetic(mode, fill_uninit):
+    """mode det: deterministic cuDNN and torch's deterministic algorithms;
+    nondet: cudnn.benchmark, nothing forced deterministic. TF32 off in both."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True)
-    # With deterministic algorithms on, torch also fills every torch.empty
-    # with NaN: extra memsets that change no result. Kept (torch's default)
-    # unless --no-fill-uninitialized.
-    det = getattr(torch.utils, "deterministic", None)
-    if det is not None and hasattr(det, "fill_uninitialized_memory"):
-        det.fill_uninitialized_memory = fill_uninit
+    det = mode == "det"
+    torch.backends.cudnn.deterministic = det
+    torch.backends.cudnn.benchmark = not det
+    torch.use_deterministic_algorithms(det)
+    # With deterministic algorithms on, torch by default also fills every
+    # torch.empty with NaN: extra memsets that change no result. Off unless
+    # --fill-uninitialized (it matters only while deterministic algorithms
+    # are on).
+    mod = getattr(torch.utils, "deterministic", None)
+    if mod is not None and hasattr(mod, "fill_uninitialized_memory"):
+        mod.fill_uninitialized_memory = fill_uninit
 
 
 def glorot_(w):
@@ -101,6 +132,16 @@ def glorot_(w):
     a = math.sqrt(6.0 / ((w.shape[0] + w.shape[1]) * rs))
     with torch.no_grad():
         w.uniform_(-a, a)
+
+
+def glorot_blocks_(w, nblocks):
+    """Glorot-uniform of a (nblocks K, C, R, S) filter a (K, C, R, S) block
+    at a time (fan_out K R S, not nblocks K R S): the distribution of
+    nblocks separate filters."""
+    k = w.shape[0] // nblocks
+    assert k * nblocks == w.shape[0]
+    for q in range(nblocks):
+        glorot_(w[q * k:(q + 1) * k])
 
 
 def hard_sigmoid(x):
@@ -128,34 +169,55 @@ class Autoencoder(nn.Module):
         return F.mse_loss(h, x)
 
 
-def conv3(cin, k):
-    cv = nn.Conv2d(cin, k, 3, stride=1, padding=1, bias=True)
-    glorot_(cv.weight)
+def conv3(cin, k, nblocks=1):
+    """3x3 "same" convolution with a bias, k output channels per block;
+    nblocks > 1: one convolution of nblocks k channels, each block
+    initialised as its own filter."""
+    cv = nn.Conv2d(cin, nblocks * k, 3, stride=1, padding=1, bias=True)
+    glorot_blocks_(cv.weight, nblocks)
     nn.init.zeros_(cv.bias)
     return cv
 
 
+GATES = ("fused", "separate")
+
+
 class PredNetLayer(nn.Module):
-    def __init__(self, stack, rstack, l):
+    def __init__(self, stack, rstack, l, gates):
         super().__init__()
         nl = len(stack)
         cin = rstack[l] + 2 * stack[l] + (rstack[l + 1] if l + 1 < nl else 0)
-        self.conv_i = conv3(cin, rstack[l])
-        self.conv_f = conv3(cin, rstack[l])
-        self.conv_o = conv3(cin, rstack[l])
-        self.conv_c = conv3(cin, rstack[l])
+        self.fused = gates == "fused"
+        if self.fused:
+            # i, f, o, c: output channels [0, K), [K, 2K), [2K, 3K), [3K, 4K)
+            self.conv_gates = conv3(cin, rstack[l], nblocks=4)
+        else:
+            self.conv_i = conv3(cin, rstack[l])
+            self.conv_f = conv3(cin, rstack[l])
+            self.conv_o = conv3(cin, rstack[l])
+            self.conv_c = conv3(cin, rstack[l])
         self.conv_ahat = conv3(rstack[l], stack[l])
         self.conv_a = conv3(2 * stack[l], stack[l + 1]) if l + 1 < nl else None
 
+    def gates(self, x, k):
+        """(i, f, o, g) of the layer's input x (k = R channels)."""
+        if self.fused:
+            y = self.conv_gates(x)
+            gi, gf, go = hard_sigmoid(y[:, :3 * k]).split(k, dim=1)
+            return gi, gf, go, torch.tanh(y[:, 3 * k:])
+        return (hard_sigmoid(self.conv_i(x)), hard_sigmoid(self.conv_f(x)), hard_sigmoid(self.conv_o(x)),
+                torch.tanh(self.conv_c(x)))
+
 
 class PredNet(nn.Module):
-    def __init__(self, stack, rstack, layer_weights, pixel_max=1.0):
+    def __init__(self, stack, rstack, layer_weights, pixel_max=1.0, gates="fused"):
         super().__init__()
         self.stack, self.rstack = list(stack), list(rstack)
         self.lw = list(layer_weights)
         self.pixel_max = pixel_max
         # created in divtrace's parameter order: layer by layer, i f o c ahat a
-        self.layers = nn.ModuleList(PredNetLayer(stack, rstack, l) for l in range(len(stack)))
+        # (fused: the gates' one filter and bias in place of i f o c)
+        self.layers = nn.ModuleList(PredNetLayer(stack, rstack, l, gates) for l in range(len(stack)))
 
     def forward(self, frames):  # frames (T, N, stack[0], H, W)
         nt, n, _, h, w = frames.shape
@@ -171,10 +233,7 @@ class PredNet(nn.Module):
             for l in range(nl - 1, -1, -1):  # R top-down
                 L = self.layers[l]
                 x = torch.cat([r[l], e[l]] + ([up] if up is not None else []), dim=1)
-                gi = hard_sigmoid(L.conv_i(x))
-                gf = hard_sigmoid(L.conv_f(x))
-                go = hard_sigmoid(L.conv_o(x))
-                gg = torch.tanh(L.conv_c(x))
+                gi, gf, go, gg = L.gates(x, self.rstack[l])
                 c_new[l] = gf * c[l] + gi * gg
                 r_new[l] = go * torch.tanh(c_new[l])
                 up = F.interpolate(r_new[l], scale_factor=2, mode="nearest") if l > 0 else None
@@ -230,7 +289,7 @@ def build(cfg, device, seed, capturable):
         model = Autoencoder(cfg["widths"], cfg["act"])
         data = torch.rand(cfg["batch"], cfg["widths"][0], generator=gen)
     else:
-        model = PredNet(cfg["stack"], cfg["rstack"], cfg["lw"])
+        model = PredNet(cfg["stack"], cfg["rstack"], cfg["lw"], gates=cfg["gates"])
         h, w = cfg["size"]
         data = torch.rand(cfg["nt"], cfg["batch"], cfg["stack"][0], h, w, generator=gen)
     model = model.to(device)
@@ -310,14 +369,20 @@ def run_eager(cfg, device, args, warmup, steps, record):
 def run_graph(cfg, device, args, warmup, steps, record):
     """The same as run_eager with the step captured in a CUDA graph: warmup
     - 1 eager steps on a side stream (lazy init of cuBLAS, cuDNN and Adam's
-    state), capture, one untimed replay, then the timed replays."""
+    state; with cudnn.benchmark at least 3, so that every convolution's
+    algorithm, forward and backward, is timed and cached before the capture,
+    which cannot time any), capture, one untimed replay, then the timed
+    replays."""
     assert warmup >= 2
     model, opt, data = build(cfg, device, args.seed, capturable=True)
     losses = []
+    side_steps = warmup - 1
+    if torch.backends.cudnn.benchmark:
+        side_steps = max(side_steps, 3)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(warmup - 1):
+        for _ in range(side_steps):
             loss = train_step(model, opt, data)
             if record:
                 losses.append(loss.item())
@@ -366,11 +431,22 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default=None, help="cuda (default when available) or cpu (eager only)")
     p.add_argument("--no-graph", action="store_true", help="eager mode only")
+    p.add_argument("--no-eager", action="store_true",
+                   help="CUDA graph only (the comparison's form; eager columns n/a)")
+    p.add_argument("--mode", default="det", metavar="det|nondet|det,nondet",
+                   help="det (default): deterministic cuDNN and use_deterministic_algorithms(True); "
+                   "nondet: cudnn.benchmark, no deterministic algorithms (against divtrace's "
+                   "--cudnn-algo fastest); a comma-separated list runs each, one row per mode")
+    p.add_argument("--gates", default="fused", choices=GATES,
+                   help="PredNet gate convolutions: fused (default: one 4K-channel convolution per "
+                   "layer, split into i, f, o, c) or separate (four K-channel convolutions, as divtrace)")
     p.add_argument("--check", type=int, nargs="?", const=5, default=0, metavar="N",
                    help="run N steps (default 5) per configuration and mode and print every loss")
-    p.add_argument("--no-fill-uninitialized", action="store_true",
-                   help="torch.utils.deterministic.fill_uninitialized_memory = False (no NaN "
-                   "memsets of new tensors; changes no result)")
+    p.add_argument("--fill-uninitialized", dest="fill_uninit", action="store_true", default=False,
+                   help="det mode: torch.utils.deterministic.fill_uninitialized_memory = True (torch's "
+                   "default: NaN memsets of every new tensor; changes no result)")
+    p.add_argument("--no-fill-uninitialized", dest="fill_uninit", action="store_false",
+                   help="fill_uninitialized_memory = False (the default)")
     g = p.add_argument_group("autoencoder (config ae)")
     g.add_argument("--layers", default="784,128,32,128,784")
     g.add_argument("--act", default="sigmoid", choices=sorted(ACTS))
@@ -393,6 +469,11 @@ def parse_args(argv):
     names = a.config or (["custom"] if custom_given else list(DEFAULT_CONFIGS))
     if a.warmup < 2 or a.steps < 1:
         p.error("--warmup must be at least 2 and --steps at least 1")
+    a.modes = [m.strip() for m in a.mode.split(",")]
+    if not a.modes or any(m not in MODES for m in a.modes) or len(set(a.modes)) != len(a.modes):
+        p.error("--mode '%s': expected det, nondet or det,nondet" % a.mode)
+    if a.no_graph and a.no_eager:
+        p.error("--no-graph and --no-eager leave nothing to run")
     if a.check and a.check < 3:
         p.error("--check N: N at least 3")
     if a.lr is None:
@@ -408,6 +489,7 @@ def parse_args(argv):
         else:
             cfg = dict(CONFIGS[name])
         cfg["name"] = name
+        cfg["gates"] = a.gates
         if cfg["model"] == "autoencoder":
             cfg["widths"] = parse_list(a.layers, int, "--layers")
             cfg["batch"] = a.ae_batch
@@ -432,17 +514,26 @@ def parse_args(argv):
     return a, cfgs
 
 
+MODE_TEXT = {
+    "det": "cudnn.deterministic, cudnn.benchmark off, use_deterministic_algorithms(True), "
+           "fill_uninitialized_memory %s",
+    "nondet": "cudnn.benchmark on, cudnn.deterministic off, use_deterministic_algorithms(False)",
+}
+
+
 def header(device, args):
     lines = ["## PyTorch %s, %s" % (torch.__version__, device_name(device)), ""]
+    modes = "; ".join("%s: %s" % (m, MODE_TEXT[m] % args.fill_uninit if m == "det" else MODE_TEXT[m])
+                      for m in args.modes)
+    gates = ("PredNet gates %s (%s)" % (args.gates, "one 4K-channel convolution per layer, split into "
+                                        "i, f, o, c" if args.gates == "fused" else "four K-channel "
+                                        "convolutions per layer"))
     if device.type == "cuda":
-        lines.append("CUDA %s, cuDNN %s; float32, TF32 off (matmul and cuDNN), cudnn.deterministic, "
-                     "cudnn.benchmark off, use_deterministic_algorithms(True), CUBLAS_WORKSPACE_CONFIG=%s, "
-                     "fill_uninitialized_memory %s." % (
-                         torch.version.cuda, torch.backends.cudnn.version(),
-                         os.environ["CUBLAS_WORKSPACE_CONFIG"], not args.no_fill_uninitialized))
+        lines.append("CUDA %s, cuDNN %s; float32, TF32 off (matmul and cuDNN), CUBLAS_WORKSPACE_CONFIG=%s. "
+                     "Mode %s. %s." % (torch.version.cuda, torch.backends.cudnn.version(),
+                                        os.environ["CUBLAS_WORKSPACE_CONFIG"], modes, gates))
     else:
-        lines.append("float32 on the cpu, %d threads; use_deterministic_algorithms(True)."
-                     % torch.get_num_threads())
+        lines.append("float32 on the cpu, %d threads. Mode %s. %s." % (torch.get_num_threads(), modes, gates))
     return "\n".join(lines)
 
 
@@ -458,20 +549,23 @@ def main(argv):
     if device.type == "cuda" and not torch.cuda.is_available():
         print("torch_models.py: no CUDA device visible", file=sys.stderr)
         return 2
-    set_arithmetic(not args.no_fill_uninitialized)
     graph = device.type == "cuda" and not args.no_graph
+    eager = not args.no_eager or not graph
     print(header(device, args))
     print()
 
     if args.check:
         for cfg in cfgs:
-            print("%s: %s" % (cfg["name"], describe(cfg)))
-            _, losses = run_eager(cfg, device, args, args.check, 0, record=True)
-            print("  eager: " + " ".join("%.6g" % v for v in losses))
-            if graph:
-                _, losses = run_graph(cfg, device, args, 2, args.check - 2, record=True)
-                print("  graph: " + " ".join("%.6g" % v for v in losses))
-            release(device)
+            for mode in args.modes:
+                set_arithmetic(mode, args.fill_uninit)
+                print("%s, %s, gates %s: %s" % (cfg["name"], mode, gates_col(cfg), describe(cfg)))
+                if eager:
+                    _, losses = run_eager(cfg, device, args, args.check, 0, record=True)
+                    print("  eager: " + " ".join("%.6g" % v for v in losses))
+                if graph:
+                    _, losses = run_graph(cfg, device, args, 2, args.check - 2, record=True)
+                    print("  graph: " + " ".join("%.6g" % v for v in losses))
+                release(device)
         return 0
 
     total = args.warmup + args.steps
@@ -479,23 +573,35 @@ def main(argv):
           "timed steps after %d warm-up steps, %s; loss is the step-%d loss."
           % (args.steps, args.warmup, "CUDA events" if device.type == "cuda" else "wall clock", total))
     print()
-    print("| configuration | eager ms | graph ms | graph speed-up | loss, eager | loss, graph |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| configuration | mode | gates | eager ms | graph ms | graph speed-up | loss, eager | loss, graph |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     sys.stdout.flush()
     for cfg in cfgs:
-        te, le = run_eager(cfg, device, args, args.warmup, args.steps, record=False)
-        me = statistics.median(te)
-        release(device)
-        if graph:
-            tg, lg = run_graph(cfg, device, args, args.warmup, args.steps, record=False)
-            mg = statistics.median(tg)
-            release(device)
-            cols = ["%.3f" % mg, "%.2fx" % (me / mg), "%.6g" % lg[-1]]
-        else:
-            cols = ["n/a", "n/a", "n/a"]
-        print("| %s | %.3f | %s | %s | %.6g | %s |" % (describe(cfg), me, cols[0], cols[1], le[-1], cols[2]))
-        sys.stdout.flush()
+        for mode in args.modes:
+            set_arithmetic(mode, args.fill_uninit)
+            me = le = mg = lg = None
+            if eager:
+                te, le = run_eager(cfg, device, args, args.warmup, args.steps, record=False)
+                me = statistics.median(te)
+                release(device)
+            if graph:
+                tg, lg = run_graph(cfg, device, args, args.warmup, args.steps, record=False)
+                mg = statistics.median(tg)
+                release(device)
+            na = "n/a"
+            print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                describe(cfg), mode, gates_col(cfg),
+                "%.3f" % me if me is not None else na,
+                "%.3f" % mg if mg is not None else na,
+                "%.2fx" % (me / mg) if me is not None and mg is not None else na,
+                "%.6g" % le[-1] if le is not None else na,
+                "%.6g" % lg[-1] if lg is not None else na))
+            sys.stdout.flush()
     return 0
+
+
+def gates_col(cfg):
+    return cfg["gates"] if cfg["model"] == "prednet" else "-"
 
 
 def release(device):

@@ -4,7 +4,9 @@
 # --with-cuda: the program, the GPU test and benchmark programs, CMocka's
 # shared library (the GPU machine has none), the PyTorch adapter's C core
 # (when the build has it) and the IDX training images
-# (it has no data set either). Usage: tests/gpu/pack.sh [BUILD [DEST]]
+# (it has no data set either), with run-all.sh and the PyTorch comparison's
+# scripts (torch_models.py, torch_compare.sh, gpu_speed.sh) at the top.
+# Usage: tests/gpu/pack.sh [BUILD [DEST]]
 set -eu
 B=${1:-build}
 D=${2:-build-gpu}
@@ -33,5 +35,6 @@ done
 cp /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$D/data/"
 # symbols off: the device tool carries at most 64 MiB with the source tree
 command -v strip >/dev/null && strip "$D"/bin/* "$D"/lib/libdivtrace.so.0
-cp tests/gpu/run-all.sh tests/bench/torch_models.py tests/bench/torch_compare.sh "$D/" 2>/dev/null || true
+cp tests/gpu/run-all.sh tests/bench/torch_models.py tests/bench/torch_compare.sh tests/bench/gpu_speed.sh \
+    "$D/" 2>/dev/null || true
 du -sh "$D"
