@@ -495,6 +495,11 @@ static void test_loss_on_device(void **state)
     assert_int_equal(divtrace_record(t, "a", "x", DIVTRACE_FORWARD, a, DIVTRACE_DEVICE_DEFERRED, stream, 1,
                                      shape, NULL, 0), DIVTRACE_OK);
     assert_int_equal(cudaMemcpy(loss, &first, sizeof first, cudaMemcpyHostToDevice), cudaSuccess);
+    /* a copy from pageable memory may return before its DMA lands, and the
+     * non-blocking stream does not wait for the legacy one: the loss is
+     * there before the step ends only after a device-wide wait (a loaded
+     * machine read the old value) */
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     assert_int_equal(divtrace_step_end_device(t, loss, stream), DIVTRACE_OK);
     /* step 1: host memory refused, NULL refused; begun again, the loss
      * written on the stream just before the step's end */
