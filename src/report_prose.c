@@ -101,6 +101,10 @@ static void report_verdicts(const struct report_study *st, int k0, FILE *f)
     int nk = (int)(sizeof kinds / sizeof *kinds), count[8] = {0}, other = 0, n = 0;
     const struct report_pair *p0 = &st->pr[k0];
     const char *bugline = NULL;
+    /* "rounding only" verdicts that left ops of a nondeterministic run
+     * unchecked (the verdict line's "; not checked: N ops" clauses) */
+    int partial = 0;
+    long umin = 0, umax = 0;
     for (int k = k0; k < st->npr && st->pr[k].ca == p0->ca && st->pr[k].cb == p0->cb; k++, n++) {
         int j = 0;
         while (j < nk && strcmp(st->pr[k].verdict, kinds[j]) != 0)
@@ -111,6 +115,16 @@ static void report_verdicts(const struct report_study *st, int k0, FILE *f)
             other++;
         if (j == 2 && !bugline)
             bugline = st->pr[k].verdict_line;
+        long un = 0;
+        for (const char *q = st->pr[k].verdict_line; j == 1 && (q = strstr(q, "; not checked: "));) {
+            q += strlen("; not checked: ");
+            un += strtol(q, NULL, 10);
+        }
+        if (un > 0) {
+            umin = partial && umin < un ? umin : un;
+            umax = partial && umax > un ? umax : un;
+            partial++;
+        }
     }
     fprintf(f, "- `%s` against `%s`, trial by trial (%d pairs), `divtrace explain`:",
             st->spec.cond[p0->ca].name, st->spec.cond[p0->cb].name, n);
@@ -122,6 +136,14 @@ static void report_verdicts(const struct report_study *st, int k0, FILE *f)
         }
     if (other)
         fprintf(f, "%s %d other", first ? "" : ",", other);
+    if (partial && umin == umax)
+        fprintf(f, " (in %d of the rounding verdicts, %ld ops of a nondeterministic run's step "
+                "were not checked: their recorded inputs are not what re-execution gives)",
+                partial, umin);
+    else if (partial)
+        fprintf(f, " (in %d of the rounding verdicts, %ld to %ld ops of a nondeterministic run's "
+                "step were not checked: their recorded inputs are not what re-execution gives)",
+                partial, umin, umax);
     if (bugline && *bugline)
         fprintf(f, ". The first bug found: \"%s\"", bugline);
     fputs(".\n", f);

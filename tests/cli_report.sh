@@ -220,6 +220,16 @@ for f in "$T/old"/summary/pairs/one--two/t0?.csv; do
 done
 expect 0 "report from old pair summaries" -- "$DT" report -q "$T/old"
 has "$T/old/report/pairs.csv" "^one,two,1,compared,1,.*,not run,$" "an old pair summary: verdict not run"
+# rounding verdicts that left ops of a nondeterministic run unchecked: said
+cp -r "$S" "$T/un"
+rm -f "$T/un"/runs/*/*.dtr
+n=4
+for f in "$T/un"/summary/pairs/one--two/t0?.csv; do
+    sed -i "2s/,rounding only,\([^,]*\)\$/,rounding only,\1; not checked: $n ops of B's step 0 after its re-execution parted from its nondeterministic recording/" "$f"
+    n=$((n + 3))
+done
+expect 0 "report from pair summaries with unchecked ops" -- "$DT" report -q "$T/un"
+has "$T/un/report.md" "^- \`one\` against \`two\`, trial by trial \(2 pairs\), \`divtrace explain\`: 2 rounding only \(in 2 of the rounding verdicts, 4 to 7 ops of a nondeterministic run's step were not checked" "the answer says how many ops rounding verdicts left unchecked"
 
 # --replay-trials 1 on another copy: trial 1 of the pair replayed, trial 2 not
 cp -r "$S" "$T/rt"
