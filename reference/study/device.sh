@@ -20,8 +20,8 @@
 # D-bug/ (D's cpu trials are C's: the same options, and a CPU run with a
 # fixed kernel and thread count is bitwise reproducible), each sweep is run
 # once more there (it must find every trial complete), and each report is
-# made with 14 workers and without whole-step replays (explain checks the
-# origin ops of every pair's first divergent step).
+# made with 14 workers and without whole-step replays (explain checks every
+# op of every pair's first divergent step, in both runs).
 set -u
 P=$(cd "$1" && pwd)
 OUT=$2
@@ -78,7 +78,7 @@ done
 mkdir -p "$S/D-bug/runs/cpu"
 ln -f "$S/Cc/runs/cpu/"*.dtr "$S/D-bug/runs/cpu/"
 for name in C-prednet D-bug; do
-    sweep "$name" "$name" 1 '*'
+    sweep "$name" "$name" 1
 done
 stamp "gathered"
 for name in C-prednet D-bug; do
