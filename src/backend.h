@@ -22,6 +22,7 @@ struct backend_step {
 struct backend_options {
     int threads;            /* cpu: OpenBLAS threads (>= 1) */
     const char *cpu_kernel; /* cpu: requested OpenBLAS core type, or NULL */
+    const char *cpu_gemm;   /* cpu: "fixed" (cpu_gemm.h's order) or NULL (OpenBLAS) */
     long precision;         /* mpfr: bits of precision (default 128) */
     const char *reduce;     /* cuda, cudnn: "tree" (fixed-order reductions, the
                              * default when NULL) or "atomic" (atomicAdd: bias

@@ -3,7 +3,6 @@
  * reduction we own has one fixed order, whatever the thread count).
  * Dimension letters: N rows (batch), F features, M/K/N of a matrix product;
  * image tensors (N, C, H, W), filters (K, C, R, S). */
-#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@ struct cpu_ctx {
     int threads;
     char kernel[64];  /* requested kernel, or "" */
     struct cpu_conv_scratch conv;  /* im2col buffer shared by the conv kernels */
+    struct cpu_gemm_mode gemm;     /* OpenBLAS's products or the fixed order */
 };
 
 static int cpu_init(void **ctx, const struct backend_options *opt)
@@ -34,7 +34,12 @@ static int cpu_init(void **ctx, const struct backend_options *opt)
     c->threads = opt->threads;
     if (opt->cpu_kernel)
         snprintf(c->kernel, sizeof c->kernel, "%s", opt->cpu_kernel);
-    cpu_blas_set_threads(c->threads);
+    c->gemm.fixed = opt->cpu_gemm && strcmp(opt->cpu_gemm, "fixed") == 0;
+    c->gemm.threads = c->threads;
+    c->conv.gemm = &c->gemm;
+    /* the fixed products run on their own threads; OpenBLAS's would only
+     * spin beside them */
+    cpu_blas_set_threads(c->gemm.fixed ? 1 : c->threads);
     *ctx = c;
     return DT_OK;
 }
@@ -73,6 +78,8 @@ static void cpu_describe(void *ctx, struct trace_config *cfg)
     struct cpu_ctx *c = ctx;
     trace_config_setf(cfg, "threads", "%d", c->threads);
     trace_config_set(cfg, "cpu_kernel", c->kernel[0] ? c->kernel : "default");
+    if (c->gemm.fixed) /* (absent: OpenBLAS's products, as in every earlier trace) */
+        trace_config_set(cfg, "cpu_gemm", "fixed");
     trace_config_set(cfg, "openblas_core", cpu_blas_corename());
     trace_config_set(cfg, "openblas_config", cpu_blas_config());
 }
@@ -96,9 +103,8 @@ CPU_OP(cpu_matmul)
     int ta = nd->p.mm.ta, tb = nd->p.mm.tb;
     int m = (int)nd->shape[0], n = (int)nd->shape[1];
     int k = (int)(ta ? IN_SHAPE(0, 0) : IN_SHAPE(0, 1));
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                m, n, k, 1.0f, in[0], (int)IN_SHAPE(0, 1), in[1], (int)IN_SHAPE(1, 1),
-                0.0f, out, n);
+    cpu_gemm(&ctx->gemm, ta, tb, m, n, k, in[0], (int)IN_SHAPE(0, 1), in[1], (int)IN_SHAPE(1, 1),
+             0, out, n);
 }
 
 CPU_OP(cpu_add_bias)

@@ -74,6 +74,10 @@ static void record_usage(FILE *f)
           "      --threads N           OpenBLAS threads (default 1)\n"
           "      --cpu-kernel NAME     OpenBLAS kernel, e.g. Haswell, Sandybridge, Nehalem,\n"
           "                            Prescott, SkylakeX (refused if the CPU lacks it)\n"
+          "      --cpu-gemm FORM       cpu: matrix products and convolutions by openblas\n"
+          "                            (default) or fixed: divtrace's own summation order,\n"
+          "                            the same bits at any --threads, on any CPU and\n"
+          "                            OpenBLAS kernel\n"
           "      --precision BITS      mpfr backend: bits of precision (default 128)\n"
           "      --no-self-check       mpfr backend: skip the run at twice the precision that\n"
           "                            checks the float32 results (halves the time)\n"
@@ -118,7 +122,7 @@ static void record_usage(FILE *f)
 enum {
     OPT_TRACE_LEVEL = 256, OPT_CKPT, OPT_MODEL, OPT_PRESET, OPT_LAYERS, OPT_ACT, OPT_OPTIMIZER,
     OPT_LR, OPT_MOMENTUM, OPT_BATCH, OPT_STEPS, OPT_SEED, OPT_INIT_SEED, OPT_INIT_SCALE,
-    OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_STOP_NONFINITE, OPT_FLIP,
+    OPT_DATA, OPT_BACKEND, OPT_THREADS, OPT_CPU_KERNEL, OPT_CPU_GEMM, OPT_STOP_NONFINITE, OPT_FLIP,
     OPT_PRECISION, OPT_INJECT, OPT_NO_SELF_CHECK, OPT_STACK, OPT_RSTACK, OPT_SIZE, OPT_NT,
     OPT_LAYER_WEIGHTS, OPT_VIDEO, OPT_NPY_LAYOUT, OPT_PROTOCOL, OPT_REDUCE, OPT_CUDNN_ALGO,
     OPT_DEVICE, OPT_CUDA_GRAPH, OPT_STREAMS, OPT_PROGRESS,
@@ -146,6 +150,7 @@ static const struct option record_options[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"cpu-kernel", required_argument, NULL, OPT_CPU_KERNEL},
+    {"cpu-gemm", required_argument, NULL, OPT_CPU_GEMM},
     {"stop-on-nonfinite", no_argument, NULL, OPT_STOP_NONFINITE},
     {"flip-bit", required_argument, NULL, OPT_FLIP},
     {"precision", required_argument, NULL, OPT_PRECISION},
@@ -294,6 +299,13 @@ static int record_option(int c, const char *arg, struct train_config *tc)
         tc->cpu_kernel = cpu_blas_kernel_name(arg);
         if (!tc->cpu_kernel)
             return DT_ERR;
+        return DT_OK;
+    case OPT_CPU_GEMM:
+        if (strcmp(arg, "openblas") != 0 && strcmp(arg, "fixed") != 0) {
+            dt_error_set("--cpu-gemm: '%s' is neither openblas nor fixed", arg);
+            return DT_ERR;
+        }
+        tc->cpu_gemm = strcmp(arg, "fixed") == 0 ? "fixed" : NULL;
         return DT_OK;
     case OPT_STOP_NONFINITE: tc->stop_on_nonfinite = 1; return DT_OK;
     case OPT_FLIP: return record_parse_flip(arg, tc);

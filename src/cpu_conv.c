@@ -3,7 +3,6 @@
  * summation order. Dimension letters as in cpu_conv.h. */
 #include "cpu_conv.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,9 +144,9 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
     if (sh->r == 1 && sh->s == 1) {
         /* a 1x1 kernel's col is x[n] itself */
         for (int n = 0; n < sh->n; n++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->k, hw, crs, 1.0f, wt, crs,
-                        x + (size_t)n * (size_t)sh->c * (size_t)hw, hw, 0.0f,
-                        out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
+            cpu_gemm(sc->gemm, 0, 0, sh->k, hw, crs, wt, crs,
+                     x + (size_t)n * (size_t)sh->c * (size_t)hw, hw, 0,
+                     out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
         return;
     }
     size_t nband = ((size_t)crs * (size_t)hw + CPU_CONV_BAND_FLOATS - 1) / CPU_CONV_BAND_FLOATS;
@@ -164,8 +163,8 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
         for (int h0 = 0; h0 < sh->h; h0 += band) {
             int h1 = h0 + band < sh->h ? h0 + band : sh->h, bw = (h1 - h0) * sh->w;
             cpu_conv_im2col_band(col, xn, sh, h0, h1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->k, bw, crs, 1.0f, wt, crs,
-                        col, bw, 0.0f, on + (size_t)h0 * (size_t)sh->w, hw);
+            cpu_gemm(sc->gemm, 0, 0, sh->k, bw, crs, wt, crs, col, bw, 0,
+                     on + (size_t)h0 * (size_t)sh->w, hw);
         }
     }
 }
@@ -177,8 +176,8 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
     int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
     float *col = cpu_conv_col(sc, sh);
     for (int n = 0; n < sh->n; n++) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, hw, sh->k, 1.0f, wt, crs,
-                    dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, 0.0f, col, hw);
+        cpu_gemm(sc->gemm, 1, 0, crs, hw, sh->k, wt, crs,
+                 dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, 0, col, hw);
         cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, sh);
     }
 }
@@ -193,8 +192,7 @@ void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
         const float *xn = x + (size_t)n * (size_t)sh->c * (size_t)hw;
         if (col)
             cpu_conv_im2col(col, xn, sh);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh->k, crs, hw, 1.0f,
-                    dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, col ? col : xn, hw,
-                    n == 0 ? 0.0f : 1.0f, dw, crs);
+        cpu_gemm(sc->gemm, 0, 1, sh->k, crs, hw, dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw,
+                 col ? col : xn, hw, n != 0, dw, crs);
     }
 }

@@ -5,6 +5,8 @@
 #ifndef DT_CPU_CONV_H
 #define DT_CPU_CONV_H
 
+#include "cpu_gemm.h"
+
 #include <stddef.h>
 
 /* Sizes of one convolution; R and S odd. */
@@ -17,6 +19,7 @@ struct cpu_conv_shape {
 struct cpu_conv_scratch {
     float *col;     /* (C*R*S, H*W) */
     size_t cap;     /* floats allocated at col */
+    const struct cpu_gemm_mode *gemm; /* the products' form (NULL: OpenBLAS) */
 };
 
 void cpu_conv_scratch_free(struct cpu_conv_scratch *sc);

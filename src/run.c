@@ -88,6 +88,7 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
     struct backend_options bo = {
         .threads = tc->threads,
         .cpu_kernel = tc->cpu_kernel,
+        .cpu_gemm = tc->cpu_gemm,
         .precision = precision ? precision : tc->precision,
         .reduce = tc->reduce,
         .cudnn_algo = tc->cudnn_algo,
@@ -524,6 +525,8 @@ int run_config_from_trace(struct train_config *tc, const struct trace_config *cf
     }
     v = trace_config_get(cfg, "cpu_kernel");
     tc->cpu_kernel = v && strcmp(v, "default") != 0 ? v : NULL;
+    v = trace_config_get(cfg, "cpu_gemm");
+    tc->cpu_gemm = v && strcmp(v, "fixed") == 0 ? v : NULL;
     tc->reduce = trace_config_get(cfg, "reduce");
     tc->no_graph = (v = trace_config_get(cfg, "cuda_graph")) && strcmp(v, "off") == 0;
     /* "4 (3 used by the schedule)"; the results do not depend on it */

@@ -26,6 +26,7 @@ struct train_config {
     const char *backend;
     int threads;
     const char *cpu_kernel;     /* NULL: OpenBLAS's own choice */
+    const char *cpu_gemm;       /* cpu: "fixed" (divtrace's order) or NULL (OpenBLAS) */
     long precision;             /* mpfr backend: bits (0: its default) */
     const char *reduce;         /* cuda, cudnn: "tree" or "atomic" (NULL: tree) */
     const char *cudnn_algo;     /* cudnn: "deterministic", "fastest" or a number (NULL: deterministic) */

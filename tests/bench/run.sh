@@ -25,6 +25,12 @@ echo "### conv2d: im2col + sgemm against sgemm alone"
 echo
 "$B/tests/bench/bench_conv"
 echo
+echo "### --cpu-gemm fixed against OpenBLAS's sgemm"
+echo
+"$B/tests/bench/bench_gemm"
+echo
+OPENBLAS_CORETYPE=Haswell "$B/tests/bench/bench_gemm" 2>/dev/null
+echo
 echo "### PredNet step and its tracing overhead"
 echo
 TMPDIR=$T "$B/tests/bench/bench_prednet"

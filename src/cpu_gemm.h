@@ -1,0 +1,21 @@
+/* cpu_gemm.h: the cpu backend's matrix products, through OpenBLAS or in
+ * divtrace's fixed summation order (cpu_gemm.c states it), which gives the
+ * same bits on any CPU, OpenBLAS kernel and thread count. */
+#ifndef DT_CPU_GEMM_H
+#define DT_CPU_GEMM_H
+
+struct cpu_gemm_mode {
+    int fixed;   /* 0: cblas_sgemm; 1: the fixed order */
+    int threads; /* threads of the fixed order's products */
+};
+
+/* C (M x N) = op(A) op(B) (+ C when beta), row-major; op transposes with
+ * ta, tb. g NULL: OpenBLAS. */
+void cpu_gemm(const struct cpu_gemm_mode *g, int ta, int tb, int M, int N, int K, const float *A,
+              int lda, const float *B, int ldb, int beta, float *C, int ldc);
+
+/* The fixed order on `threads` threads (the results do not depend on it). */
+void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                    const float *B, int ldb, int beta, float *C, int ldc);
+
+#endif

@@ -1,0 +1,103 @@
+/* test_cpu_gemm.c: the fixed-order matrix product (src/cpu_gemm.c) against
+ * its definition written out here: acc = beta ? C : +0, then acc = fmaf(a,
+ * b, acc) for k = 0 .. K-1. Every shape class (whole tiles, edge rows and
+ * columns, K = 0, transposes, beta 1), signed zeros and wide exponents, on
+ * every kernel this CPU runs (DIVTRACE_CPU_GEMM_ISA) and 1 to 4 threads:
+ * bitwise equal to the definition, hence to each other. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu_gemm.h"
+#include "test_util.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static float rval(void)
+{
+    uint64_t u = tu_rand_u64(&rng);
+    switch (u % 8) {
+    case 0: return 0.0f;
+    case 1: return -0.0f;
+    case 2: return ldexpf((float)(int)(u >> 8 & 0xff) - 128.0f, (int)(u >> 20 & 31) - 16);
+    default: return (float)tu_rand_uniform(&rng, -1, 1) * ldexpf(1.0f, (int)(u >> 24 & 7) - 3);
+    }
+}
+
+/* the definition, one element at a time */
+static void reference(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, int beta, float *C, int ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = beta ? C[(size_t)i * ldc + j] : 0.0f;
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                acc = fmaf(a, b, acc);
+            }
+            C[(size_t)i * ldc + j] = acc;
+        }
+}
+
+static void one_case(int M, int N, int K, int ta, int tb, int beta, int threads)
+{
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    size_t na = (size_t)(ta ? K : M) * lda + 1, nb = (size_t)(tb ? N : K) * ldb + 1;
+    size_t nc = (size_t)M * ldc + 1;
+    float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B);
+    float *C = malloc(nc * sizeof *C), *R = malloc(nc * sizeof *R);
+    assert_true(A && B && C && R);
+    for (size_t i = 0; i < na; i++)
+        A[i] = rval();
+    for (size_t i = 0; i < nb; i++)
+        B[i] = rval();
+    for (size_t i = 0; i < nc; i++)
+        C[i] = R[i] = rval();
+    cpu_gemm_fixed(threads, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    reference(ta, tb, M, N, K, A, lda, B, ldb, beta, R, ldc);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < ldc; j++) {
+            size_t at = (size_t)i * ldc + j;
+            if (memcmp(&C[at], &R[at], sizeof *C) != 0)
+                fail_msg("%dx%dx%d ta %d tb %d beta %d threads %d isa %s: C[%d][%d] %a, want %a", M,
+                         N, K, ta, tb, beta, threads, getenv("DIVTRACE_CPU_GEMM_ISA"), i, j,
+                         (double)C[at], (double)R[at]);
+        }
+    free(A);
+    free(B);
+    free(C);
+    free(R);
+}
+
+static void test_fixed_order(void **state)
+{
+    (void)state;
+    static const char *const isas[] = {"scalar", "avx2", "any"};
+    static const int shapes[][3] = {{1, 1, 1},   {3, 5, 0},    {6, 16, 7},  {8, 32, 9},
+                                    {9, 33, 17}, {13, 70, 31}, {4, 129, 5}, {40, 96, 60},
+                                    {17, 250, 3}};
+    for (int s = 0; s < 3; s++) {
+        if (strcmp(isas[s], "any") == 0)
+            unsetenv("DIVTRACE_CPU_GEMM_ISA");
+        else
+            setenv("DIVTRACE_CPU_GEMM_ISA", isas[s], 1);
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+            for (int t = 0; t < 4; t++)
+                one_case(shapes[c][0], shapes[c][1], shapes[c][2], t & 1, t >> 1 & 1, (int)(c & 1),
+                         1 + (int)((c + (size_t)t) % 4));
+    }
+    unsetenv("DIVTRACE_CPU_GEMM_ISA");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixed_order)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
