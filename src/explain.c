@@ -628,6 +628,15 @@ int explain_run(struct trace_file *a, struct trace_file *b, const struct explain
                                         "; not checked: %d ops of %s's step %" PRIu64 " after its "
                                         "re-execution parted from its nondeterministic recording",
                                         s->unchecked, s->label, res->step);
+            /* the same counts in both runs (the usual case) said once */
+            int same = A->torch_grads == B->torch_grads && A->torch_nodata == B->torch_nodata;
+            if ((s->torch_grads || s->torch_nodata) && (!same || x == 0) && len < sizeof res->line)
+                len += (size_t)snprintf(res->line + len, sizeof res->line - len,
+                                        "; not checked: %d gradient ops of standard modules (no "
+                                        "oracle of their own) and %d modules without an oracle or "
+                                        "module data, in %s step %" PRIu64, s->torch_grads,
+                                        s->torch_nodata, same ? "each run's" : x ? "B's" : "A's",
+                                        res->step);
         }
     }
     res->seconds = dt_now() - t0;

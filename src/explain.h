@@ -45,6 +45,10 @@ struct explain_side {
     int nondet_checked;             /* ops whose recorded outputs, which re-execution does not
                                      * give again, were checked by their statistics */
     int torch;                      /* a PyTorch adapter trace: checked from its module data */
+    int torch_grads;                /* the check of every op: gradients of standard modules,
+                                     * which have no oracle of their own (not checked) */
+    int torch_nodata;               /* the check of every op: modules without module data or
+                                     * an oracle (custom ones: their inputs differ by then) */
     char source[192];               /* where its module data came from */
     char custom[EXPLAIN_TEXT];      /* its custom modules checked without an oracle, "" */
 };

@@ -122,6 +122,139 @@ static const struct tcheck_item *et_bad_backward(const struct tcheck_data *d, ch
     return NULL;
 }
 
+/* One pass over side x's ops: the origins of the first divergent step, or
+ * (every) all its ops. In the pass over every op after rounding origins,
+ * what cannot be checked is counted (torch_grads, torch_nodata) rather
+ * than made a reason for no verdict: the origins were. */
+static void et_pass(struct explain_result *res, const struct explain_options *opt, int x,
+                    struct tcheck_data *d, const int *have, int every)
+{
+    char text[EXPLAIN_TEXT];
+    struct explain_side *s = &res->side[x];
+    s->replayed = 1;
+    s->rr.first = s->rr.last = res->step;
+    s->rr.from_ckpt = res->step;
+    s->rr.reproduced = 1;
+    s->rr.mismatch_step = -1;
+    s->rr.mismatch_op = -1;
+    const struct trace_file *tf = s->tf;
+    int all = opt->all || every, second = every && !opt->all;
+    int bad_backward_told = 0;
+    for (int k = 0; k < (all ? (int)tf->nops : res->d.norigins); k++) {
+        int op;
+        if (all)
+            op = k;
+        else if (x == 0)
+            op = res->d.origins[k];
+        else if ((op = res->d.a_to_b[res->d.origins[k]]) < 0)
+            continue;
+        const struct trace_opdef *od = &tf->ops[op];
+        if (od->kind == TRACE_KIND_GRAD) {
+            /* a gradient: its module's backward is checked only for
+             * custom modules, against finite differences */
+            char err[32];
+            const struct tcheck_item *bb = et_bad_backward(&d[x], err, sizeof err);
+            const struct tcheck_item *ob = have[1 - x] ? et_bad_backward(&d[1 - x], err, sizeof err) : NULL;
+            if (bb && !ob && !s->bug) {
+                et_bad_backward(&d[x], err, sizeof err);
+                s->bug = 1;
+                snprintf(s->finding, sizeof s->finding,
+                         "module %s (%s)'s backward is not the derivative of its forward (step %" PRIu64
+                         ": in float64, its gradients and central differences of its forward part by "
+                         "%.3g relative along every direction tried); the gradients where the runs "
+                         "part (%s first) flow through it", bb->name, tcheck_class(bb), res->step,
+                         atof(err), od->name);
+                snprintf(text, sizeof text, "%s (%s): its backward fails the check against central "
+                         "differences", bb->name, tcheck_class(bb));
+                et_append(s->custom, sizeof s->custom, text);
+            } else if (!bb && second) {
+                s->torch_grads++;
+            } else if (!bb && !bad_backward_told) {
+                snprintf(text, sizeof text, "gradient (%s): gradients are checked only through custom "
+                         "modules' backward", od->name);
+                et_append(s->not_checked, sizeof s->not_checked, text);
+                bad_backward_told = 1;
+            }
+            continue;
+        }
+        if (od->kind != TRACE_KIND_FORWARD && od->kind != TRACE_KIND_OPTIMIZER) {
+            if (!all) {
+                snprintf(text, sizeof text, "%s (%s, kind %s)", od->type, od->name,
+                         trace_kind_name((enum trace_kind)od->kind));
+                et_append(s->not_checked, sizeof s->not_checked, text);
+            }
+            continue;
+        }
+        const struct tcheck_item *it = tcheck_find(&d[x], od->name);
+        if (!it || !it->spec) {
+            if (second) {
+                s->torch_nodata++;
+                continue;
+            }
+            snprintf(text, sizeof text, "%s (%s): no module data", od->type, od->name);
+            et_append(s->not_checked, sizeof s->not_checked, text);
+            continue;
+        }
+        if (strcmp(it->type, "custom") == 0) {
+            if (second) {
+                /* past the origins its inputs differ between the runs: two
+                 * float64 re-evaluations from other inputs tell nothing */
+                s->torch_nodata++;
+                continue;
+            }
+            const struct tcheck_item *other = have[1 - x] ? tcheck_find(&d[1 - x], od->name) : NULL;
+            if (!other) {
+                snprintf(text, sizeof text, "custom %s (%s): no data of the other run to compare",
+                         tcheck_class(it), od->name);
+                et_append(s->not_checked, sizeof s->not_checked, text);
+                continue;
+            }
+            char cmp[EXPLAIN_TEXT / 2];
+            int rc = x == 0 ? tcheck_custom_compare(it, other, cmp, sizeof cmp)
+                            : tcheck_custom_compare(other, it, cmp, sizeof cmp);
+            snprintf(text, sizeof text, "%s (%s): its float64 re-evaluation %s the other run's",
+                     od->name, tcheck_class(it), rc == 1 ? "is another function than" : rc == 0 ?
+                     "agrees with" : "could not be compared with");
+            et_append(s->custom, sizeof s->custom, text);
+            if (rc == 1 && !res->either[0])
+                snprintf(res->either, sizeof res->either, "module %s (%s) computes another function in "
+                         "each run (step %" PRIu64 "): %s", od->name, tcheck_class(it), res->step, cmp);
+            else if (rc < 0) {
+                snprintf(text, sizeof text, "custom %s (%s): %s", tcheck_class(it), od->name, cmp);
+                et_append(s->not_checked, sizeof s->not_checked, text);
+            }
+            continue;
+        }
+        struct replay_opcheck c;
+        char why[256];
+        int rc = tcheck_item(it, &c, why, sizeof why);
+        if (rc < 0) {
+            snprintf(s->not_checked, sizeof s->not_checked, "%s", dt_error());
+            break;
+        }
+        if (rc == 1) {
+            if (second)
+                s->torch_nodata++;
+            else
+                et_append(s->not_checked, sizeof s->not_checked, why);
+            continue;
+        }
+        c.step = res->step;
+        c.op = op;
+        et_add_check(&s->rr, &c);
+        if (c.cls == REPLAY_SEMANTIC && !s->bug) {
+            s->bug = 1;
+            snprintf(s->finding, sizeof s->finding,
+                     "module %s (%s, step %" PRIu64 ") computes wrong values: %s%selement %" PRIu64
+                     " is %.9g, exactly %.9g, %.3g times what any admissible float32 evaluation "
+                     "could err", od->name, it->type, res->step, c.algorithm[0] ? c.algorithm : "",
+                     c.algorithm[0] ? " " : "", c.worst, (double)c.worst_value, (double)c.worst_exact,
+                     c.max_ratio);
+        }
+    }
+    s->rr.seconds = 0;
+}
+
 void explain_torch(struct explain_result *res, const struct explain_options *opt)
 {
     struct tcheck_data d[2];
@@ -132,117 +265,23 @@ void explain_torch(struct explain_result *res, const struct explain_options *opt
         res->side[x].torch = 1;
         have[x] = et_load(res, opt, x, &d[x], &rerun[x]) == 0;
     }
-    char text[EXPLAIN_TEXT];
-    for (int x = 0; x < 2; x++) {
-        struct explain_side *s = &res->side[x];
-        if (!have[x])
-            continue;
-        s->replayed = 1;
-        s->rr.first = s->rr.last = res->step;
-        s->rr.from_ckpt = res->step;
-        s->rr.reproduced = 1;
-        s->rr.mismatch_step = -1;
-        s->rr.mismatch_op = -1;
-        const struct trace_file *tf = s->tf;
-        int bad_backward_told = 0;
-        for (int k = 0; k < (opt->all ? (int)tf->nops : res->d.norigins); k++) {
-            int op;
-            if (opt->all)
-                op = k;
-            else if (x == 0)
-                op = res->d.origins[k];
-            else if ((op = res->d.a_to_b[res->d.origins[k]]) < 0)
-                continue;
-            const struct trace_opdef *od = &tf->ops[op];
-            if (od->kind == TRACE_KIND_GRAD) {
-                /* a gradient: its module's backward is checked only for
-                 * custom modules, against finite differences */
-                char err[32];
-                const struct tcheck_item *bb = et_bad_backward(&d[x], err, sizeof err);
-                const struct tcheck_item *ob = have[1 - x] ? et_bad_backward(&d[1 - x], err, sizeof err) : NULL;
-                if (bb && !ob && !s->bug) {
-                    et_bad_backward(&d[x], err, sizeof err);
-                    s->bug = 1;
-                    snprintf(s->finding, sizeof s->finding,
-                             "module %s (%s)'s backward is not the derivative of its forward (step %" PRIu64
-                             ": in float64, its gradients and central differences of its forward part by "
-                             "%.3g relative along every direction tried); the gradients where the runs "
-                             "part (%s first) flow through it", bb->name, tcheck_class(bb), res->step,
-                             atof(err), od->name);
-                    snprintf(text, sizeof text, "%s (%s): its backward fails the check against central "
-                             "differences", bb->name, tcheck_class(bb));
-                    et_append(s->custom, sizeof s->custom, text);
-                } else if (!bb && !bad_backward_told) {
-                    snprintf(text, sizeof text, "gradient (%s): gradients are checked only through custom "
-                             "modules' backward", od->name);
-                    et_append(s->not_checked, sizeof s->not_checked, text);
-                    bad_backward_told = 1;
-                }
-                continue;
-            }
-            if (od->kind != TRACE_KIND_FORWARD && od->kind != TRACE_KIND_OPTIMIZER) {
-                if (!opt->all) {
-                    snprintf(text, sizeof text, "%s (%s, kind %s)", od->type, od->name,
-                             trace_kind_name((enum trace_kind)od->kind));
-                    et_append(s->not_checked, sizeof s->not_checked, text);
-                }
-                continue;
-            }
-            const struct tcheck_item *it = tcheck_find(&d[x], od->name);
-            if (!it || !it->spec) {
-                snprintf(text, sizeof text, "%s (%s): no module data", od->type, od->name);
-                et_append(s->not_checked, sizeof s->not_checked, text);
-                continue;
-            }
-            if (strcmp(it->type, "custom") == 0) {
-                const struct tcheck_item *other = have[1 - x] ? tcheck_find(&d[1 - x], od->name) : NULL;
-                if (!other) {
-                    snprintf(text, sizeof text, "custom %s (%s): no data of the other run to compare",
-                             tcheck_class(it), od->name);
-                    et_append(s->not_checked, sizeof s->not_checked, text);
-                    continue;
-                }
-                char cmp[EXPLAIN_TEXT / 2];
-                int rc = x == 0 ? tcheck_custom_compare(it, other, cmp, sizeof cmp)
-                                : tcheck_custom_compare(other, it, cmp, sizeof cmp);
-                snprintf(text, sizeof text, "%s (%s): its float64 re-evaluation %s the other run's", od->name,
-                         tcheck_class(it), rc == 1 ? "is another function than" : rc == 0 ? "agrees with"
-                         : "could not be compared with");
-                et_append(s->custom, sizeof s->custom, text);
-                if (rc == 1 && !res->either[0])
-                    snprintf(res->either, sizeof res->either, "module %s (%s) computes another function in "
-                             "each run (step %" PRIu64 "): %s", od->name, tcheck_class(it), res->step, cmp);
-                else if (rc < 0) {
-                    snprintf(text, sizeof text, "custom %s (%s): %s", tcheck_class(it), od->name, cmp);
-                    et_append(s->not_checked, sizeof s->not_checked, text);
-                }
-                continue;
-            }
-            struct replay_opcheck c;
-            char why[256];
-            int rc = tcheck_item(it, &c, why, sizeof why);
-            if (rc < 0) {
-                snprintf(s->not_checked, sizeof s->not_checked, "%s", dt_error());
-                break;
-            }
-            if (rc == 1) {
-                et_append(s->not_checked, sizeof s->not_checked, why);
-                continue;
-            }
-            c.step = res->step;
-            c.op = op;
-            et_add_check(&s->rr, &c);
-            if (c.cls == REPLAY_SEMANTIC && !s->bug) {
-                s->bug = 1;
-                snprintf(s->finding, sizeof s->finding,
-                         "module %s (%s, step %" PRIu64 ") computes wrong values: %s%selement %" PRIu64
-                         " is %.9g, exactly %.9g, %.3g times what any admissible float32 evaluation "
-                         "could err", od->name, it->type, res->step, c.algorithm[0] ? c.algorithm : "",
-                         c.algorithm[0] ? " " : "", c.worst, (double)c.worst_value, (double)c.worst_exact,
-                         c.max_ratio);
-            }
+    for (int x = 0; x < 2; x++)
+        if (have[x])
+            et_pass(res, opt, x, d, have, 0);
+    /* The origins are rounding. A module further on that computes wrong
+     * values hides behind them (its inputs differ already): before
+     * "rounding only", every op with module data, in both runs. */
+    struct explain_side *A = &res->side[0], *B = &res->side[1];
+    if (!opt->all && have[0] && have[1] && !A->bug && !B->bug && !res->either[0] &&
+        !A->not_checked[0] && !B->not_checked[0] && !A->mismatch && !B->mismatch) {
+        explain_phase(opt, "checking every module of the step");
+        for (int x = 0; x < 2; x++) {
+            struct explain_side *s = &res->side[x];
+            replay_result_free(&s->rr);
+            memset(&s->rr, 0, sizeof s->rr);
+            s->all_checked = 1;
+            et_pass(res, opt, x, d, have, 1);
         }
-        s->rr.seconds = 0;
     }
     for (int x = 0; x < 2; x++) {
         tcheck_free(&d[x]);

@@ -12,7 +12,9 @@
 #    divtrace.record with check data, all within the oracle's bounds
 #    (against real PyTorch outputs: the bounds' own test), and a wrong value
 #    planted in one module's output or one parameter's update: SEMANTIC,
-#    named;
+#    named, also where the runs part first at a valid rewrite further up
+#    (the module then is no origin, and only the check of every module
+#    finds it);
 #  - a module the oracle does not know, where the runs part: "not checked"
 #    with its type, no verdict (exit 2), never a clean answer.
 import os
@@ -112,6 +114,17 @@ def test_planted():
     rc, out, err = run_dt("explain", p("clean.dtr"), p("module.dtr"))
     C.ok(rc == 1 and last_line(out).startswith("bug in B: module fc1 (linear, step 0) computes wrong values"),
          "a Linear computing wrong values: bug in B, named", "exit %d: %s %s" % (rc, out, err))
+    # a module further on that computes wrong values, behind a valid
+    # rewrite that makes the runs part first: the origin is rounding, the
+    # check of every module finds the bug
+    train_convnet(p("early.dtr"), plant="early")
+    rc, out, err = run_dt("explain", p("clean.dtr"), p("early.dtr"))
+    C.ok(rc == 0 and last_line(out).startswith("rounding only"),
+         "conv1 in float64, rounded once: rounding only", "exit %d: %s %s" % (rc, out, err))
+    train_convnet(p("behind.dtr"), plant="early+module")
+    rc, out, err = run_dt("explain", p("clean.dtr"), p("behind.dtr"))
+    C.ok(rc == 1 and last_line(out).startswith("bug in B: module fc1 (linear, step 0) computes wrong values"),
+         "a wrong Linear behind a rounding origin: bug in B, named", "exit %d: %s %s" % (rc, out, err))
     train_convnet(p("update.dtr"), plant="update")
     rc, out, err = run_dt("replay", p("update.dtr"), "--step", "0", "--against", "mpfr")
     C.ok(rc == 1 and "fc2.bias.update" in out and "SEMANTIC" in out,

@@ -416,8 +416,10 @@ class ConvNet(nn.Module):
 
 def train_convnet(path, opt_name="adam", plant=None, steps=3, check_steps=(0, 2), device="cpu"):
     """ConvNet trained a few steps with check data at check_steps
-    (test_explain.py, test_explain_gpu.py); plant: "module" (fc1 adds 1e-3)
-    or "update" (fc2.bias moved inside step 0)."""
+    (test_explain.py, test_explain_gpu.py); plant: "module" (fc1 adds 1e-3),
+    "update" (fc2.bias moved inside step 0), "early" (conv1 evaluated in
+    float64 and rounded once: a valid evaluation whose bits differ) or
+    "early+module" (both: fc1's bug behind conv1's rounding)."""
     torch.manual_seed(0)
     model = ConvNet().to(device)
     crit = nn.CrossEntropyLoss(label_smoothing=0.1)
@@ -427,9 +429,13 @@ def train_convnet(path, opt_name="adam", plant=None, steps=3, check_steps=(0, 2)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3)
-    if plant == "module":
+    if plant in ("module", "early+module"):
         fc1 = model.fc1
         fc1.forward = lambda x: F.linear(x, fc1.weight, fc1.bias) + 1e-3
+    if plant in ("early", "early+module"):
+        c1 = model.conv1
+        c1.forward = lambda x: F.conv2d(x.double(), c1.weight.double(), c1.bias.double(),
+                                        padding=1).float()
     g = torch.Generator().manual_seed(1)
     with divtrace.record(model, path, optimizer=opt, check_steps=check_steps) as rec:
         rec.add_module("crossentropyloss", crit)
