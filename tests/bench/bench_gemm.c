@@ -1,6 +1,7 @@
 /* bench_gemm.c: the cpu backend's fixed-order matrix product (--cpu-gemm
  * fixed, src/cpu_gemm.c) against OpenBLAS's sgemm, at 1 and 2 threads, on
- * the products of the autoencoder and of PredNet's convolutions; medians
+ * the products of the autoencoder and of PredNet's convolutions (thread
+ * counts: the arguments, default 1 and 2); medians
  * of 9 rounds, the fixed product's first: OpenBLAS's idle threads spin for
  * a while after each call and would take the cores from rounds that
  * alternate with them. The OpenBLAS kernel is the one this process runs
@@ -21,8 +22,20 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int tlist[16] = {1, 2}, nt = 2;
+    if (argc > 1) {
+        nt = 0;
+        for (int a = 1; a < argc && nt < 16; a++) {
+            int t = atoi(argv[a]);
+            if (t < 1 || t > 1024) {
+                fprintf(stderr, "bench_gemm: thread count '%s' is not 1 to 1024\n", argv[a]);
+                return 2;
+            }
+            tlist[nt++] = t;
+        }
+    }
     static const struct {
         const char *what;
         int M, N, K;
@@ -50,7 +63,8 @@ int main(void)
             B[i] = (float)((x = x * 6364136223846793005u + 1) >> 40) * 0x1p-24f - 0.5f;
         double flop = 2.0 * M * N * K;
         int reps = (int)(2e8 / flop) + 1;
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int ti = 0; ti < nt; ti++) {
+            int threads = tlist[ti];
             openblas_set_num_threads(threads);
             double to[9], tf[9];
             for (int r = 0; r < 9; r++) {

@@ -14,10 +14,10 @@ rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib" "$D/data"
 make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_profile \
     tests/gpu/test_gpu_trace tests/gpu/test_gpu_trace_paths tests/gpu/test_gpu_ops tests/gpu/test_gpu_dnn \
-    tests/gpu/test_lib_gpu tests/bench/bench_lib_step >/dev/null
+    tests/gpu/test_lib_gpu tests/bench/bench_lib_step tests/bench/bench_gemm >/dev/null
 cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" "$B/tests/bench/bench_gpu_profile" \
     "$B/tests/gpu/test_gpu_trace" "$B/tests/gpu/test_gpu_trace_paths" "$B/tests/gpu/test_gpu_ops" \
-    "$B/tests/gpu/test_gpu_dnn" "$D/bin/"
+    "$B/tests/gpu/test_gpu_dnn" "$B/tests/bench/bench_gemm" "$D/bin/"
 # libdivtrace's GPU test and benchmark (linked -no-install: plain binaries) and the library
 cp "$B/tests/gpu/test_lib_gpu" "$B/tests/bench/bench_lib_step" "$D/bin/"
 cp -L "$B/src/.libs/libdivtrace.so.0" "$D/lib/"
