@@ -29,31 +29,38 @@
  * row stride ldb), C (row stride ldc), each step acc = fma(a, b, acc). A
  * tile is MR rows by two vectors of VW columns; the columns past the last
  * whole tile one at a time with fmaf, which rounds as the vector FMA does. */
-#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
-    /* rows i .. i + R - 1 (R = MR, or 1 for the rows past the last whole tile) */             \
-    TARGET static inline void NAME##_tile(int R, int i, int j, int K, const float *A, int lda,  \
-                                          const float *bp, int ldb, int beta, float *C,         \
-                                          int ldc)                                              \
+/* The tile of rows i .. i + R - 1, R a constant: its loops over rows
+ * unrolled, so that the accumulators live in registers. */
+#define GEMM_TILE(NAME, TARGET, VW, R, V, LOAD, STORE, SET1, FMA, ZERO)                         \
+    TARGET static void NAME(int i, int j, int K, const float *A, int lda, const float *bp,      \
+                            int ldb, int beta, float *C, int ldc)                              \
     {                                                                                           \
-        V acc[MR][2];                                                                           \
-        for (int r = 0; r < R; r++) {                                                           \
+        V acc[R][2];                                                                            \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                   \
+        {                                                                                       \
             acc[r][0] = beta ? LOAD(C + (size_t)(i + r) * ldc + j) : ZERO();                    \
             acc[r][1] = beta ? LOAD(C + (size_t)(i + r) * ldc + j + VW) : ZERO();               \
         }                                                                                       \
         const float *a0 = A + (size_t)i * lda;                                                  \
         for (int k = 0; k < K; k++) {                                                           \
             V b0 = LOAD(bp + (size_t)k * ldb), b1 = LOAD(bp + (size_t)k * ldb + VW);            \
-            for (int r = 0; r < R; r++) {                                                       \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                               \
+            {                                                                                   \
                 V a = SET1(a0[(size_t)r * lda + k]);                                            \
                 acc[r][0] = FMA(a, b0, acc[r][0]);                                              \
                 acc[r][1] = FMA(a, b1, acc[r][1]);                                              \
             }                                                                                   \
         }                                                                                       \
-        for (int r = 0; r < R; r++) {                                                           \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                   \
+        {                                                                                       \
             STORE(C + (size_t)(i + r) * ldc + j, acc[r][0]);                                    \
             STORE(C + (size_t)(i + r) * ldc + j + VW, acc[r][1]);                               \
         }                                                                                       \
-    }                                                                                           \
+    }
+
+#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
+    GEMM_TILE(NAME##_tile, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
+    GEMM_TILE(NAME##_row, TARGET, VW, 1, V, LOAD, STORE, SET1, FMA, ZERO)                       \
     TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda,     \
                             const float *B, int ldb, int beta, float *C, int ldc)              \
     {                                                                                           \
@@ -71,9 +78,9 @@
             }                                                                                   \
             int i = i0;                                                                         \
             for (; i + MR <= i1; i += MR)                                                       \
-                NAME##_tile(MR, i, j, K, A, lda, bp, lb, beta, C, ldc);                         \
+                NAME##_tile(i, j, K, A, lda, bp, lb, beta, C, ldc);                             \
             for (; i < i1; i++)                                                                 \
-                NAME##_tile(1, i, j, K, A, lda, bp, lb, beta, C, ldc);                          \
+                NAME##_row(i, j, K, A, lda, bp, lb, beta, C, ldc);                              \
         }                                                                                       \
         for (; j < j1; j++)                                                                     \
             for (int i = i0; i < i1; i++) {                                                     \
