@@ -246,6 +246,21 @@ static float *gemm_scratch(int k, size_t n)
     return gemm_ws.p[k];
 }
 
+/* X (rows x cols, row stride *ld) as it is, or, transposed (t: stored as
+ * cols x rows with stride ldx), copied into scratch k row-major. */
+static const float *gemm_operand(int k, int t, const float *X, int ldx, int rows, int cols, int *ld)
+{
+    *ld = ldx;
+    if (!t)
+        return X;
+    float *p = gemm_scratch(k, (size_t)rows * cols + 1);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            p[(size_t)i * cols + j] = X[(size_t)j * ldx + i];
+    *ld = cols;
+    return p;
+}
+
 void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const float *A, int lda,
                     const float *B, int ldb, int beta, float *C, int ldc)
 {
@@ -254,28 +269,8 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
     struct gemm_job jb = {.M = M, .N = N, .K = K, .ldc = ldc, .beta = beta, .C = C};
     jb.fn = gemm_pick(&jb.width);
     /* op(A) as M x K and op(B) as K x N, row-major (a copy only when transposed) */
-    if (ta) {
-        float *p = gemm_scratch(0, (size_t)M * K + 1);
-        for (int i = 0; i < M; i++)
-            for (int k = 0; k < K; k++)
-                p[(size_t)i * K + k] = A[(size_t)k * lda + i];
-        jb.A = p;
-        jb.lda = K;
-    } else {
-        jb.A = A;
-        jb.lda = lda;
-    }
-    if (tb) {
-        float *p = gemm_scratch(1, (size_t)K * N + 1);
-        for (int k = 0; k < K; k++)
-            for (int j = 0; j < N; j++)
-                p[(size_t)k * N + j] = B[(size_t)j * ldb + k];
-        jb.B = p;
-        jb.ldb = N;
-    } else {
-        jb.B = B;
-        jb.ldb = ldb;
-    }
+    jb.A = gemm_operand(0, ta, A, lda, M, K, &jb.lda);
+    jb.B = gemm_operand(1, tb, B, ldb, K, N, &jb.ldb);
     int tiles = (N + jb.width - 1) / jb.width;
     jb.parts = threads < tiles ? threads : tiles;
     if ((long)M * N * K < 32768) /* too small to share */
