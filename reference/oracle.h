@@ -55,7 +55,10 @@ float oracle_sum(const float *x, size_t inc, size_t n);
  * 0x7fc00000; relu and relu_bwd send NaN x to +0, like max(x, 0). Most
  * elements take a certified double-precision fast path; the environment
  * variable DIVTRACE_ORACLE_EXACT=1 sends every element through MPFR (same
- * results, slower: for cross-checks). Thread-safe. */
+ * results, slower: for cross-checks). Thread-safe, except for the
+ * convolutions: their matrix products set OpenBLAS's thread count for the
+ * call (oracle_threads) and put it back, so take them from one thread at a
+ * time. */
 int oracle_op(const struct graph *g, const struct node *nd, float *out, const float *const *in,
               const struct backend_step *st);
 
