@@ -259,6 +259,8 @@ int oracle_conv_bound(const struct graph *g, const struct node *nd, double *boun
 {
     struct oracle_conv own;
     const struct oracle_conv *cs = given;
+    if (nd->count == 0)
+        return DT_OK;
     if (!cs) {
         if (oracle_conv_sums(g, nd, in[0], in[1], 0, &own) < 0) {
             dt_error_set("oracle: %s has too many elements for its bound (%zu)", nd->name,

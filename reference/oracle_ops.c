@@ -843,14 +843,15 @@ static long ops_at(size_t a, long da, size_t b, long db, size_t h, size_t w)
     return r < 0 || r >= (long)h || c < 0 || c >= (long)w ? -1 : r * (long)w + c;
 }
 
-/* Whether any of the `count` elements at i0, i0 + stride, ... is still to be
- * done (todo NULL: every element is). */
-static int ops_conv_any(const unsigned char *todo, size_t i0, size_t count, size_t stride)
+/* Whether any of the `count` elements at i0, i0 + stride, ... is one the
+ * matrix-product path left undecided (undecided NULL: no such path ran,
+ * every element is computed here). */
+static int ops_conv_any(const unsigned char *undecided, size_t i0, size_t count, size_t stride)
 {
-    if (!todo)
+    if (!undecided)
         return 1;
     for (size_t k = 0; k < count; k++)
-        if (todo[i0 + k * stride])
+        if (undecided[i0 + k * stride])
             return 1;
     return 0;
 }
@@ -860,7 +861,7 @@ static int ops_conv_any(const unsigned char *todo, size_t i0, size_t count, size
  * terms, then one dot product per output channel. */
 static void ops_conv2d(const struct graph *g, const struct node *nd, float *out, /* (N,K,H,W) */
                        const float *x, /* (N,C,H,W) */ const float *w, /* (K,C,R,S) */ int slow,
-                       const unsigned char *todo)
+                       const unsigned char *undecided)
 {
     const uint32_t *xs = g->nodes[nd->inputs[0]].shape, *ws = g->nodes[nd->inputs[1]].shape;
     size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], R = ws[2], S = ws[3];
@@ -870,7 +871,7 @@ static void ops_conv2d(const struct graph *g, const struct node *nd, float *out,
     for (size_t n = 0; n < N; n++)
         for (size_t h = 0; h < H; h++)
             for (size_t v = 0; v < W; v++) {
-                if (!ops_conv_any(todo, n * K * hw + h * W + v, K, hw))
+                if (!ops_conv_any(undecided, n * K * hw + h * W + v, K, hw))
                     continue;
                 size_t m = 0;
                 for (size_t c = 0; c < C; c++)
@@ -883,7 +884,7 @@ static void ops_conv2d(const struct graph *g, const struct node *nd, float *out,
                             off[m++] = (c * R + r) * S + s;
                         }
                 for (size_t k = 0; k < K; k++) {
-                    if (todo && !todo[(n * K + k) * hw + h * W + v])
+                    if (undecided && !undecided[(n * K + k) * hw + h * W + v])
                         continue;
                     for (size_t j = 0; j < m; j++)
                         wb[j] = w[k * crs + off[j]];
@@ -900,7 +901,7 @@ static void ops_conv2d(const struct graph *g, const struct node *nd, float *out,
 static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
                                 float *out, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
                                 const float *w, /* (K,C,R,S) */ int slow,
-                                const unsigned char *todo)
+                                const unsigned char *undecided)
 {
     const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
     size_t N = nd->shape[0], C = nd->shape[1], H = nd->shape[2], W = nd->shape[3];
@@ -910,7 +911,7 @@ static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
     for (size_t n = 0; n < N; n++)
         for (size_t h = 0; h < H; h++)
             for (size_t v = 0; v < W; v++) {
-                if (!ops_conv_any(todo, n * C * hw + h * W + v, C, hw))
+                if (!ops_conv_any(undecided, n * C * hw + h * W + v, C, hw))
                     continue;
                 size_t m = 0;
                 for (size_t k = 0; k < K; k++)
@@ -923,7 +924,7 @@ static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
                             off[m++] = k * C * R * S + r * S + s; /* + c R S */
                         }
                 for (size_t c = 0; c < C; c++) {
-                    if (todo && !todo[(n * C + c) * hw + h * W + v])
+                    if (undecided && !undecided[(n * C + c) * hw + h * W + v])
                         continue;
                     for (size_t j = 0; j < m; j++)
                         wb[j] = w[off[j] + c * R * S];
@@ -940,7 +941,7 @@ static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
 static void ops_conv2d_bwd_filter(const struct graph *g, const struct node *nd,
                                   float *out, /* (K,C,R,S) */ const float *x, /* (N,C,H,W) */
                                   const float *dy, /* (N,K,H,W) */ int slow,
-                                  const unsigned char *todo)
+                                  const unsigned char *undecided)
 {
     const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
     size_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
@@ -953,7 +954,7 @@ static void ops_conv2d_bwd_filter(const struct graph *g, const struct node *nd,
         for (size_t c = 0; c < C; c++)
             for (size_t r = 0; r < R; r++)
                 for (size_t s = 0; s < S; s++) {
-                    if (todo && !todo[((k * C + c) * R + r) * S + s])
+                    if (undecided && !undecided[((k * C + c) * R + r) * S + s])
                         continue;
                     size_t m = 0;
                     for (size_t n = 0; n < N; n++)
@@ -979,23 +980,23 @@ void oracle_conv_op(const struct graph *g, const struct node *nd, float *out,
     const struct oracle_conv *cs = given;
     if (!slow && !cs && oracle_conv_sums(g, nd, in[0], in[1], 1, &own) == 0)
         cs = &own;
-    unsigned char *todo = NULL;
+    unsigned char *undecided = NULL;
     size_t left = nd->count;
     if (!slow && cs) { /* the certified sums; the rest element by element */
-        todo = dt_malloc(nd->count + 1);
+        undecided = dt_malloc(nd->count + 1);
         left = 0;
         for (size_t i = 0; i < nd->count; i++) {
-            todo[i] = !oracle_conv_cert(cs, i, &out[i]);
-            left += todo[i];
+            undecided[i] = !oracle_conv_cert(cs, i, &out[i]);
+            left += undecided[i];
         }
     }
     if (left && nd->type == OP_CONV2D)
-        ops_conv2d(g, nd, out, in[0], in[1], slow, todo);
+        ops_conv2d(g, nd, out, in[0], in[1], slow, undecided);
     else if (left && nd->type == OP_CONV2D_BWD_DATA)
-        ops_conv2d_bwd_data(g, nd, out, in[0], in[1], slow, todo);
+        ops_conv2d_bwd_data(g, nd, out, in[0], in[1], slow, undecided);
     else if (left)
-        ops_conv2d_bwd_filter(g, nd, out, in[0], in[1], slow, todo);
-    free(todo);
+        ops_conv2d_bwd_filter(g, nd, out, in[0], in[1], slow, undecided);
+    free(undecided);
     if (cs == &own)
         oracle_conv_free(&own);
 }
