@@ -377,6 +377,16 @@ def main(argv):
 
 def _main(o):
     import warnings
+    # the script first, before anything imports torch: a script that is not
+    # there is one line, whatever torch says as it loads
+    saved = (list(sys.argv), list(sys.path))
+    try:
+        script_file = os.path.abspath(_resolve(o))
+        _interp_opts(o)
+    except _Usage as e:
+        sys.argv[:], sys.path[:] = saved
+        _say(str(e))
+        return 2
     try:
         import divtrace
         from divtrace import _lib
@@ -397,15 +407,8 @@ def _main(o):
     if not os.access(out_dir, os.W_OK | os.X_OK):
         _say("%s: the folder %s is not writable" % (o.output, out_dir))
         return 2
-    saved = (list(sys.argv), list(sys.path))
     run = _Run(o)
-    try:
-        run.script_file = os.path.abspath(_resolve(o))
-        _interp_opts(o)
-    except _Usage as e:
-        sys.argv[:], sys.path[:] = saved
-        _say(str(e))
-        return 2
+    run.script_file = script_file
     if o.interp is not None and os.sep in o.interp and \
             os.path.realpath(o.interp) != os.path.realpath(sys.executable):
         run.note("the script runs in %s (the Python that runs divtrace run), not %s; DIVTRACE_PYTHON "
