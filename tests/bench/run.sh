@@ -2,7 +2,8 @@
 # run.sh: `make bench`: hash throughput, tracing overhead per step (the
 # autoencoder's and PredNet's), conv2d against sgemm, the oracle and the mpfr
 # backend, the time diff takes on two 5000-step autoencoder traces, and the
-# compressors a trace's checkpoints and records could use (bench_ckpt).
+# compressors a trace's checkpoints and records could use (bench_ckpt),
+# with the floor no compressor of those checkpoints can pass (ckpt_entropy.py).
 # Prints Markdown; tests/bench/RESULTS.md holds the current table of each
 # benchmark with its command and machine (git keeps the older ones).
 set -eu
@@ -59,6 +60,14 @@ echo
 echo "### Checkpoint and record compression, one core: the default autoencoder trace"
 echo
 "$B/tests/bench/bench_ckpt" "$T/a.dtr"
+echo
+echo "### The floor of any compressor on those checkpoints (ckpt_entropy.py)"
+echo
+if python3 -c 'import numpy' 2>/dev/null; then
+    python3 "$(dirname "$0")/ckpt_entropy.py" "$DT" "$T/a.dtr"
+else
+    echo "(skipped: python3 with NumPy is needed)"
+fi
 echo
 echo "### The same for PredNet (3 steps, a checkpoint every step)"
 echo
