@@ -5,7 +5,8 @@
 # shared library (the GPU machine has none), the PyTorch adapter's C core
 # (when the build has it) and the IDX training images
 # (it has no data set either), with run-all.sh and the PyTorch comparison's
-# scripts (torch_models.py, torch_compare.sh, gpu_speed.sh) at the top.
+# scripts (torch_models.py, torch_compare.sh, gpu_speed.sh, cpu_speed.sh) at
+# the top.
 # Usage: tests/gpu/pack.sh [BUILD [DEST]]
 set -eu
 B=${1:-build}
@@ -14,10 +15,10 @@ rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib" "$D/data"
 make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_profile \
     tests/gpu/test_gpu_trace tests/gpu/test_gpu_trace_paths tests/gpu/test_gpu_ops tests/gpu/test_gpu_dnn \
-    tests/gpu/test_lib_gpu tests/bench/bench_lib_step tests/bench/bench_gemm >/dev/null
+    tests/gpu/test_lib_gpu tests/bench/bench_lib_step tests/bench/bench_gemm tests/bench/bench_cpu_step >/dev/null
 cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" "$B/tests/bench/bench_gpu_profile" \
     "$B/tests/gpu/test_gpu_trace" "$B/tests/gpu/test_gpu_trace_paths" "$B/tests/gpu/test_gpu_ops" \
-    "$B/tests/gpu/test_gpu_dnn" "$B/tests/bench/bench_gemm" "$D/bin/"
+    "$B/tests/gpu/test_gpu_dnn" "$B/tests/bench/bench_gemm" "$B/tests/bench/bench_cpu_step" "$D/bin/"
 # libdivtrace's GPU test and benchmark (linked -no-install: plain binaries) and the library
 cp "$B/tests/gpu/test_lib_gpu" "$B/tests/bench/bench_lib_step" "$D/bin/"
 cp -L "$B/src/.libs/libdivtrace.so.0" "$D/lib/"
@@ -36,5 +37,5 @@ cp /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$D/data/"
 # symbols off: the device tool carries at most 64 MiB with the source tree
 command -v strip >/dev/null && strip "$D"/bin/* "$D"/lib/libdivtrace.so.0
 cp tests/gpu/run-all.sh tests/bench/torch_models.py tests/bench/torch_compare.sh tests/bench/gpu_speed.sh \
-    "$D/" 2>/dev/null || true
+    tests/bench/cpu_speed.sh "$D/" 2>/dev/null || true
 du -sh "$D"
