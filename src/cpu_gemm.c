@@ -16,6 +16,8 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +29,9 @@
 
 /* C[i0..i1) x [j0..j1) of the product: A (M x K, row stride lda), B (K x N,
  * row stride ldb), C (row stride ldc), each step acc = fma(a, b, acc). A
- * tile is MR rows by two vectors of VW columns; the columns past the last
- * whole tile one at a time with fmaf, which rounds as the vector FMA does. */
+ * tile is MR rows by two vectors of VW columns (the rows past the last
+ * whole tile in tiles of 4, 2 and 1 rows); the columns past the last whole
+ * tile a vector at a time, masked (each lane rounds as fmaf does). */
 /* The tile of rows i .. i + R - 1, R a constant: its loops over rows
  * unrolled, so that the accumulators live in registers. */
 #define GEMM_TILE(NAME, TARGET, VW, R, V, LOAD, STORE, SET1, FMA, ZERO)                         \
@@ -58,9 +61,34 @@
         }                                                                                       \
     }
 
-#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
+/* The columns past the last two-vector tile: one vector of them at a time,
+ * its lanes past the matrix masked off (loaded as zeros, never stored), R
+ * rows at a time. */
+#define GEMM_NTILE(NAME, TARGET, R, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                     \
+    TARGET static void NAME(int i, int j, int K, const float *A, int lda, const float *B,       \
+                            int ldb, int beta, float *C, int ldc, MT m)                        \
+    {                                                                                           \
+        V acc[R];                                                                               \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                   \
+            acc[r] = beta ? MLOAD(C + (size_t)(i + r) * ldc + j, m) : ZERO();                   \
+        const float *a0 = A + (size_t)i * lda;                                                  \
+        for (int k = 0; k < K; k++) {                                                           \
+            V b = MLOAD(B + (size_t)k * ldb + j, m);                                            \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                               \
+                acc[r] = FMA(SET1(a0[(size_t)r * lda + k]), b, acc[r]);                         \
+        }                                                                                       \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                   \
+            MSTORE(C + (size_t)(i + r) * ldc + j, m, acc[r]);                                   \
+    }
+
+#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,      \
+                    MSTORE)                                                                     \
     GEMM_TILE(NAME##_tile, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
+    GEMM_TILE(NAME##_four, TARGET, VW, 4, V, LOAD, STORE, SET1, FMA, ZERO)                      \
+    GEMM_TILE(NAME##_two, TARGET, VW, 2, V, LOAD, STORE, SET1, FMA, ZERO)                       \
     GEMM_TILE(NAME##_row, TARGET, VW, 1, V, LOAD, STORE, SET1, FMA, ZERO)                       \
+    GEMM_NTILE(NAME##_ntile, TARGET, MR, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                 \
+    GEMM_NTILE(NAME##_nrow, TARGET, 1, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                   \
     TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda,     \
                             const float *B, int ldb, int beta, float *C, int ldc)              \
     {                                                                                           \
@@ -79,16 +107,21 @@
             int i = i0;                                                                         \
             for (; i + MR <= i1; i += MR)                                                       \
                 NAME##_tile(i, j, K, A, lda, bp, lb, beta, C, ldc);                             \
+            for (; i + 4 <= i1; i += 4) /* the rows left, in smaller tiles */                  \
+                NAME##_four(i, j, K, A, lda, bp, lb, beta, C, ldc);                             \
+            for (; i + 2 <= i1; i += 2)                                                         \
+                NAME##_two(i, j, K, A, lda, bp, lb, beta, C, ldc);                              \
             for (; i < i1; i++)                                                                 \
                 NAME##_row(i, j, K, A, lda, bp, lb, beta, C, ldc);                              \
         }                                                                                       \
-        for (; j < j1; j++)                                                                     \
-            for (int i = i0; i < i1; i++) {                                                     \
-                float acc = beta ? C[(size_t)i * ldc + j] : 0.0f;                               \
-                for (int k = 0; k < K; k++)                                                     \
-                    acc = fmaf(A[(size_t)i * lda + k], B[(size_t)k * ldb + j], acc);            \
-                C[(size_t)i * ldc + j] = acc;                                                   \
-            }                                                                                   \
+        for (; j < j1; j += VW) {                                                               \
+            MT m = MASK(j1 - j < VW ? j1 - j : VW);                                             \
+            int i = i0;                                                                         \
+            for (; i + MR <= i1; i += MR)                                                       \
+                NAME##_ntile(i, j, K, A, lda, B, ldb, beta, C, ldc, m);                         \
+            for (; i < i1; i++)                                                                 \
+                NAME##_nrow(i, j, K, A, lda, B, ldb, beta, C, ldc, m);                          \
+        }                                                                                       \
     }
 
 /* the calling thread's strip buffer (a copy of B's columns: no arithmetic) */
@@ -118,115 +151,214 @@ static void gemm_scalar(int i0, int i1, int j0, int j1, int K, const float *A, i
         }
 }
 
+/* masked loads and stores of the first n lanes (n = 1 .. the width) */
+__attribute__((target("avx2,fma"))) static inline __m256i gemm_mask256(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+__attribute__((target("avx2,fma"))) static inline __m256 gemm_load256(const float *p, __m256i m)
+{
+    return _mm256_maskload_ps(p, m);
+}
+__attribute__((target("avx2,fma"))) static inline void gemm_store256(float *p, __m256i m, __m256 v)
+{
+    _mm256_maskstore_ps(p, m, v);
+}
+__attribute__((target("avx512f"))) static inline __mmask16 gemm_mask512(int n)
+{
+    return (__mmask16)((1u << n) - 1u);
+}
+__attribute__((target("avx512f"))) static inline __m512 gemm_load512(const float *p, __mmask16 m)
+{
+    return _mm512_maskz_loadu_ps(m, p);
+}
+__attribute__((target("avx512f"))) static inline void gemm_store512(float *p, __mmask16 m, __m512 v)
+{
+    _mm512_mask_storeu_ps(p, m, v);
+}
+
 GEMM_KERNEL(gemm_avx2, __attribute__((target("avx2,fma"))), 8, 6, __m256, _mm256_loadu_ps,
-            _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps)
+            _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps, __m256i,
+            gemm_mask256, gemm_load256, gemm_store256)
 GEMM_KERNEL(gemm_avx512, __attribute__((target("avx512f"))), 16, 8, __m512, _mm512_loadu_ps,
-            _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps)
+            _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, __mmask16,
+            gemm_mask512, gemm_load512, gemm_store512)
 
 typedef void gemm_fn(int, int, int, int, int, const float *, int, const float *, int, int,
                      float *, int);
 
 /* The widest kernel this CPU runs; DIVTRACE_CPU_GEMM_ISA=scalar or avx2
  * (for testing that every kernel gives the same bits) caps it. */
-static gemm_fn *gemm_pick(int *width)
+static gemm_fn *gemm_pick(int *width, int *rtile)
 {
     __builtin_cpu_init();
     const char *cap = getenv("DIVTRACE_CPU_GEMM_ISA");
     int scalar = cap && strcmp(cap, "scalar") == 0, avx2 = cap && strcmp(cap, "avx2") == 0;
-    if (scalar) {
-        *width = 16;
+    *width = 16;
+    *rtile = 6;
+    if (scalar)
         return gemm_scalar;
-    }
     if (!avx2 && __builtin_cpu_supports("avx512f")) {
         *width = 32;
+        *rtile = 8;
         return gemm_avx512;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        *width = 16;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return gemm_avx2;
-    }
-    *width = 16;
     return gemm_scalar;
 }
 
 /* ---- a pool of threads, one fork-join at a time ----------------------------- */
 
+/* A job's parts form a grid: rows in blocks of whole row tiles, columns in
+ * blocks of whole column tiles (the order inside each element is the same
+ * whichever part computes it). */
 struct gemm_job {
     gemm_fn *fn;
-    int M, N, K, lda, ldb, ldc, beta, parts, width;
+    int M, N, K, lda, ldb, ldc, beta, width, rtile;
+    int pr, pc; /* the grid: pr row blocks by pc column blocks */
     const float *A, *B;
     float *C;
 };
 
+/* Workers spin on the job counter for a while after each job (a training
+ * step's products come a few microseconds apart, and waking a sleeping
+ * thread costs about as much as a small product), then sleep on a
+ * condition variable. The caller, part 0, spins until the workers are done. */
+#define GEMM_SPIN 20000
+
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    int nthreads;      /* workers started (the caller is part 0) */
-    unsigned gen;      /* bumped for each job */
-    int pending;       /* workers not done with this job */
+    pthread_cond_t go;
+    int nthreads;            /* workers started (the caller is part 0) */
+    int sleepers;            /* workers waiting on go */
+    atomic_uint gen;         /* bumped for each job */
+    atomic_int pending;      /* workers not done with this job */
     const struct gemm_job *job;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0,
-          NULL};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL};
 
-/* Part p of the job: a range of columns, whole tiles, fixed by the job's
- * shape and part count (the order inside each element is the same anyway). */
+static pthread_mutex_t gemm_caller = PTHREAD_MUTEX_INITIALIZER;
+
+static void gemm_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+}
+
+/* Part p of the job: one cell of its grid. */
 static void gemm_part(const struct gemm_job *jb, int p)
 {
-    int tiles = (jb->N + jb->width - 1) / jb->width;
-    int t0 = (int)((long)tiles * p / jb->parts), t1 = (int)((long)tiles * (p + 1) / jb->parts);
-    int j0 = t0 * jb->width, j1 = t1 * jb->width < jb->N ? t1 * jb->width : jb->N;
-    if (j0 < j1)
-        jb->fn(0, jb->M, j0, j1, jb->K, jb->A, jb->lda, jb->B, jb->ldb, jb->beta, jb->C, jb->ldc);
+    if (p >= jb->pr * jb->pc)
+        return;
+    int r = p / jb->pc, c = p % jb->pc;
+    int rows = (jb->M + jb->rtile - 1) / jb->rtile, tiles = (jb->N + jb->width - 1) / jb->width;
+    int i0 = (int)((long)rows * r / jb->pr) * jb->rtile, i1 = (int)((long)rows * (r + 1) / jb->pr) * jb->rtile;
+    int j0 = (int)((long)tiles * c / jb->pc) * jb->width, j1 = (int)((long)tiles * (c + 1) / jb->pc) * jb->width;
+    if (i1 > jb->M)
+        i1 = jb->M;
+    if (j1 > jb->N)
+        j1 = jb->N;
+    if (i0 < i1 && j0 < j1)
+        jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->B, jb->ldb, jb->beta, jb->C, jb->ldc);
 }
+
+struct gemm_start {
+    int id;
+    unsigned gen; /* the job counter when it started: the jobs before are not its */
+};
 
 static void *gemm_worker(void *arg)
 {
-    int id = (int)(intptr_t)arg;
-    unsigned seen = 0;
-    pthread_mutex_lock(&pool.mu);
+    struct gemm_start st = *(struct gemm_start *)arg;
+    free(arg);
+    int id = st.id;
+    unsigned seen = st.gen;
     for (;;) {
-        while (pool.gen == seen)
-            pthread_cond_wait(&pool.go, &pool.mu);
-        seen = pool.gen;
-        const struct gemm_job *jb = pool.job;
-        pthread_mutex_unlock(&pool.mu);
-        if (id < jb->parts)
-            gemm_part(jb, id);
-        pthread_mutex_lock(&pool.mu);
-        if (--pool.pending == 0)
-            pthread_cond_signal(&pool.done);
+        for (int s = 0; s < GEMM_SPIN && atomic_load_explicit(&pool.gen, memory_order_acquire) == seen; s++)
+            gemm_pause();
+        if (atomic_load_explicit(&pool.gen, memory_order_acquire) == seen) {
+            pthread_mutex_lock(&pool.mu);
+            pool.sleepers++;
+            while (atomic_load_explicit(&pool.gen, memory_order_acquire) == seen)
+                pthread_cond_wait(&pool.go, &pool.mu);
+            pool.sleepers--;
+            pthread_mutex_unlock(&pool.mu);
+        }
+        seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
+        gemm_part(pool.job, id);
+        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
     }
     return NULL;
 }
 
-/* Run the job in `parts` parts on this thread and parts - 1 workers. */
-static void gemm_run(const struct gemm_job *jb)
+/* Run the job's parts on this thread and pr * pc - 1 workers (started the
+ * first time they are needed; with fewer, a smaller grid). */
+static void gemm_run(struct gemm_job *jb)
 {
-    if (jb->parts <= 1) {
+    int parts = jb->pr * jb->pc;
+    if (parts <= 1) {
         gemm_part(jb, 0);
         return;
     }
+    /* one job at a time, whoever calls */
+    pthread_mutex_lock(&gemm_caller);
     pthread_mutex_lock(&pool.mu);
-    while (pool.nthreads < jb->parts - 1) {
+    while (pool.nthreads < parts - 1) {
         pthread_t t;
-        if (pthread_create(&t, NULL, gemm_worker, (void *)(intptr_t)(pool.nthreads + 1)) != 0)
+        struct gemm_start *st = dt_malloc(sizeof *st);
+        st->id = pool.nthreads + 1;
+        st->gen = atomic_load(&pool.gen);
+        if (pthread_create(&t, NULL, gemm_worker, st) != 0) {
+            free(st);
             break;
+        }
         pthread_detach(t);
         pool.nthreads++;
     }
-    struct gemm_job local = *jb;
-    if (local.parts > pool.nthreads + 1) /* fewer workers than asked: fewer parts */
-        local.parts = pool.nthreads + 1;
-    pool.job = &local;
-    pool.pending = pool.nthreads;
-    pool.gen++;
-    pthread_cond_broadcast(&pool.go);
+    int workers = pool.nthreads;
     pthread_mutex_unlock(&pool.mu);
-    gemm_part(&local, 0);
+    while (jb->pr * jb->pc > workers + 1) { /* fewer workers than asked: a smaller grid */
+        if (jb->pr > 1)
+            jb->pr--;
+        else
+            jb->pc--;
+    }
+    pool.job = jb;
+    atomic_store_explicit(&pool.pending, workers, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
     pthread_mutex_lock(&pool.mu);
-    while (pool.pending > 0)
-        pthread_cond_wait(&pool.done, &pool.mu);
+    if (pool.sleepers > 0)
+        pthread_cond_broadcast(&pool.go);
     pthread_mutex_unlock(&pool.mu);
+    gemm_part(jb, 0);
+    for (int s = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; s++) {
+        if (s < GEMM_SPIN)
+            gemm_pause();
+        else
+            sched_yield();
+    }
+    pthread_mutex_unlock(&gemm_caller);
+}
+
+/* The grid for `threads` threads: the one whose largest cell (in tiles)
+ * is smallest, and of those the one with the fewest cells. */
+static void gemm_grid(struct gemm_job *jb, int threads)
+{
+    int rows = (jb->M + jb->rtile - 1) / jb->rtile, tiles = (jb->N + jb->width - 1) / jb->width;
+    long best = -1;
+    jb->pr = jb->pc = 1;
+    if ((long)jb->M * jb->N * jb->K < 32768) /* too small to share */
+        return;
+    for (int pc = 1; pc <= threads && pc <= tiles; pc++)
+        for (int pr = 1; pr * pc <= threads && pr <= rows; pr++) {
+            long cell = (long)((tiles + pc - 1) / pc) * ((rows + pr - 1) / pr);
+            if (best < 0 || cell < best || (cell == best && pr * pc < jb->pr * jb->pc)) {
+                best = cell;
+                jb->pr = pr;
+                jb->pc = pc;
+            }
+        }
 }
 
 /* ---- the entry ------------------------------------------------------------------ */
@@ -254,9 +386,14 @@ static const float *gemm_operand(int k, int t, const float *X, int ldx, int rows
     if (!t)
         return X;
     float *p = gemm_scratch(k, (size_t)rows * cols + 1);
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++)
-            p[(size_t)i * cols + j] = X[(size_t)j * ldx + i];
+    enum { TB = 32 }; /* in blocks that stay in cache on both sides */
+    for (int i0 = 0; i0 < rows; i0 += TB)
+        for (int j0 = 0; j0 < cols; j0 += TB) {
+            int i1 = i0 + TB < rows ? i0 + TB : rows, j1 = j0 + TB < cols ? j0 + TB : cols;
+            for (int j = j0; j < j1; j++)
+                for (int i = i0; i < i1; i++)
+                    p[(size_t)i * cols + j] = X[(size_t)j * ldx + i];
+        }
     *ld = cols;
     return p;
 }
@@ -267,14 +404,11 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
     if (M <= 0 || N <= 0)
         return;
     struct gemm_job jb = {.M = M, .N = N, .K = K, .ldc = ldc, .beta = beta, .C = C};
-    jb.fn = gemm_pick(&jb.width);
+    jb.fn = gemm_pick(&jb.width, &jb.rtile);
     /* op(A) as M x K and op(B) as K x N, row-major (a copy only when transposed) */
     jb.A = gemm_operand(0, ta, A, lda, M, K, &jb.lda);
     jb.B = gemm_operand(1, tb, B, ldb, K, N, &jb.ldb);
-    int tiles = (N + jb.width - 1) / jb.width;
-    jb.parts = threads < tiles ? threads : tiles;
-    if ((long)M * N * K < 32768) /* too small to share */
-        jb.parts = 1;
+    gemm_grid(&jb, threads);
     gemm_run(&jb);
 }
 

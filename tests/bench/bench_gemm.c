@@ -62,7 +62,10 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < (size_t)K * N; i++)
             B[i] = (float)((x = x * 6364136223846793005u + 1) >> 40) * 0x1p-24f - 0.5f;
         double flop = 2.0 * M * N * K;
-        int reps = (int)(2e8 / flop) + 1;
+        /* rounds of about 1 GFLOP: longer than OpenBLAS's workers spin on
+         * after its previous rounds (they would take the cores from the fixed
+         * product's first rounds) */
+        int reps = (int)(1e9 / flop) + 1;
         for (int ti = 0; ti < nt; ti++) {
             int threads = tlist[ti];
             openblas_set_num_threads(threads);
