@@ -221,21 +221,28 @@ struct gemm_job {
     float *C;
 };
 
-/* Workers spin on the job counter for a while after each job (a training
- * step's products come a few microseconds apart, and waking a sleeping
- * thread costs about as much as a small product), then sleep on a
- * condition variable. The caller, part 0, spins until the workers are done. */
-#define GEMM_SPIN 20000
+/* Each worker waits for a job of its own (a counter it alone is posted
+ * on), so that workers a job does not need stay out of it: first spinning
+ * (a training step's products come a few microseconds apart, and waking a
+ * sleeping thread costs about as much as a small product), then yielding
+ * the core (more threads than cores must not starve the ones at work),
+ * then asleep on a condition variable. The caller, part 0, waits for the
+ * others the same way, without the sleep. */
+#define GEMM_MAX_WORKERS 255
+#define GEMM_PAUSES 256  /* spins before yielding */
+#define GEMM_YIELDS 256  /* yields before sleeping */
 
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t go;
     int nthreads;            /* workers started (the caller is part 0) */
     int sleepers;            /* workers waiting on go */
-    atomic_uint gen;         /* bumped for each job */
     atomic_int pending;      /* workers not done with this job */
     const struct gemm_job *job;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL};
+    struct {
+        _Alignas(64) atomic_uint gen; /* bumped for each job the worker is in */
+    } slot[GEMM_MAX_WORKERS + 1];
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, {{0}}};
 
 static pthread_mutex_t gemm_caller = PTHREAD_MUTEX_INITIALIZER;
 
@@ -263,29 +270,28 @@ static void gemm_part(const struct gemm_job *jb, int p)
         jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->B, jb->ldb, jb->beta, jb->C, jb->ldc);
 }
 
-struct gemm_start {
-    int id;
-    unsigned gen; /* the job counter when it started: the jobs before are not its */
-};
-
 static void *gemm_worker(void *arg)
 {
-    struct gemm_start st = *(struct gemm_start *)arg;
-    free(arg);
-    int id = st.id;
-    unsigned seen = st.gen;
+    int id = (int)(intptr_t)arg;
+    unsigned seen = 0; /* no job is posted to a worker before it starts */
     for (;;) {
-        for (int s = 0; s < GEMM_SPIN && atomic_load_explicit(&pool.gen, memory_order_acquire) == seen; s++)
-            gemm_pause();
-        if (atomic_load_explicit(&pool.gen, memory_order_acquire) == seen) {
+        for (int s = 0; s < GEMM_PAUSES + GEMM_YIELDS &&
+                        atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen;
+             s++) {
+            if (s < GEMM_PAUSES)
+                gemm_pause();
+            else
+                sched_yield();
+        }
+        if (atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen) {
             pthread_mutex_lock(&pool.mu);
             pool.sleepers++;
-            while (atomic_load_explicit(&pool.gen, memory_order_acquire) == seen)
+            while (atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen)
                 pthread_cond_wait(&pool.go, &pool.mu);
             pool.sleepers--;
             pthread_mutex_unlock(&pool.mu);
         }
-        seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
+        seen = atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire);
         gemm_part(pool.job, id);
         atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
     }
@@ -296,23 +302,17 @@ static void *gemm_worker(void *arg)
  * first time they are needed; with fewer, a smaller grid). */
 static void gemm_run(struct gemm_job *jb)
 {
-    int parts = jb->pr * jb->pc;
-    if (parts <= 1) {
+    if (jb->pr * jb->pc <= 1) {
         gemm_part(jb, 0);
         return;
     }
     /* one job at a time, whoever calls */
     pthread_mutex_lock(&gemm_caller);
     pthread_mutex_lock(&pool.mu);
-    while (pool.nthreads < parts - 1) {
+    while (pool.nthreads < jb->pr * jb->pc - 1 && pool.nthreads < GEMM_MAX_WORKERS) {
         pthread_t t;
-        struct gemm_start *st = dt_malloc(sizeof *st);
-        st->id = pool.nthreads + 1;
-        st->gen = atomic_load(&pool.gen);
-        if (pthread_create(&t, NULL, gemm_worker, st) != 0) {
-            free(st);
+        if (pthread_create(&t, NULL, gemm_worker, (void *)(intptr_t)(pool.nthreads + 1)) != 0)
             break;
-        }
         pthread_detach(t);
         pool.nthreads++;
     }
@@ -324,16 +324,18 @@ static void gemm_run(struct gemm_job *jb)
         else
             jb->pc--;
     }
+    int parts = jb->pr * jb->pc;
     pool.job = jb;
-    atomic_store_explicit(&pool.pending, workers, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
+    atomic_store_explicit(&pool.pending, parts - 1, memory_order_relaxed);
+    for (int w = 1; w < parts; w++)
+        atomic_fetch_add_explicit(&pool.slot[w].gen, 1, memory_order_release);
     pthread_mutex_lock(&pool.mu);
     if (pool.sleepers > 0)
         pthread_cond_broadcast(&pool.go);
     pthread_mutex_unlock(&pool.mu);
     gemm_part(jb, 0);
     for (int s = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; s++) {
-        if (s < GEMM_SPIN)
+        if (s < GEMM_PAUSES)
             gemm_pause();
         else
             sched_yield();
