@@ -27,6 +27,72 @@
 #include <immintrin.h>
 #include <math.h>
 
+/* the calling thread's strip buffer (a copy of B's columns: no arithmetic) */
+static _Thread_local float *strip_p;
+static _Thread_local size_t strip_n;
+
+static float *gemm_strip(size_t n)
+{
+    if (strip_n < n) {
+        free(strip_p);
+        strip_p = dt_malloc(n * sizeof *strip_p);
+        strip_n = n;
+    }
+    return strip_p;
+}
+
+/* out rows 0..7 (stride so) = the 8 x 8 block of in (stride si) transposed */
+__attribute__((target("avx2"))) static inline void gemm_t8(float *out, size_t so, const float *in, size_t si)
+{
+    __m256 r[8], t[8], u[8];
+    for (int q = 0; q < 8; q++)
+        r[q] = _mm256_loadu_ps(in + q * si);
+    for (int q = 0; q < 4; q++) {
+        t[2 * q] = _mm256_unpacklo_ps(r[2 * q], r[2 * q + 1]);
+        t[2 * q + 1] = _mm256_unpackhi_ps(r[2 * q], r[2 * q + 1]);
+    }
+    for (int h = 0; h < 2; h++) /* rows 0-3 (h 0) and 4-7 (h 1) */
+        for (int q = 0; q < 2; q++) {
+            u[4 * h + 2 * q] = _mm256_shuffle_ps(t[4 * h + q], t[4 * h + q + 2], _MM_SHUFFLE(1, 0, 1, 0));
+            u[4 * h + 2 * q + 1] = _mm256_shuffle_ps(t[4 * h + q], t[4 * h + q + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+    for (int q = 0; q < 4; q++) {
+        _mm256_storeu_ps(out + q * so, _mm256_permute2f128_ps(u[q], u[q + 4], 0x20));
+        _mm256_storeu_ps(out + (q + 4) * so, _mm256_permute2f128_ps(u[q], u[q + 4], 0x31));
+    }
+}
+
+/* Columns j .. j + w - 1 of op(B) (B as stored: K x N, or N x K when tb),
+ * for k = 0 .. K - 1, into strip rows of sw floats: a copy, no arithmetic.
+ * Transposed in 8 x 8 blocks (AVX2: only the vector kernels call this). */
+__attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, const float *B, int ldb, int tb,
+                                                      int j, int w, int K)
+{
+    int c8 = w & ~7, k8 = K & ~7;
+    if (!tb) { /* vector copies (memcpy of 64 or 128 bytes starts slowly) */
+        for (int k = 0; k < K; k++) {
+            float *d = strip + (size_t)k * sw;
+            const float *src = B + (size_t)k * ldb + j;
+            for (int c = 0; c < c8; c += 8)
+                _mm256_storeu_ps(d + c, _mm256_loadu_ps(src + c));
+            for (int c = c8; c < w; c++)
+                d[c] = src[c];
+        }
+        return;
+    }
+    for (int c = 0; c < c8; c += 8) {
+        const float *src = B + (size_t)(j + c) * ldb;
+        for (int k = 0; k < k8; k += 8)
+            gemm_t8(strip + (size_t)k * sw + c, (size_t)sw, src + k, (size_t)ldb);
+        for (int cc = c; cc < c + 8; cc++)
+            for (int k = k8; k < K; k++)
+                strip[(size_t)k * sw + cc] = B[(size_t)(j + cc) * ldb + k];
+    }
+    for (int cc = c8; cc < w; cc++)
+        for (int k = 0; k < K; k++)
+            strip[(size_t)k * sw + cc] = B[(size_t)(j + cc) * ldb + k];
+}
+
 /* C[i0..i1) x [j0..j1) of the product: A (M x K, row stride lda), B (K x N,
  * row stride ldb), C (row stride ldc), each step acc = fma(a, b, acc). A
  * tile is MR rows by two vectors of VW columns (the rows past the last
@@ -65,7 +131,7 @@
  * its lanes past the matrix masked off (loaded as zeros, never stored), R
  * rows at a time. */
 #define GEMM_NTILE(NAME, TARGET, R, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                     \
-    TARGET static void NAME(int i, int j, int K, const float *A, int lda, const float *B,       \
+    TARGET static void NAME(int i, int j, int K, const float *A, int lda, const float *bp,      \
                             int ldb, int beta, float *C, int ldc, MT m)                        \
     {                                                                                           \
         V acc[R];                                                                               \
@@ -73,7 +139,7 @@
             acc[r] = beta ? MLOAD(C + (size_t)(i + r) * ldc + j, m) : ZERO();                   \
         const float *a0 = A + (size_t)i * lda;                                                  \
         for (int k = 0; k < K; k++) {                                                           \
-            V b = MLOAD(B + (size_t)k * ldb + j, m);                                            \
+            V b = MLOAD(bp + (size_t)k * ldb, m);                                               \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                               \
                 acc[r] = FMA(SET1(a0[(size_t)r * lda + k]), b, acc[r]);                         \
         }                                                                                       \
@@ -90,17 +156,15 @@
     GEMM_NTILE(NAME##_ntile, TARGET, MR, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                 \
     GEMM_NTILE(NAME##_nrow, TARGET, 1, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                   \
     TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda,     \
-                            const float *B, int ldb, int beta, float *C, int ldc)              \
+                            const float *B, int ldb, int tb, int beta, float *C, int ldc)      \
     {                                                                                           \
-        int j = j0, pack = i1 - i0 > MR;                                                        \
+        int j = j0, pack = tb || i1 - i0 > MR;                                                  \
         float *strip = pack ? gemm_strip((size_t)K * 2 * VW) : NULL;                            \
         for (; j + 2 * VW <= j1; j += 2 * VW) {                                                 \
             const float *bp = B + j;                                                            \
             int lb = ldb;                                                                       \
             if (pack) { /* the strip's K rows contiguous (a copy, no arithmetic) */            \
-                for (int k = 0; k < K; k++)                                                     \
-                    memcpy(strip + (size_t)k * 2 * VW, B + (size_t)k * ldb + j,                 \
-                           2 * VW * sizeof *strip);                                             \
+                gemm_pack(strip, 2 * VW, B, ldb, tb, j, 2 * VW, K);                             \
                 bp = strip;                                                                     \
                 lb = 2 * VW;                                                                    \
             }                                                                                   \
@@ -115,38 +179,35 @@
                 NAME##_row(i, j, K, A, lda, bp, lb, beta, C, ldc);                              \
         }                                                                                       \
         for (; j < j1; j += VW) {                                                               \
-            MT m = MASK(j1 - j < VW ? j1 - j : VW);                                             \
+            int w = j1 - j < VW ? j1 - j : VW;                                                  \
+            MT m = MASK(w);                                                                     \
+            const float *bp = B + j;                                                            \
+            int lb = ldb;                                                                       \
+            if (tb) { /* B's rows of these columns, transposed into the strip */               \
+                strip = gemm_strip((size_t)K * VW);                                             \
+                gemm_pack(strip, VW, B, ldb, 1, j, w, K);                                       \
+                bp = strip;                                                                     \
+                lb = VW;                                                                        \
+            }                                                                                   \
             int i = i0;                                                                         \
             for (; i + MR <= i1; i += MR)                                                       \
-                NAME##_ntile(i, j, K, A, lda, B, ldb, beta, C, ldc, m);                         \
+                NAME##_ntile(i, j, K, A, lda, bp, lb, beta, C, ldc, m);                         \
             for (; i < i1; i++)                                                                 \
-                NAME##_nrow(i, j, K, A, lda, B, ldb, beta, C, ldc, m);                          \
+                NAME##_nrow(i, j, K, A, lda, bp, lb, beta, C, ldc, m);                          \
         }                                                                                       \
     }
 
-/* the calling thread's strip buffer (a copy of B's columns: no arithmetic) */
-static _Thread_local float *strip_p;
-static _Thread_local size_t strip_n;
-
-static float *gemm_strip(size_t n)
-{
-    if (strip_n < n) {
-        free(strip_p);
-        strip_p = dt_malloc(n * sizeof *strip_p);
-        strip_n = n;
-    }
-    return strip_p;
-}
 
 /* the scalar form: any CPU, slow (fmaf in software where there is no FMA) */
 static void gemm_scalar(int i0, int i1, int j0, int j1, int K, const float *A, int lda,
-                        const float *B, int ldb, int beta, float *C, int ldc)
+                        const float *B, int ldb, int tb, int beta, float *C, int ldc)
 {
+    size_t sk = tb ? 1 : (size_t)ldb, sj = tb ? (size_t)ldb : 1; /* op(B)'s strides */
     for (int j = j0; j < j1; j++)
         for (int i = i0; i < i1; i++) {
             float acc = beta ? C[(size_t)i * ldc + j] : 0.0f;
             for (int k = 0; k < K; k++)
-                acc = fmaf(A[(size_t)i * lda + k], B[(size_t)k * ldb + j], acc);
+                acc = fmaf(A[(size_t)i * lda + k], B[(size_t)k * sk + (size_t)j * sj], acc);
             C[(size_t)i * ldc + j] = acc;
         }
 }
@@ -184,7 +245,7 @@ GEMM_KERNEL(gemm_avx512, __attribute__((target("avx512f"))), 16, 8, __m512, _mm5
             _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, __mmask16,
             gemm_mask512, gemm_load512, gemm_store512)
 
-typedef void gemm_fn(int, int, int, int, int, const float *, int, const float *, int, int,
+typedef void gemm_fn(int, int, int, int, int, const float *, int, const float *, int, int, int,
                      float *, int);
 
 /* The widest kernel this CPU runs; DIVTRACE_CPU_GEMM_ISA=scalar or avx2
@@ -215,7 +276,7 @@ static gemm_fn *gemm_pick(int *width, int *rtile)
  * whichever part computes it). */
 struct gemm_job {
     gemm_fn *fn;
-    int M, N, K, lda, ldb, ldc, beta, width, rtile;
+    int M, N, K, lda, ldb, tb, ldc, beta, width, rtile;
     int pr, pc; /* the grid: pr row blocks by pc column blocks */
     const float *A, *B;
     float *C;
@@ -267,7 +328,7 @@ static void gemm_part(const struct gemm_job *jb, int p)
     if (j1 > jb->N)
         j1 = jb->N;
     if (i0 < i1 && j0 < j1)
-        jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->B, jb->ldb, jb->beta, jb->C, jb->ldc);
+        jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->B, jb->ldb, jb->tb, jb->beta, jb->C, jb->ldc);
 }
 
 static void *gemm_worker(void *arg)
@@ -365,39 +426,33 @@ static void gemm_grid(struct gemm_job *jb, int threads)
 
 /* ---- the entry ------------------------------------------------------------------ */
 
-static _Thread_local struct {
-    float *p[2];
-    size_t n[2];
-} gemm_ws;
+/* the calling thread's copy of a transposed A */
+static _Thread_local float *at_p;
+static _Thread_local size_t at_n;
 
-static float *gemm_scratch(int k, size_t n)
+/* op(A) as M x K row-major: A as it is, or, transposed (ta: stored as K x M
+ * with stride lda), copied (in blocks that stay in cache on both sides). */
+static const float *gemm_a(int ta, const float *A, int lda, int M, int K, int *ld)
 {
-    if (gemm_ws.n[k] < n) {
-        free(gemm_ws.p[k]);
-        gemm_ws.p[k] = dt_malloc(n * sizeof(float));
-        gemm_ws.n[k] = n;
+    *ld = lda;
+    if (!ta)
+        return A;
+    size_t n = (size_t)M * K + 1;
+    if (at_n < n) {
+        free(at_p);
+        at_p = dt_malloc(n * sizeof *at_p);
+        at_n = n;
     }
-    return gemm_ws.p[k];
-}
-
-/* X (rows x cols, row stride *ld) as it is, or, transposed (t: stored as
- * cols x rows with stride ldx), copied into scratch k row-major. */
-static const float *gemm_operand(int k, int t, const float *X, int ldx, int rows, int cols, int *ld)
-{
-    *ld = ldx;
-    if (!t)
-        return X;
-    float *p = gemm_scratch(k, (size_t)rows * cols + 1);
-    enum { TB = 32 }; /* in blocks that stay in cache on both sides */
-    for (int i0 = 0; i0 < rows; i0 += TB)
-        for (int j0 = 0; j0 < cols; j0 += TB) {
-            int i1 = i0 + TB < rows ? i0 + TB : rows, j1 = j0 + TB < cols ? j0 + TB : cols;
-            for (int j = j0; j < j1; j++)
+    enum { TB = 32 };
+    for (int i0 = 0; i0 < M; i0 += TB)
+        for (int k0 = 0; k0 < K; k0 += TB) {
+            int i1 = i0 + TB < M ? i0 + TB : M, k1 = k0 + TB < K ? k0 + TB : K;
+            for (int k = k0; k < k1; k++)
                 for (int i = i0; i < i1; i++)
-                    p[(size_t)i * cols + j] = X[(size_t)j * ldx + i];
+                    at_p[(size_t)i * K + k] = A[(size_t)k * lda + i];
         }
-    *ld = cols;
-    return p;
+    *ld = K;
+    return at_p;
 }
 
 void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const float *A, int lda,
@@ -407,9 +462,12 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
         return;
     struct gemm_job jb = {.M = M, .N = N, .K = K, .ldc = ldc, .beta = beta, .C = C};
     jb.fn = gemm_pick(&jb.width, &jb.rtile);
-    /* op(A) as M x K and op(B) as K x N, row-major (a copy only when transposed) */
-    jb.A = gemm_operand(0, ta, A, lda, M, K, &jb.lda);
-    jb.B = gemm_operand(1, tb, B, ldb, K, N, &jb.ldb);
+    /* op(A) as M x K (a copy when transposed); op(B) as stored, transposed
+     * where the kernels copy its strips */
+    jb.A = gemm_a(ta, A, lda, M, K, &jb.lda);
+    jb.B = B;
+    jb.ldb = ldb;
+    jb.tb = tb;
     gemm_grid(&jb, threads);
     gemm_run(&jb);
 }
