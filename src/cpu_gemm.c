@@ -9,8 +9,8 @@
  * each step one fused multiply-add rounded once to float32. Vectors run
  * across j (columns of C), never across k, so an AVX-512 or AVX2 lane does
  * the very operations the scalar loop does (fmaf, correctly rounded by the C
- * library on a CPU without FMA, where it is slow); threads split the
- * columns, never a sum. The kernels are one body compiled for each
+ * library on a CPU without FMA, where it is slow); threads split the rows
+ * and columns, never a sum. The kernels are one body compiled for each
  * instruction set and chosen at run time. */
 #include "cpu_gemm.h"
 

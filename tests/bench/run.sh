@@ -1,7 +1,8 @@
 #!/bin/sh
 # run.sh: `make bench`: hash throughput, tracing overhead per step (the
 # autoencoder's and PredNet's), conv2d against sgemm, the oracle and the mpfr
-# backend, the time diff takes on two 5000-step autoencoder traces, and the
+# backend, the CPU step beside PyTorch's (cpu_speed.sh, with torch), the
+# time diff takes on two 5000-step autoencoder traces, and the
 # compressors a trace's checkpoints and records could use (bench_ckpt),
 # with the floor no compressor of those checkpoints can pass (ckpt_entropy.py).
 # Prints Markdown; tests/bench/RESULTS.md holds the current table of each
@@ -31,6 +32,19 @@ echo
 "$B/tests/bench/bench_gemm"
 echo
 OPENBLAS_CORETYPE=Haswell "$B/tests/bench/bench_gemm" 2>/dev/null
+echo
+# OpenBLAS's AVX-512 kernel, where the CPU has AVX-512
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+    OPENBLAS_CORETYPE=SkylakeX "$B/tests/bench/bench_gemm" 2>/dev/null
+fi
+echo
+echo "### The CPU step against PyTorch's (cpu_speed.sh, 1 and 2 threads)"
+echo
+if python3 -c 'import torch' 2>/dev/null; then
+    TMPDIR=$T sh "$(dirname "$0")/cpu_speed.sh" "$B/tests/bench/bench_cpu_step" "$(dirname "$0")/torch_models.py" 1 2
+else
+    echo "(skipped: python3 with torch is needed)"
+fi
 echo
 echo "### PredNet step and its tracing overhead"
 echo
