@@ -19,6 +19,11 @@ void cpu_conv_scratch_free(struct cpu_conv_scratch *sc)
     free(sc->col);
     sc->col = NULL;
     sc->cap = 0;
+    free(sc->xcol);
+    free(sc->xkey);
+    sc->xcol = sc->xkey = NULL;
+    sc->xcol_cap = sc->xkey_cap = 0;
+    sc->xvalid = 0;
 }
 
 /* The col buffer for this shape, (C*R*S, H*W). Its old contents are lost. */
@@ -136,6 +141,46 @@ static void cpu_conv_col2im(float *restrict dx, /* (C,H,W) */ const float *restr
     }
 }
 
+/* With the fixed products: the im2col of every batch item of x, (N, C*R*S,
+ * H*W), from the cache when x and the shape are the ones it holds, else
+ * made and kept. NULL with OpenBLAS's products, whose bits depend on how a
+ * product is cut (the forward's bands stay as they were), or when there is
+ * no room (the caller makes its own im2col, as it always did). */
+static const float *cpu_conv_cols(struct cpu_conv_scratch *sc, const float *x,
+                                  const struct cpu_conv_shape *sh)
+{
+    if (!sc->gemm || !sc->gemm->fixed)
+        return NULL;
+    size_t chw = (size_t)sh->c * (size_t)sh->h * (size_t)sh->w, nx = (size_t)sh->n * chw;
+    size_t ncol = nx * (size_t)sh->r * (size_t)sh->s;
+    const struct cpu_conv_shape *k = &sc->xsh; /* (the output channels do not matter) */
+    if (sc->xvalid && k->n == sh->n && k->c == sh->c && k->h == sh->h && k->w == sh->w && k->r == sh->r &&
+        k->s == sh->s && memcmp(sc->xkey, x, nx * sizeof *x) == 0)
+        return sc->xcol;
+    sc->xvalid = 0;
+    if (ncol > sc->xcol_cap) {
+        float *p = realloc(sc->xcol, ncol * sizeof *p);
+        if (!p)
+            return NULL;
+        sc->xcol = p;
+        sc->xcol_cap = ncol;
+    }
+    if (nx > sc->xkey_cap) {
+        float *p = realloc(sc->xkey, nx * sizeof *p);
+        if (!p)
+            return NULL;
+        sc->xkey = p;
+        sc->xkey_cap = nx;
+    }
+    size_t per = ncol / (size_t)sh->n;
+    for (int n = 0; n < sh->n; n++)
+        cpu_conv_im2col(sc->xcol + (size_t)n * per, x + (size_t)n * chw, sh);
+    memcpy(sc->xkey, x, nx * sizeof *x);
+    sc->xsh = *sh;
+    sc->xvalid = 1;
+    return sc->xcol;
+}
+
 void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
                       const float *x, /* (N,C,H,W) */ const float *wt, /* (K,C,R,S) */
                       const struct cpu_conv_shape *sh)
@@ -147,6 +192,13 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
             cpu_gemm(sc->gemm, 0, 0, sh->k, hw, crs, wt, crs,
                      x + (size_t)n * (size_t)sh->c * (size_t)hw, hw, 0,
                      out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
+        return;
+    }
+    const float *cols = cpu_conv_cols(sc, x, sh);
+    if (cols) { /* the fixed products: one product per batch item (bands change no bits) */
+        for (int n = 0; n < sh->n; n++)
+            cpu_gemm(sc->gemm, 0, 0, sh->k, hw, crs, wt, crs, cols + (size_t)n * (size_t)crs * (size_t)hw, hw,
+                     0, out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
         return;
     }
     size_t nband = ((size_t)crs * (size_t)hw + CPU_CONV_BAND_FLOATS - 1) / CPU_CONV_BAND_FLOATS;
@@ -187,12 +239,19 @@ void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
                          const struct cpu_conv_shape *sh)
 {
     int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
-    float *col = sh->r == 1 && sh->s == 1 ? NULL : cpu_conv_col(sc, sh);
+    int one = sh->r == 1 && sh->s == 1;
+    const float *cols = one ? NULL : cpu_conv_cols(sc, x, sh);
+    float *col = one || cols ? NULL : cpu_conv_col(sc, sh);
     for (int n = 0; n < sh->n; n++) {
         const float *xn = x + (size_t)n * (size_t)sh->c * (size_t)hw;
-        if (col)
+        const float *b = xn;
+        if (cols)
+            b = cols + (size_t)n * (size_t)crs * (size_t)hw;
+        else if (col) {
             cpu_conv_im2col(col, xn, sh);
-        cpu_gemm(sc->gemm, 0, 1, sh->k, crs, hw, dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw,
-                 col ? col : xn, hw, n != 0, dw, crs);
+            b = col;
+        }
+        cpu_gemm(sc->gemm, 0, 1, sh->k, crs, hw, dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, b, hw,
+                 n != 0, dw, crs);
     }
 }

@@ -20,6 +20,14 @@ struct cpu_conv_scratch {
     float *col;     /* (C*R*S, H*W) */
     size_t cap;     /* floats allocated at col */
     const struct cpu_gemm_mode *gemm; /* the products' form (NULL: OpenBLAS) */
+    /* with the fixed products: the im2col of every batch item of the last
+     * input seen, kept with a copy of that input and its shape; reused when
+     * a convolution's input is bit for bit the same (the four gates of a
+     * PredNet layer read one input, forward and backward) */
+    float *xcol, *xkey;
+    size_t xcol_cap, xkey_cap;
+    struct cpu_conv_shape xsh;
+    int xvalid;
 };
 
 void cpu_conv_scratch_free(struct cpu_conv_scratch *sc);

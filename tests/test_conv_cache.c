@@ -1,0 +1,141 @@
+/* test_conv_cache.c: the cpu convolutions with the fixed-order products
+ * (--cpu-gemm fixed), which keep the im2col of the last input and reuse it
+ * when a convolution's input is bit for bit the same (cpu_conv.h). Each call
+ * is held to the fixed order written out here from the definition (acc = +0,
+ * then acc = fmaf(w, x, acc) over c, r, s in order, x = +0 outside the
+ * image; the filter gradient over n, then h, w), bit for bit: a second gate
+ * on the same input (the cache's hit), the same buffer changed in one
+ * element (a stale im2col would be wrong there), another image size at the
+ * same address, and the filter gradient after the forward. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu_conv.h"
+#include "cpu_gemm.h"
+#include "test_util.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1du;
+
+static float cc_uniform(void)
+{
+    rng = rng * 6364136223846793005u + 1442695040888963407u;
+    return (float)(rng >> 40) * 0x1p-24f - 0.5f;
+}
+
+static void cc_fill(float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = cc_uniform();
+}
+
+/* x[n][c][h + dr][w + ds], or +0 outside the image */
+static float cc_x(const float *x, const struct cpu_conv_shape *sh, int n, int c, int h, int w)
+{
+    if (h < 0 || h >= sh->h || w < 0 || w >= sh->w)
+        return 0.0f;
+    return x[(((size_t)n * sh->c + c) * sh->h + h) * sh->w + w];
+}
+
+static void cc_forward_def(float *out, const float *x, const float *wt, const struct cpu_conv_shape *sh)
+{
+    for (int n = 0; n < sh->n; n++)
+        for (int k = 0; k < sh->k; k++)
+            for (int h = 0; h < sh->h; h++)
+                for (int w = 0; w < sh->w; w++) {
+                    float acc = 0.0f;
+                    for (int c = 0; c < sh->c; c++)
+                        for (int r = 0; r < sh->r; r++)
+                            for (int s = 0; s < sh->s; s++)
+                                acc = fmaf(wt[(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s],
+                                           cc_x(x, sh, n, c, h + r - sh->r / 2, w + s - sh->s / 2), acc);
+                    out[(((size_t)n * sh->k + k) * sh->h + h) * sh->w + w] = acc;
+                }
+}
+
+static void cc_filter_def(float *dw, const float *x, const float *dy, const struct cpu_conv_shape *sh)
+{
+    for (int k = 0; k < sh->k; k++)
+        for (int c = 0; c < sh->c; c++)
+            for (int r = 0; r < sh->r; r++)
+                for (int s = 0; s < sh->s; s++) {
+                    float acc = 0.0f;
+                    for (int n = 0; n < sh->n; n++)
+                        for (int h = 0; h < sh->h; h++)
+                            for (int w = 0; w < sh->w; w++)
+                                acc = fmaf(dy[(((size_t)n * sh->k + k) * sh->h + h) * sh->w + w],
+                                           cc_x(x, sh, n, c, h + r - sh->r / 2, w + s - sh->s / 2), acc);
+                    dw[(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s] = acc;
+                }
+}
+
+static void cc_same_bits(const float *a, const float *b, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
+            fail_msg("%s: element %zu: %a, the definition %a", what, i, (double)a[i], (double)b[i]);
+}
+
+static void test_reuse(void **state)
+{
+    (void)state;
+    struct cpu_gemm_mode fixed = {.fixed = 1, .threads = 2};
+    struct cpu_conv_scratch sc = {.gemm = &fixed};
+    struct cpu_conv_shape sh = {.n = 2, .c = 3, .h = 9, .w = 7, .k = 4, .r = 3, .s = 3};
+    size_t nx = 2 * 3 * 9 * 7, nw = 4 * 3 * 3 * 3, ny = 2 * 4 * 9 * 7;
+    float *x = malloc(nx * sizeof *x), *w1 = malloc(nw * sizeof *w1), *w2 = malloc(nw * sizeof *w2);
+    float *y = malloc(ny * sizeof *y), *ref = malloc(ny * sizeof *ref), *dy = malloc(ny * sizeof *dy);
+    float *dw = malloc(nw * sizeof *dw), *dwref = malloc(nw * sizeof *dwref);
+    assert_non_null(x && w1 && w2 && y && ref && dy && dw && dwref);
+    cc_fill(x, nx);
+    cc_fill(w1, nw);
+    cc_fill(w2, nw);
+    cc_fill(dy, ny);
+
+    cpu_conv_forward(&sc, y, x, w1, &sh);
+    cc_forward_def(ref, x, w1, &sh);
+    cc_same_bits(y, ref, ny, "first gate");
+    cpu_conv_forward(&sc, y, x, w2, &sh); /* the same input: the kept im2col */
+    cc_forward_def(ref, x, w2, &sh);
+    cc_same_bits(y, ref, ny, "second gate on the same input");
+    cpu_conv_bwd_filter(&sc, dw, x, dy, &sh);
+    cc_filter_def(dwref, x, dy, &sh);
+    cc_same_bits(dw, dwref, nw, "filter gradient after the forward");
+
+    x[nx / 2 + 3] = 0.25f; /* the same buffer, one element changed */
+    cpu_conv_forward(&sc, y, x, w1, &sh);
+    cc_forward_def(ref, x, w1, &sh);
+    cc_same_bits(y, ref, ny, "the input changed in place");
+    cpu_conv_bwd_filter(&sc, dw, x, dy, &sh);
+    cc_filter_def(dwref, x, dy, &sh);
+    cc_same_bits(dw, dwref, nw, "filter gradient of the changed input");
+
+    struct cpu_conv_shape sh2 = sh; /* the same address read as another image */
+    sh2.h = 7;
+    sh2.w = 9;
+    cpu_conv_forward(&sc, y, x, w1, &sh2);
+    cc_forward_def(ref, x, w1, &sh2);
+    cc_same_bits(y, ref, ny, "another image size at the same address");
+
+    cpu_conv_scratch_free(&sc);
+    free(x);
+    free(w1);
+    free(w2);
+    free(y);
+    free(ref);
+    free(dy);
+    free(dw);
+    free(dwref);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reuse)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
