@@ -92,7 +92,7 @@ static void test_reuse(void **state)
     float *x = malloc(nx * sizeof *x), *w1 = malloc(nw * sizeof *w1), *w2 = malloc(nw * sizeof *w2);
     float *y = malloc(ny * sizeof *y), *ref = malloc(ny * sizeof *ref), *dy = malloc(ny * sizeof *dy);
     float *dw = malloc(nw * sizeof *dw), *dwref = malloc(nw * sizeof *dwref);
-    assert_non_null(x && w1 && w2 && y && ref && dy && dw && dwref);
+    assert_true(x && w1 && w2 && y && ref && dy && dw && dwref);
     cc_fill(x, nx);
     cc_fill(w1, nw);
     cc_fill(w2, nw);
