@@ -359,6 +359,36 @@ static void *gemm_worker(void *arg)
     return NULL;
 }
 
+/* A child made by fork() has none of the workers (report's parallel
+ * workers fork): it starts its own, from a pool it can lock. */
+static void gemm_fork_prepare(void)
+{
+    pthread_mutex_lock(&gemm_caller);
+    pthread_mutex_lock(&pool.mu);
+}
+
+static void gemm_fork_parent(void)
+{
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&gemm_caller);
+}
+
+static void gemm_fork_child(void)
+{
+    pthread_mutex_init(&gemm_caller, NULL);
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.go, NULL);
+    pool.nthreads = 0;
+    pool.sleepers = 0;
+    for (int w = 0; w <= GEMM_MAX_WORKERS; w++)
+        atomic_store(&pool.slot[w].gen, 0);
+}
+
+static void gemm_fork_register(void)
+{
+    pthread_atfork(gemm_fork_prepare, gemm_fork_parent, gemm_fork_child);
+}
+
 /* Run the job's parts on this thread and pr * pc - 1 workers (started the
  * first time they are needed; with fewer, a smaller grid). */
 static void gemm_run(struct gemm_job *jb)
@@ -367,6 +397,8 @@ static void gemm_run(struct gemm_job *jb)
         gemm_part(jb, 0);
         return;
     }
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, gemm_fork_register);
     /* one job at a time, whoever calls */
     pthread_mutex_lock(&gemm_caller);
     pthread_mutex_lock(&pool.mu);

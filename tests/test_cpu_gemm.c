@@ -4,14 +4,18 @@
  * columns, K = 0, transposes, beta 1), signed zeros and wide exponents, on
  * every kernel this CPU runs (DIVTRACE_CPU_GEMM_ISA) and 1 to 7 threads
  * (rows and columns split between them; leftover rows in tiles of 4, 2, 1):
- * bitwise equal to the definition, hence to each other. */
+ * bitwise equal to the definition, hence to each other; and products on
+ * several threads in a child made by fork(). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -98,8 +102,30 @@ static void test_fixed_order(void **state)
     unsetenv("DIVTRACE_CPU_GEMM_ISA");
 }
 
+/* A child made by fork() after products on several threads (report's
+ * workers are such children) has none of the parent's workers: its own
+ * products on several threads must still finish, and be right. The child's
+ * alarm turns a hang into a failure. */
+static void test_after_fork(void **state)
+{
+    (void)state;
+    one_case(40, 96, 60, 0, 0, 0, 4); /* the parent's workers start */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(120);
+        one_case(40, 96, 60, 0, 1, 1, 4);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixed_order)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixed_order), cmocka_unit_test(test_after_fork)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
