@@ -40,7 +40,10 @@ void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_
  * (cpu_conv.c; one band when the col is small), im2col of the band, then one
  * sgemm out[n][:, band] (K, rows*W) = wt (K, C*R*S) x col(band), so each
  * element is one OpenBLAS dot product over (c, r, s). A 1x1 kernel skips
- * im2col: out[n] = wt x x[n]. */
+ * im2col: out[n] = wt x x[n]. With the fixed products, one product per
+ * batch item over the whole image, from the kept im2col (the same bits:
+ * each element is one sum over (c, r, s) in order however the product is
+ * cut). */
 void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
                       const float *x, /* (N,C,H,W) */ const float *wt, /* (K,C,R,S) */
                       const struct cpu_conv_shape *sh);
