@@ -141,6 +141,20 @@ static void cpu_conv_col2im(float *restrict dx, /* (C,H,W) */ const float *restr
     }
 }
 
+/* *p with room for n floats (*cap of them allocated); -1 when there is
+ * no room, *p as it was. */
+static int cpu_conv_grow(float **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    float *q = realloc(*p, n * sizeof *q);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
 /* With the fixed products: the im2col of every batch item of x, (N, C*R*S,
  * H*W), from the cache when x and the shape are the ones it holds, else
  * made and kept. NULL with OpenBLAS's products, whose bits depend on how a
@@ -158,20 +172,8 @@ static const float *cpu_conv_cols(struct cpu_conv_scratch *sc, const float *x,
         k->s == sh->s && memcmp(sc->xkey, x, nx * sizeof *x) == 0)
         return sc->xcol;
     sc->xvalid = 0;
-    if (ncol > sc->xcol_cap) {
-        float *p = realloc(sc->xcol, ncol * sizeof *p);
-        if (!p)
-            return NULL;
-        sc->xcol = p;
-        sc->xcol_cap = ncol;
-    }
-    if (nx > sc->xkey_cap) {
-        float *p = realloc(sc->xkey, nx * sizeof *p);
-        if (!p)
-            return NULL;
-        sc->xkey = p;
-        sc->xkey_cap = nx;
-    }
+    if (cpu_conv_grow(&sc->xcol, &sc->xcol_cap, ncol) < 0 || cpu_conv_grow(&sc->xkey, &sc->xkey_cap, nx) < 0)
+        return NULL;
     size_t per = ncol / (size_t)sh->n;
     for (int n = 0; n < sh->n; n++)
         cpu_conv_im2col(sc->xcol + (size_t)n * per, x + (size_t)n * chw, sh);
