@@ -98,13 +98,25 @@ static struct pn_conv pn_conv_param(struct graph *g, int l, const char *what, ui
     return cv;
 }
 
-/* conv + bias, named "L<l>.<t>.conv_<what>" and "...add_bias" */
-static int pn_conv(struct pn *p, int l, const char *what, int x, struct pn_conv cv)
+/* the convolution "L<l>.<t>.conv_<what>" */
+static int pn_conv_only(struct pn *p, int l, const char *what, int x, struct pn_conv cv)
 {
     char name[96];
-    int y = graph_conv2d(p->g, pn_name(name, sizeof name, "L%d.%s.conv_%s", l, p->tn, what), x, cv.w);
+    return graph_conv2d(p->g, pn_name(name, sizeof name, "L%d.%s.conv_%s", l, p->tn, what), x, cv.w);
+}
+
+/* its bias, "...add_bias" */
+static int pn_bias(struct pn *p, int l, const char *what, int y, struct pn_conv cv)
+{
+    char name[96];
     return graph_add_bias(p->g, pn_name(name, sizeof name, "L%d.%s.conv_%s.add_bias", l, p->tn, what),
                           y, cv.b);
+}
+
+/* conv + bias */
+static int pn_conv(struct pn *p, int l, const char *what, int x, struct pn_conv cv)
+{
+    return pn_bias(p, l, what, pn_conv_only(p, l, what, x, cv), cv);
 }
 
 int prednet_build(struct graph *g, const struct model_spec *s)
@@ -157,14 +169,23 @@ int prednet_build(struct graph *g, const struct model_spec *s)
         for (int l = nl - 1; l >= 0; l--) {
             int parts[3] = {r_prev[l], e_prev[l], up};
             int x = graph_concat(g, pn_name(name, sizeof name, "L%d.%s.in", l, tn), up >= 0 ? 3 : 2, parts);
+            /* the four gate convolutions first, next to each other: they
+             * share x, and so do their filter gradients, which the reverse
+             * sweep then makes after every gate's output gradient (a
+             * backend may run each set as one convolution; the values are
+             * those of the four) */
+            int yi = pn_conv_only(&p, l, "i", x, cv_i[l]);
+            int yf = pn_conv_only(&p, l, "f", x, cv_f[l]);
+            int yo = pn_conv_only(&p, l, "o", x, cv_o[l]);
+            int yc = pn_conv_only(&p, l, "c", x, cv_c[l]);
             int gi = graph_hard_sigmoid(g, pn_name(name, sizeof name, "L%d.%s.i", l, tn),
-                                        pn_conv(&p, l, "i", x, cv_i[l]));
+                                        pn_bias(&p, l, "i", yi, cv_i[l]));
             int gf = graph_hard_sigmoid(g, pn_name(name, sizeof name, "L%d.%s.f", l, tn),
-                                        pn_conv(&p, l, "f", x, cv_f[l]));
+                                        pn_bias(&p, l, "f", yf, cv_f[l]));
             int go = graph_hard_sigmoid(g, pn_name(name, sizeof name, "L%d.%s.o", l, tn),
-                                        pn_conv(&p, l, "o", x, cv_o[l]));
+                                        pn_bias(&p, l, "o", yo, cv_o[l]));
             int gg = graph_tanh(g, pn_name(name, sizeof name, "L%d.%s.g", l, tn),
-                                pn_conv(&p, l, "c", x, cv_c[l]));
+                                pn_bias(&p, l, "c", yc, cv_c[l]));
             int fc = graph_mul(g, pn_name(name, sizeof name, "L%d.%s.f*c", l, tn), gf, c_prev[l]);
             int ig = graph_mul(g, pn_name(name, sizeof name, "L%d.%s.i*g", l, tn), gi, gg);
             c[l] = graph_add(g, pn_name(name, sizeof name, "L%d.%s.c", l, tn), fc, ig);
