@@ -13,9 +13,17 @@
 
 #define BACKEND_API_VERSION 1
 
+/* A tensor's storage on a backend (float32 on cpu, device memory on a GPU,
+ * MPFR numbers on mpfr): opaque outside the backend. */
+typedef void backend_buf;
+
 /* What a backend may need to know of the step being executed. */
 struct backend_step {
     uint64_t step;      /* 0-based step number (Adam's t = step + 1) */
+    /* every node's buffer in this pass (node index -> buffer), or NULL: a
+     * kernel that computes several nodes in one call (cudnn's grouped
+     * convolutions) reads and writes the other nodes' buffers here */
+    backend_buf *const *bufs;
 };
 
 /* Options a user can give a backend. */
@@ -37,10 +45,6 @@ struct backend_options {
     int streams;            /* cuda, cudnn: CUDA streams that ops with no path
                              * between them may run on at once (0: the default) */
 };
-
-/* A tensor's storage on a backend (float32 on cpu, device memory on a GPU,
- * MPFR numbers on mpfr): opaque outside the backend. */
-typedef void backend_buf;
 
 /* Run node nd of g: out is its output buffer, in[k] the buffer of input k
  * (whose shape is g->nodes[nd->inputs[k]].shape). */

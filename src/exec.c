@@ -111,7 +111,7 @@ static int exec_whole_step(const struct exec *e)
 
 void exec_step(struct exec *e, uint64_t step)
 {
-    struct backend_step st = {.step = step};
+    struct backend_step st = {.step = step, .bufs = e->buf};
     const backend_buf *in[OP_MAX_INPUTS];
     int whole = exec_whole_step(e), arr = (int)(e->advances & 1);
     if (whole && e->be->step_begin(e->ctx, step, arr)) {
