@@ -32,6 +32,19 @@ void *gpu_scratch(struct gpu_ctx *c, size_t bytes)
     return c->scratch;
 }
 
+void *gpu_fuse_scratch(struct gpu_ctx *c, size_t bytes)
+{
+    struct gpu_lane *l = &c->lane[c->cur];
+    if (bytes <= l->fuse_bytes)
+        return l->fuse;
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    if (l->fuse)
+        GPU_CHECK(cudaFree(l->fuse));
+    GPU_CHECK(cudaMalloc(&l->fuse, bytes));
+    l->fuse_bytes = bytes;
+    return l->fuse;
+}
+
 /* ---- Adam's per-step bias corrections ---- */
 
 static int gpu_adam_index(struct gpu_ctx *c, float b1, float b2)
@@ -117,6 +130,8 @@ static void gpu_lane_destroy(struct gpu_lane *l)
         cudaFree(l->blas_ws);
     if (l->scratch)
         cudaFree(l->scratch);
+    if (l->fuse)
+        cudaFree(l->fuse);
     if (l->join)
         cudaEventDestroy(l->join);
     if (l->stream)
@@ -225,10 +240,21 @@ static int gpu_schedule(struct gpu_ctx *c, const struct graph *g)
             c->lane_of[i] = -1;
             continue;
         }
+        /* a grouped convolution's members run where the first runs them all */
+        const int *mem = NULL;
+        int nmem = gpu_dnn_group_of(c, i, &mem);
+        if (nmem > 0 && mem[0] != i) {
+            c->lane_of[i] = c->lane_of[mem[0]];
+            fin[i] = fin[mem[0]];
+            continue;
+        }
         double ready = 0;
-        for (int q = 0; q < nd->ninputs; q++)
-            if (c->lane_of[nd->inputs[q]] >= 0 && fin[nd->inputs[q]] > ready)
-                ready = fin[nd->inputs[q]];
+        for (int m = 0; m < (nmem > 0 ? nmem : 1); m++) {
+            const struct node *md = nmem > 0 ? &g->nodes[mem[m]] : nd;
+            for (int q = 0; q < md->ninputs; q++)
+                if (c->lane_of[md->inputs[q]] >= 0 && fin[md->inputs[q]] > ready)
+                    ready = fin[md->inputs[q]];
+        }
         int best = 0, bchain = 0;
         double bstart = 0;
         for (int k = 0; k < c->nlanes; k++) {
@@ -251,11 +277,15 @@ static int gpu_schedule(struct gpu_ctx *c, const struct graph *g)
     }
     free(fin);
     for (int i = 0; i < n; i++) {
-        const struct node *nd = &g->nodes[i];
-        for (int q = 0; q < nd->ninputs && c->lane_of[i] >= 0; q++) {
-            int p = nd->inputs[q];
-            if (c->lane_of[p] >= 0 && c->lane_of[p] != c->lane_of[i])
-                c->evneed[p] = 1;
+        const int *mem = NULL;
+        int nmem = gpu_dnn_group_of(c, i, &mem);
+        for (int m = 0; m < (nmem > 0 ? nmem : 1); m++) {
+            const struct node *nd = &g->nodes[nmem > 0 ? mem[m] : i];
+            for (int q = 0; q < nd->ninputs && c->lane_of[i] >= 0; q++) {
+                int p = nd->inputs[q];
+                if (c->lane_of[p] >= 0 && c->lane_of[p] != c->lane_of[i])
+                    c->evneed[p] = 1;
+            }
         }
     }
     cudaError_t e;
@@ -302,6 +332,8 @@ static void gpu_wait_last_trace(struct gpu_ctx *c)
 static void gpu_op_enter(void *ctx, const struct graph *g, int i)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    c->enters++;
+    c->entered = i;
     if (i == c->first_write && c->capturing >= 0 && c->defer)
         gpu_wait_last_trace(c);
     if (!c->in_step || c->lanes_made == 1 || !c->lane_of)
@@ -313,11 +345,16 @@ static void gpu_op_enter(void *ctx, const struct graph *g, int i)
         c->forked = 1;
     }
     int k = c->lane_of[i];
-    const struct node *nd = &g->nodes[i];
-    for (int q = 0; q < nd->ninputs; q++) {
-        int p = nd->inputs[q];
-        if (c->lane_of[p] >= 0 && c->lane_of[p] != k)
-            GPU_CHECK(cudaStreamWaitEvent(c->lane[k].stream, c->ev[p], 0));
+    /* the inputs of every member of i's group: any member may compute them all */
+    const int *mem = NULL;
+    int nmem = gpu_dnn_group_of(c, i, &mem);
+    for (int m = 0; m < (nmem > 0 ? nmem : 1); m++) {
+        const struct node *nd = &g->nodes[nmem > 0 ? mem[m] : i];
+        for (int q = 0; q < nd->ninputs; q++) {
+            int p = nd->inputs[q];
+            if (c->lane_of[p] >= 0 && c->lane_of[p] != k)
+                GPU_CHECK(cudaStreamWaitEvent(c->lane[k].stream, c->ev[p], 0));
+        }
     }
     gpu_lane_use(c, k);
 }
@@ -326,6 +363,7 @@ static void gpu_op_leave(void *ctx, const struct graph *g, int i)
 {
     (void)g;
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    c->entered = -1;
     if (!c->in_step || c->lanes_made == 1 || !c->lane_of)
         return;
     if (c->evneed[i])
@@ -450,6 +488,7 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
     c->adam_step = UINT64_MAX;
     c->capturing = -1;
     c->first_write = -1;
+    c->entered = -1;
     c->graphs = !opt->no_graph;
     c->algos = opt->cudnn_algos ? dt_strdup(opt->cudnn_algos) : NULL;
     *ctxp = c;
@@ -496,7 +535,7 @@ static void gpu_free(void *ctx)
     gpu_green_free(c);
     /* the context's own lane (set up or not when a start failed) */
     struct gpu_lane own = {c->stream, c->blas, c->blas_ws, c->dnn_handle, c->scratch, c->scratch_bytes,
-                           NULL};
+                           NULL, c->lane[0].fuse, c->lane[0].fuse_bytes};
     gpu_lane_destroy(&own);
     free(c);
 }

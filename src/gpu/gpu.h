@@ -34,6 +34,8 @@ struct gpu_lane {
     void *scratch;
     size_t scratch_bytes;
     cudaEvent_t join;             /* recorded on this lane when the step's ops are done */
+    void *fuse;                   /* cudnn: stacked data of grouped convolutions */
+    size_t fuse_bytes;
 };
 
 struct gpu_ctx {
@@ -112,6 +114,11 @@ struct gpu_ctx {
     cudaEvent_t *ev;              /* per node (where evneed) */
     int nnodes;
     cudaEvent_t fork;
+    /* op_enter's count of the ops entered, and the op inside its bracket
+     * (-1 outside one): how a grouped convolution's member knows that an
+     * earlier member computed it in this pass (gpu_dnn_fuse.cu) */
+    uint64_t enters;
+    int entered;
 };
 
 /* A failed CUDA, cuBLAS or cuDNN call in a kernel wrapper cannot be handed
@@ -138,6 +145,10 @@ struct gpu_ctx {
 /* Device scratch of at least `bytes` (grown on demand, kept; synchronous
  * with the stream, so a kernel still using the old buffer has finished). */
 void *gpu_scratch(struct gpu_ctx *c, size_t bytes);
+/* The current lane's buffer for grouped convolutions' stacked data, of at
+ * least `bytes` (grown on demand like gpu_scratch; the first, eager step
+ * sizes it before any step is captured). */
+void *gpu_fuse_scratch(struct gpu_ctx *c, size_t bytes);
 
 /* The device address of the (c1, c2) pair of Adam with these betas for
  * `step`, computed as the cpu does (in double, rounded to float once) and
@@ -162,6 +173,10 @@ void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg);
  * (not a convolution, or the cuda backend); *transform: whether it is an
  * FFT or Winograd algorithm (backend.h's op_algorithm). */
 const char *gpu_dnn_op_algorithm(struct gpu_ctx *c, const struct graph *g, int i, int *transform);
+/* The members of node i's group of convolutions run as one, the first of
+ * which computes them all (gpu_dnn_fuse.cu): how many (0 when i is in no
+ * group, or on the cuda backend), with *mem set to their node indices. */
+int gpu_dnn_group_of(const struct gpu_ctx *c, int i, const int **mem);
 
 /* gpu_green.cu: c->tstream made in a green context of at least sms SMs
  * (c->tgreen, c->trace_sms set): 0; -1, with one line on stderr, when the

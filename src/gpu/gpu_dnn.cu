@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu.h"
+#include "gpu_dnn.h"
 
 /* The largest convolution workspace an algorithm may ask for. A constant,
  * not a share of the free memory, so that which algorithms qualify does not
@@ -20,9 +20,7 @@
 #define DNN_WORKSPACE_MAX ((size_t)1 << 30)
 #define DNN_MAX_CANDIDATES 64
 
-enum dnn_dir { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_NDIR };
-
-static const char *const dnn_dir_name[DNN_NDIR] = {"fwd", "bwd_data", "bwd_filter"};
+const char *const dnn_dir_name[DNN_NDIR] = {"fwd", "bwd_data", "bwd_filter"};
 static const int dnn_algo_count[DNN_NDIR] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
@@ -37,7 +35,7 @@ static const char *const dnn_bwd_filter_names[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_
 static const char *const *const dnn_algo_names[DNN_NDIR] = {dnn_fwd_names, dnn_bwd_data_names,
                                                             dnn_bwd_filter_names};
 
-static const char *dnn_algo_name(enum dnn_dir d, int algo)
+const char *dnn_algo_name(enum dnn_dir d, int algo)
 {
     return algo >= 0 && algo < dnn_algo_count[d] ? dnn_algo_names[d][algo] : "?";
 }
@@ -75,48 +73,6 @@ static int dnn_algo_transform(enum dnn_dir d, int algo)
         return 0;
     }
 }
-
-/* One convolution shape and the algorithm chosen for each direction the
- * graph uses. */
-struct gpu_dnn_conv {
-    uint32_t n, c, h, w, k, r, s;
-    cudnnTensorDescriptor_t x, y;       /* (N,C,H,W), (N,K,H,W): owned by the tensor list */
-    cudnnFilterDescriptor_t f;          /* (K,C,R,S) */
-    cudnnConvolutionDescriptor_t conv;
-    int used[DNN_NDIR];
-    int algo[DNN_NDIR];
-    size_t ws[DNN_NDIR];                /* workspace bytes of the chosen algorithm */
-    int det[DNN_NDIR];                  /* cuDNN reports the choice deterministic */
-};
-
-/* A 4-d NCHW float tensor descriptor, shared by every node of its shape. */
-struct gpu_dnn_tensor {
-    uint32_t d[4];
-    cudnnTensorDescriptor_t desc;
-};
-
-/* Per node: its convolution (index into conv[], or -1) and the descriptors
- * its kernel uses (NULL for nodes that do not go to cuDNN). */
-struct gpu_dnn_node {
-    int conv;
-    cudnnTensorDescriptor_t a, b;
-};
-
-enum { DNN_ACT_RELU, DNN_ACT_TANH, DNN_ACT_SIGMOID, DNN_NACT };
-
-struct gpu_dnn_plan {
-    const struct graph *g;              /* the graph prepared, to catch a stray one */
-    int n;
-    struct gpu_dnn_node *node;          /* n entries */
-    struct gpu_dnn_conv *conv;
-    int nconv, capconv;
-    struct gpu_dnn_tensor *tensor;
-    int ntensor, captensor;
-    cudnnActivationDescriptor_t act[DNN_NACT];
-    cudnnPoolingDescriptor_t pool_fwd;  /* CUDNN_POOLING_MAX_DETERMINISTIC */
-    cudnnPoolingDescriptor_t pool_bwd;  /* CUDNN_POOLING_MAX: fastest mode's backward */
-    size_t ws_max;
-};
 
 static const float dnn_one = 1.0f, dnn_zero = 0.0f;
 
@@ -185,7 +141,7 @@ static cudnnTensorDescriptor_t dnn_tensor_of(struct gpu_dnn_plan *p, const struc
  * for float32 data on Ampere and later GPUs (the H200 included), which round
  * the inputs to 10-bit mantissas: not op.h's float32 products. A ranking
  * entry that reports a tensor-op math type is skipped (dnn_math_ok). */
-static int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
+int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
                          uint32_t k, uint32_t r, uint32_t s)
 {
     for (int i = 0; i < p->nconv; i++) {
@@ -222,7 +178,7 @@ static int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_
     return p->nconv++;
 }
 
-static void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv)
+void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv)
 {
     snprintf(buf, size, "%ux%ux%ux%u k%u %ux%u", cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s);
 }
@@ -232,9 +188,8 @@ static void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv)
 /* One convolution with algorithm algo: fwd y = conv(a = x, b = w); bwd_data
  * dx = (a = dy, b = w); bwd_filter dw = (a = x, b = dy). The status is
  * returned, not checked: prepare tries algorithms that may be unsupported. */
-static cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
-                                   int algo, void *ws, size_t ws_bytes, const void *a,
-                                   const void *b, void *out)
+cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
+                            int algo, void *ws, size_t ws_bytes, const void *a, const void *b, void *out)
 {
     switch (d) {
     case DNN_FWD:
@@ -394,7 +349,7 @@ static int dnn_math_ok(cudnnMathType_t m) { return m == CUDNN_FMA_MATH || m == C
  * 3x3 IMPLICIT_GEMM det; bwd_data ..."), the algorithm of direction d of
  * the convolution of this shape and whether it was recorded deterministic:
  * its number, or -1 (no entry, or a name this cuDNN does not have). */
-static int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det)
+int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det)
 {
     char key[128];
     int nk = snprintf(key, sizeof key, "%s %s ", dnn_dir_name[d], shape);
@@ -597,6 +552,7 @@ void gpu_dnn_free(struct gpu_ctx *c)
     if (p->pool_bwd)
         GPU_DNN(cudnnDestroyPoolingDescriptor(p->pool_bwd));
     free(p->conv);
+    free(p->group);
     free(p->tensor);
     free(p->node);
     free(p);
@@ -666,8 +622,10 @@ int gpu_dnn_prepare(struct gpu_ctx *c, const struct graph *g)
     p->node = (struct gpu_dnn_node *)dt_calloc((size_t)(g->n ? g->n : 1), sizeof *p->node);
     for (int i = 0; i < g->n; i++) {
         p->node[i].conv = -1;
+        p->node[i].group = -1;
         dnn_plan_node(p, g, i);
     }
+    dnn_fuse_plan(c, p, g);
 
     static const cudnnActivationMode_t modes[DNN_NACT] = {
         CUDNN_ACTIVATION_RELU, CUDNN_ACTIVATION_TANH, CUDNN_ACTIVATION_SIGMOID};
@@ -736,6 +694,13 @@ void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg)
                              dnn_algo_name((enum dnn_dir)d, cv->algo[d]), cv->det[d] ? "det" : "nondet");
     }
     trace_config_set(cfg, "cudnn_algos", b.n ? b.s : p ? "none (no convolutions)" : "none (not prepared)");
+    int nfwd = 0, nbwd = 0;
+    for (int i = 0; p && i < p->ngroup; i++)
+        (p->group[i].d == DNN_FWD ? nfwd : nbwd)++;
+    trace_config_setf(cfg, "cudnn_grouped", "%d forward and %d filter-gradient sets of convolutions that "
+                      "share an input, each run as one convolution of their stacked filters%s",
+                      nfwd, nbwd, getenv("DIVTRACE_CUDNN_FUSE") && !strcmp(getenv("DIVTRACE_CUDNN_FUSE"), "0")
+                                      ? " (off: DIVTRACE_CUDNN_FUSE=0)" : "");
     free(b.s);
     trace_config_set(cfg, "cudnn_math", "CUDNN_FMA_MATH (float32 FMA kernels only: no TF32)");
     trace_config_set(cfg, "cudnn_pool_fwd", "cudnn (CUDNN_POOLING_MAX_DETERMINISTIC, NaN propagated)");
@@ -765,7 +730,8 @@ const char *gpu_dnn_op_algorithm(struct gpu_ctx *c, const struct graph *g, int i
     case OP_CONV2D_BWD_FILTER: d = DNN_BWD_FILTER; break;
     default: return NULL;
     }
-    const struct gpu_dnn_conv *cv = &p->conv[p->node[i].conv];
+    int ci = p->node[i].group >= 0 ? p->group[p->node[i].group].conv : p->node[i].conv;
+    const struct gpu_dnn_conv *cv = &p->conv[ci];
     if (!cv->used[d] || cv->algo[d] < 0)
         return NULL;
     *transform = dnn_algo_transform(d, cv->algo[d]);
@@ -794,10 +760,18 @@ static GPU_OP(dnn_fallback)
 }
 
 static void dnn_conv(struct gpu_ctx *c, const struct graph *g, const struct node *nd, enum dnn_dir d,
-                     backend_buf *out, const backend_buf *const *in)
+                     backend_buf *out, const backend_buf *const *in, const struct backend_step *st)
 {
     const struct gpu_dnn_node *pn = dnn_node(c, g, nd);
     DT_ASSERT(pn->conv >= 0, "cudnn: %s has no convolution plan", nd->name);
+    if (pn->group >= 0) {
+        struct gpu_dnn_group *gr = &c->plan->group[pn->group];
+        int k = 0;
+        while (gr->mem[k] != (int)(nd - g->nodes))
+            k++;
+        if (dnn_fuse_member(c, gr, k, st))
+            return;
+    }
     const struct gpu_dnn_conv *cv = &c->plan->conv[pn->conv];
     DT_ASSERT(cv->used[d] && cv->algo[d] >= 0, "cudnn: %s: no %s algorithm", nd->name, dnn_dir_name[d]);
     void *ws = gpu_scratch(c, cv->ws[d]);
@@ -805,11 +779,11 @@ static void dnn_conv(struct gpu_ctx *c, const struct graph *g, const struct node
 }
 
 /* out (N,K,H,W) = conv(x (N,C,H,W), w (K,C,R,S)) */
-static GPU_OP(dnn_conv2d) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_FWD, out, in); }
+static GPU_OP(dnn_conv2d) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_FWD, out, in, st); }
 /* out (N,C,H,W) from dy (N,K,H,W), w (K,C,R,S) */
-static GPU_OP(dnn_conv2d_bwd_data) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_DATA, out, in); }
+static GPU_OP(dnn_conv2d_bwd_data) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_DATA, out, in, st); }
 /* out (K,C,R,S) from x (N,C,H,W), dy (N,K,H,W) */
-static GPU_OP(dnn_conv2d_bwd_filter) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_FILTER, out, in); }
+static GPU_OP(dnn_conv2d_bwd_filter) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_FILTER, out, in, st); }
 
 /* out (C) = sum of dy (N,C,H,W) over n, h, w: cuDNN's order in fastest mode
  * (dnn_bias_grad_is_cudnn), the cuda backend's otherwise. */

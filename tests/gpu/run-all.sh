@@ -57,6 +57,17 @@ same_algos() {
     echo "recorded:"; cat "$T/algos.rec"; echo "replayed:"; cat "$T/algos.replay"
     [ -s "$T/algos.rec" ] && cmp -s "$T/algos.rec" "$T/algos.replay"
 }
+# members_same CLEAN FAULTED: with L1.t03.conv_i scaled in FAULTED, the
+# other three gate convolutions of its set are bit for bit CLEAN's at step 0
+op_hash() { "$DT" show "$1" --step 0 | awk -v op="$2" '$3 == op { print $1 }'; }
+members_same() {
+    for o in L1.t03.conv_f L1.t03.conv_o L1.t03.conv_c; do
+        echo "$o: $(op_hash "$1" $o) $(op_hash "$2" $o)"
+        [ -n "$(op_hash "$1" $o)" ] && [ "$(op_hash "$1" $o)" = "$(op_hash "$2" $o)" ] || return 1
+    done
+    echo "L1.t03.conv_i: $(op_hash "$1" L1.t03.conv_i) $(op_hash "$2" L1.t03.conv_i)"
+    [ "$(op_hash "$1" L1.t03.conv_i)" != "$(op_hash "$2" L1.t03.conv_i)" ]
+}
 # grep_in NAME PATTERN WHAT: the log of NAME has PATTERN
 grep_in() {
     [ -e "$L/$1.log" ] || return 0 # not run (ONLY)
@@ -174,6 +185,18 @@ check pn_cudnn_streams1 0 -- $Q --backend cudnn --streams 1 -o "$T/ps1.dtr"
 check pn_cudnn_streams1_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/ps1.dtr"
 check pn_cudnn_streams8_nograph 0 -- $Q --backend cudnn --streams 8 --cuda-graph off -o "$T/ps8.dtr"
 check pn_cudnn_streams8_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/ps8.dtr"
+# grouped convolutions (gpu_dnn_fuse.cu): each set of four gate convolutions
+# and each set of their filter gradients run as one call; against the
+# same run without groups, explain finds rounding only (every op of the
+# first divergent step held to the oracle), and a fault planted in the
+# first member of a set leaves the other members' outputs bit for bit
+check pn_cudnn_grouped_header 0 -- sh -c "'$DT' show --summary '$T/pd1.dtr' | grep -E '^# cudnn_grouped = [1-9][0-9]* forward and [1-9][0-9]* filter-gradient sets'"
+check pn_cudnn_ungrouped 0 -- env DIVTRACE_CUDNN_FUSE=0 $Q --backend cudnn -o "$T/pu.dtr"
+check pn_cudnn_ungrouped_header 0 -- sh -c "'$DT' show --summary '$T/pu.dtr' | grep -E '^# cudnn_grouped = 0 forward and 0 filter-gradient sets .*DIVTRACE_CUDNN_FUSE=0'"
+check ex_pn_grouped_vs_not 0 -- "$DT" explain "$T/pu.dtr" "$T/pd1.dtr"
+grep_in ex_pn_grouped_vs_not "^(rounding only|identical)" "rounding only"
+check pn_cudnn_lead_fault 0 -- $Q --backend cudnn --inject L1.t03.conv_i:scale:1.5 -o "$T/plf.dtr"
+check pn_cudnn_lead_fault_members 0 -- members_same "$T/pd1.dtr" "$T/plf.dtr"
 check pn_cuda_streams1 0 -- $Q --backend cuda --streams 1 -o "$T/pcs1.dtr"
 check pn_cuda_tree_a 0 -- $Q --backend cuda -o "$T/pc1.dtr"
 check pn_cuda_tree_b 0 -- $Q --backend cuda -o "$T/pc2.dtr"

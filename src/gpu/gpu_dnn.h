@@ -1,0 +1,101 @@
+/* gpu_dnn.h: the cudnn backend's plan, shared by gpu_dnn.cu (descriptors,
+ * algorithms, the op kernels) and gpu_dnn_fuse.cu (convolutions that share
+ * an input, run as one). Only .cu files include it. */
+#ifndef DT_GPU_DNN_H
+#define DT_GPU_DNN_H
+
+#include "gpu.h"
+
+enum dnn_dir { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_NDIR };
+
+extern const char *const dnn_dir_name[DNN_NDIR];
+const char *dnn_algo_name(enum dnn_dir d, int algo);
+
+/* One convolution shape and the algorithm chosen for each direction the
+ * graph uses. */
+struct gpu_dnn_conv {
+    uint32_t n, c, h, w, k, r, s;
+    cudnnTensorDescriptor_t x, y;       /* (N,C,H,W), (N,K,H,W): owned by the tensor list */
+    cudnnFilterDescriptor_t f;          /* (K,C,R,S) */
+    cudnnConvolutionDescriptor_t conv;
+    int used[DNN_NDIR];
+    int algo[DNN_NDIR];
+    size_t ws[DNN_NDIR];                /* workspace bytes of the chosen algorithm */
+    int det[DNN_NDIR];                  /* cuDNN reports the choice deterministic */
+};
+
+/* A 4-d NCHW float tensor descriptor, shared by every node of its shape. */
+struct gpu_dnn_tensor {
+    uint32_t d[4];
+    cudnnTensorDescriptor_t desc;
+};
+
+/* Per node: its convolution (index into conv[], or -1), its group (index
+ * into group[], or -1) and the descriptors its kernel uses (NULL for nodes
+ * that do not go to cuDNN). */
+struct gpu_dnn_node {
+    int conv;
+    int group;
+    cudnnTensorDescriptor_t a, b;
+};
+
+/* Convolutions of one direction (forward, or filter gradient) that share
+ * their input x and their shapes, each of K output channels, made one
+ * convolution of nmem * K output channels over their filters (forward) or
+ * output gradients (filter gradient) stacked in member order
+ * (gpu_dnn_fuse.cu). Every input of every member is made before the first
+ * member, so the first member's kernel can compute them all. */
+#define DNN_GROUP_MAX 8
+struct gpu_dnn_group {
+    enum dnn_dir d;                     /* DNN_FWD or DNN_BWD_FILTER */
+    int nmem;
+    int mem[DNN_GROUP_MAX];             /* node indices in graph order */
+    uint64_t dist[DNN_GROUP_MAX];       /* op nodes after mem[0] up to mem[k] */
+    int conv;                           /* the stacked convolution */
+    /* the last pass: c->enters when member `from` computed members from..nmem-1 */
+    uint64_t stamp;
+    int from;                           /* -1: none yet */
+};
+
+enum { DNN_ACT_RELU, DNN_ACT_TANH, DNN_ACT_SIGMOID, DNN_NACT };
+
+struct gpu_dnn_plan {
+    const struct graph *g;              /* the graph prepared, to catch a stray one */
+    int n;
+    struct gpu_dnn_node *node;          /* n entries */
+    struct gpu_dnn_conv *conv;
+    int nconv, capconv;
+    struct gpu_dnn_tensor *tensor;
+    int ntensor, captensor;
+    struct gpu_dnn_group *group;
+    int ngroup;
+    size_t fuse_max;                    /* bytes of stacked data the largest group needs */
+    cudnnActivationDescriptor_t act[DNN_NACT];
+    cudnnPoolingDescriptor_t pool_fwd;  /* CUDNN_POOLING_MAX_DETERMINISTIC */
+    cudnnPoolingDescriptor_t pool_bwd;  /* CUDNN_POOLING_MAX: fastest mode's backward */
+    size_t ws_max;
+};
+
+/* The convolution of shape (N,C,H,W) * (K,C,R,S) in p's list, made on first use. */
+int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
+                  uint32_t k, uint32_t r, uint32_t s);
+/* "NxCxHxW kK RxS" */
+void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv);
+/* One convolution with algorithm algo (see gpu_dnn.cu); the status. */
+cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d, int algo,
+                            void *ws, size_t ws_bytes, const void *a, const void *b, void *out);
+/* The algorithm a cudnn_algos list names for direction d of shape, or -1. */
+int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det);
+
+/* gpu_dnn_fuse.cu. Group the convolutions of p's graph that can run as one
+ * (not with DIVTRACE_CUDNN_FUSE=0, nor in a replay whose recorded
+ * algorithms have no entry for the stacked shape), marking the stacked
+ * shapes used; members keep their own shapes for a pass in which they must
+ * run alone. */
+void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph *g);
+/* Node nd (member k of group gr) in the current pass: 1 when its output is
+ * computed (by this call, with the members after it, or by an earlier
+ * member's), 0 when it must run alone (st->bufs missing). */
+int dnn_fuse_member(struct gpu_ctx *c, struct gpu_dnn_group *gr, int k, const struct backend_step *st);
+
+#endif

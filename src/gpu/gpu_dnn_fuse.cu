@@ -1,0 +1,190 @@
+/* gpu_dnn_fuse.cu: the cudnn backend's grouped convolutions. Convolutions
+ * of one direction that read the same input x, with filters of one shape
+ * (PredNet's four gate convolutions of a layer and time step, and their
+ * four filter gradients), run as one convolution of their stacked output
+ * channels: the forward over the filters stacked along K, the filter
+ * gradient over the output gradients stacked along channels. One call of
+ * nmem * K channels keeps the GPU busier than nmem calls of K, as frameworks
+ * do by keeping the gate filters as one tensor; here each member's output is
+ * still its own node, hashed and checked as before. Every output element is
+ * the same sum of products as the member's own convolution would make,
+ * summed in the order of the stacked convolution's algorithm (one algorithm,
+ * chosen for the stacked shape by --cudnn-algo like any other); the
+ * backward data gradients are not grouped, since each is a node of its own
+ * that a grouped call would sum into one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_dnn.h"
+
+/* Whether every input of node j is a leaf or made before node i. */
+static int fuse_ready(const struct graph *g, int j, int i)
+{
+    const struct node *nd = &g->nodes[j];
+    for (int q = 0; q < nd->ninputs; q++) {
+        int p = nd->inputs[q];
+        enum op_type t = g->nodes[p].type;
+        if (t != OP_INPUT && t != OP_PARAM && t != OP_STATE && p >= i)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether nodes a and b (same type, same x) have the same shapes. */
+static int fuse_same(const struct graph *g, int a, int b)
+{
+    const struct node *na = &g->nodes[a], *nb = &g->nodes[b];
+    const struct node *wa = &g->nodes[na->inputs[1]], *wb = &g->nodes[nb->inputs[1]];
+    if (wa->ndim != 4 || wb->ndim != 4 || memcmp(wa->shape, wb->shape, 4 * sizeof wa->shape[0]) != 0)
+        return 0;
+    return na->type != OP_CONV2D_BWD_FILTER || (na->p.conv.r == nb->p.conv.r && na->p.conv.s == nb->p.conv.s);
+}
+
+/* Candidates sorted by (x, type, index), so that each run shares its x. */
+static const struct graph *fuse_sort_g;
+static int fuse_cmp(const void *pa, const void *pb)
+{
+    const struct node *a = &fuse_sort_g->nodes[*(const int *)pa], *b = &fuse_sort_g->nodes[*(const int *)pb];
+    if (a->inputs[0] != b->inputs[0])
+        return a->inputs[0] < b->inputs[0] ? -1 : 1;
+    if (a->type != b->type)
+        return a->type < b->type ? -1 : 1;
+    return *(const int *)pa < *(const int *)pb ? -1 : *(const int *)pa > *(const int *)pb;
+}
+
+/* Make a group of the leader `lead` and the members mem[1..nmem-1]; 0, or
+ * -1 when a replay's recorded algorithms have no entry for the stacked shape. */
+static int fuse_add(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph *g, struct gpu_dnn_group *gr)
+{
+    const struct gpu_dnn_conv cv = p->conv[p->node[gr->mem[0]].conv]; /* a copy: find may move the list */
+    int ci = dnn_conv_find(p, cv.n, cv.c, cv.h, cv.w, cv.k * (uint32_t)gr->nmem, cv.r, cv.s);
+    if (c->algos) {
+        char shape[96];
+        int det;
+        dnn_shape_str(shape, sizeof shape, &p->conv[ci]);
+        if (dnn_algos_find(c->algos, gr->d, shape, &det) < 0)
+            return -1;
+    }
+    p->conv[ci].used[gr->d] = 1;
+    gr->conv = ci;
+    gr->from = -1;
+    uint64_t ops = 0;
+    for (int j = gr->mem[0] + 1, k = 1; k < gr->nmem; j++) {
+        enum op_type t = g->nodes[j].type;
+        ops += t != OP_INPUT && t != OP_PARAM && t != OP_STATE;
+        if (j == gr->mem[k])
+            gr->dist[k++] = ops;
+    }
+    size_t filt = (size_t)cv.k * cv.c * cv.r * cv.s, chans = (size_t)cv.n * cv.k * cv.h * cv.w;
+    size_t bytes = (size_t)gr->nmem * (filt + chans) * sizeof(float);
+    if (bytes > p->fuse_max)
+        p->fuse_max = bytes;
+    p->group = (struct gpu_dnn_group *)dt_realloc(p->group, (size_t)(p->ngroup + 1) * sizeof *p->group);
+    p->group[p->ngroup] = *gr;
+    for (int k = 0; k < gr->nmem; k++)
+        p->node[gr->mem[k]].group = p->ngroup;
+    p->ngroup++;
+    return 0;
+}
+
+void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph *g)
+{
+    const char *env = getenv("DIVTRACE_CUDNN_FUSE");
+    if (env && strcmp(env, "0") == 0)
+        return;
+    int *cand = (int *)dt_calloc((size_t)(g->n ? g->n : 1), sizeof *cand), nc = 0;
+    for (int i = 0; i < g->n; i++)
+        if ((g->nodes[i].type == OP_CONV2D || g->nodes[i].type == OP_CONV2D_BWD_FILTER) && p->node[i].conv >= 0)
+            cand[nc++] = i;
+    fuse_sort_g = g;
+    qsort(cand, (size_t)nc, sizeof *cand, fuse_cmp);
+    for (int a = 0; a < nc;) {
+        int b = a;
+        while (b < nc && g->nodes[cand[b]].inputs[0] == g->nodes[cand[a]].inputs[0] &&
+               g->nodes[cand[b]].type == g->nodes[cand[a]].type)
+            b++;
+        for (int s = a; s < b; s++) { /* the run cand[a..b-1]: one x, one type */
+            int lead = cand[s];
+            if (p->node[lead].group >= 0)
+                continue;
+            struct gpu_dnn_group gr;
+            memset(&gr, 0, sizeof gr);
+            gr.d = g->nodes[lead].type == OP_CONV2D ? DNN_FWD : DNN_BWD_FILTER;
+            gr.mem[gr.nmem++] = lead;
+            for (int t = s + 1; t < b && gr.nmem < DNN_GROUP_MAX; t++)
+                if (p->node[cand[t]].group < 0 && fuse_same(g, lead, cand[t]) && fuse_ready(g, cand[t], lead))
+                    gr.mem[gr.nmem++] = cand[t];
+            if (gr.nmem >= 2)
+                fuse_add(c, p, g, &gr);
+        }
+        a = b;
+    }
+    free(cand);
+}
+
+int gpu_dnn_group_of(const struct gpu_ctx *c, int i, const int **mem)
+{
+    const struct gpu_dnn_plan *p = c->plan;
+    if (!c->dnn || !p || i < 0 || i >= p->n || p->node[i].group < 0)
+        return 0;
+    const struct gpu_dnn_group *gr = &p->group[p->node[i].group];
+    *mem = gr->mem;
+    return gr->nmem;
+}
+
+/* Members from..nmem-1 of gr computed by one convolution of the stacked
+ * shape, on the current lane: the members' filters (forward) or output
+ * gradients (filter gradient) copied into the lane's stacking buffer, the
+ * call, and each member's part copied to its buffer. */
+static void fuse_run(struct gpu_ctx *c, const struct graph *g, const struct gpu_dnn_group *gr, int from,
+                     backend_buf *const *bufs)
+{
+    const struct gpu_dnn_plan *p = c->plan;
+    const struct gpu_dnn_conv *cv = &p->conv[gr->conv];
+    size_t m = (size_t)gr->nmem, k = cv->k / m;
+    size_t filt = k * cv->c * cv->r * cv->s; /* one member's filter, floats */
+    size_t chans = k * cv->h * cv->w;        /* one member's channels of one batch item */
+    float *stk = (float *)gpu_fuse_scratch(c, p->fuse_max);
+    float *f = stk, *y = stk + m * filt;
+    void *ws = gpu_scratch(c, cv->ws[gr->d]);
+    const void *x = bufs[g->nodes[gr->mem[0]].inputs[0]];
+    const size_t fb = filt * sizeof(float), cb = chans * sizeof(float);
+    if (gr->d == DNN_FWD) {
+        for (size_t j = 0; j < m; j++)
+            GPU_CHECK(cudaMemcpyAsync(f + j * filt, bufs[g->nodes[gr->mem[j]].inputs[1]], fb,
+                                      cudaMemcpyDeviceToDevice, c->stream));
+        GPU_DNN(dnn_conv_call(c, cv, DNN_FWD, cv->algo[DNN_FWD], ws, cv->ws[DNN_FWD], x, f, y));
+        for (size_t j = (size_t)from; j < m; j++)
+            GPU_CHECK(cudaMemcpy2DAsync(bufs[gr->mem[j]], cb, y + j * chans, m * cb, cb, cv->n,
+                                        cudaMemcpyDeviceToDevice, c->stream));
+    } else {
+        for (size_t j = 0; j < m; j++)
+            GPU_CHECK(cudaMemcpy2DAsync(y + j * chans, m * cb, bufs[g->nodes[gr->mem[j]].inputs[1]], cb, cb,
+                                        cv->n, cudaMemcpyDeviceToDevice, c->stream));
+        GPU_DNN(dnn_conv_call(c, cv, DNN_BWD_FILTER, cv->algo[DNN_BWD_FILTER], ws, cv->ws[DNN_BWD_FILTER], x, y,
+                              f));
+        for (size_t j = (size_t)from; j < m; j++)
+            GPU_CHECK(cudaMemcpyAsync(bufs[gr->mem[j]], f + j * filt, fb, cudaMemcpyDeviceToDevice, c->stream));
+    }
+}
+
+/* A member's kernel. In an executor's pass every op is entered in graph
+ * order (c->enters counts them), so member k's output was made in this
+ * pass by member `from` exactly when k comes after it and the count moved
+ * by the ops between them. Otherwise (the first member; or, with a fault
+ * that replaces an earlier member's kernel, the first one called) it
+ * computes itself and the members after it: an earlier member's output is
+ * never written here, so a planted fault in it stays. */
+int dnn_fuse_member(struct gpu_ctx *c, struct gpu_dnn_group *gr, int k, const struct backend_step *st)
+{
+    if (c->entered != gr->mem[k])
+        return 0; /* not inside an executor's pass: run alone */
+    if (gr->from >= 0 && gr->from < k && c->enters == gr->stamp + (gr->dist[k] - gr->dist[gr->from]))
+        return 1;
+    if (!st || !st->bufs)
+        return 0;
+    fuse_run(c, c->plan->g, gr, k, st->bufs);
+    gr->from = k;
+    gr->stamp = c->enters;
+    return 1;
+}
