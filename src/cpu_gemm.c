@@ -437,7 +437,9 @@ static void gemm_run(struct gemm_job *jb)
 }
 
 /* The grid for `threads` threads: the one whose largest cell (in tiles)
- * is smallest, and of those the one with the fewest cells. */
+ * is smallest, of those the one with the fewest cells, and of those the
+ * one that splits the rows least: every row part copies the B strips of
+ * its columns for itself, so a split of the rows copies B again. */
 static void gemm_grid(struct gemm_job *jb, int threads)
 {
     int rows = (jb->M + jb->rtile - 1) / jb->rtile, tiles = (jb->N + jb->width - 1) / jb->width;
@@ -448,7 +450,8 @@ static void gemm_grid(struct gemm_job *jb, int threads)
     for (int pc = 1; pc <= threads && pc <= tiles; pc++)
         for (int pr = 1; pr * pc <= threads && pr <= rows; pr++) {
             long cell = (long)((tiles + pc - 1) / pc) * ((rows + pr - 1) / pr);
-            if (best < 0 || cell < best || (cell == best && pr * pc < jb->pr * jb->pc)) {
+            if (best < 0 || cell < best || (cell == best && pr * pc < jb->pr * jb->pc) ||
+                (cell == best && pr * pc == jb->pr * jb->pc && pr < jb->pr)) {
                 best = cell;
                 jb->pr = pr;
                 jb->pc = pc;
