@@ -32,19 +32,6 @@ void *gpu_scratch(struct gpu_ctx *c, size_t bytes)
     return c->scratch;
 }
 
-void *gpu_fuse_scratch(struct gpu_ctx *c, size_t bytes)
-{
-    struct gpu_lane *l = &c->lane[c->cur];
-    if (bytes <= l->fuse_bytes)
-        return l->fuse;
-    GPU_CHECK(cudaStreamSynchronize(c->stream));
-    if (l->fuse)
-        GPU_CHECK(cudaFree(l->fuse));
-    GPU_CHECK(cudaMalloc(&l->fuse, bytes));
-    l->fuse_bytes = bytes;
-    return l->fuse;
-}
-
 /* ---- Adam's per-step bias corrections ---- */
 
 static int gpu_adam_index(struct gpu_ctx *c, float b1, float b2)
@@ -249,12 +236,10 @@ static int gpu_schedule(struct gpu_ctx *c, const struct graph *g)
             continue;
         }
         double ready = 0;
-        for (int m = 0; m < (nmem > 0 ? nmem : 1); m++) {
-            const struct node *md = nmem > 0 ? &g->nodes[mem[m]] : nd;
-            for (int q = 0; q < md->ninputs; q++)
-                if (c->lane_of[md->inputs[q]] >= 0 && fin[md->inputs[q]] > ready)
-                    ready = fin[md->inputs[q]];
-        }
+        int rd[GPU_MAX_READS], nr = gpu_dnn_reads(c, g, i, rd);
+        for (int q = 0; q < nr; q++)
+            if (c->lane_of[rd[q]] >= 0 && fin[rd[q]] > ready)
+                ready = fin[rd[q]];
         int best = 0, bchain = 0;
         double bstart = 0;
         for (int k = 0; k < c->nlanes; k++) {
@@ -277,16 +262,10 @@ static int gpu_schedule(struct gpu_ctx *c, const struct graph *g)
     }
     free(fin);
     for (int i = 0; i < n; i++) {
-        const int *mem = NULL;
-        int nmem = gpu_dnn_group_of(c, i, &mem);
-        for (int m = 0; m < (nmem > 0 ? nmem : 1); m++) {
-            const struct node *nd = &g->nodes[nmem > 0 ? mem[m] : i];
-            for (int q = 0; q < nd->ninputs && c->lane_of[i] >= 0; q++) {
-                int p = nd->inputs[q];
-                if (c->lane_of[p] >= 0 && c->lane_of[p] != c->lane_of[i])
-                    c->evneed[p] = 1;
-            }
-        }
+        int rd[GPU_MAX_READS], nr = c->lane_of[i] >= 0 ? gpu_dnn_reads(c, g, i, rd) : 0;
+        for (int q = 0; q < nr; q++)
+            if (c->lane_of[rd[q]] >= 0 && c->lane_of[rd[q]] != c->lane_of[i])
+                c->evneed[rd[q]] = 1;
     }
     cudaError_t e;
     for (int i = 0; i < n; i++)
@@ -345,17 +324,10 @@ static void gpu_op_enter(void *ctx, const struct graph *g, int i)
         c->forked = 1;
     }
     int k = c->lane_of[i];
-    /* the inputs of every member of i's group: any member may compute them all */
-    const int *mem = NULL;
-    int nmem = gpu_dnn_group_of(c, i, &mem);
-    for (int m = 0; m < (nmem > 0 ? nmem : 1); m++) {
-        const struct node *nd = &g->nodes[nmem > 0 ? mem[m] : i];
-        for (int q = 0; q < nd->ninputs; q++) {
-            int p = nd->inputs[q];
-            if (c->lane_of[p] >= 0 && c->lane_of[p] != k)
-                GPU_CHECK(cudaStreamWaitEvent(c->lane[k].stream, c->ev[p], 0));
-        }
-    }
+    int rd[GPU_MAX_READS], nr = gpu_dnn_reads(c, g, i, rd);
+    for (int q = 0; q < nr; q++)
+        if (c->lane_of[rd[q]] >= 0 && c->lane_of[rd[q]] != k)
+            GPU_CHECK(cudaStreamWaitEvent(c->lane[k].stream, c->ev[rd[q]], 0));
     gpu_lane_use(c, k);
 }
 

@@ -177,6 +177,11 @@ const char *gpu_dnn_op_algorithm(struct gpu_ctx *c, const struct graph *g, int i
  * which computes them all (gpu_dnn_fuse.cu): how many (0 when i is in no
  * group, or on the cuda backend), with *mem set to their node indices. */
 int gpu_dnn_group_of(const struct gpu_ctx *c, int i, const int **mem);
+/* The nodes op node i reads, into out (GPU_MAX_READS entries): its inputs,
+ * or for a member of such a group the inputs of every member (the one
+ * that runs computes them all); how many. */
+#define GPU_MAX_READS (8 * OP_MAX_INPUTS)
+int gpu_dnn_reads(const struct gpu_ctx *c, const struct graph *g, int i, int *out);
 
 /* gpu_green.cu: c->tstream made in a green context of at least sms SMs
  * (c->tgreen, c->trace_sms set): 0; -1, with one line on stderr, when the

@@ -142,12 +142,18 @@ static cudnnTensorDescriptor_t dnn_tensor_of(struct gpu_dnn_plan *p, const struc
  * the inputs to 10-bit mantissas: not op.h's float32 products. A ranking
  * entry that reports a tensor-op math type is skipped (dnn_math_ok). */
 int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
-                         uint32_t k, uint32_t r, uint32_t s)
+                  uint32_t k, uint32_t r, uint32_t s)
+{
+    return dnn_conv_find_grouped(p, n, c, h, w, k, r, s, 1);
+}
+
+int dnn_conv_find_grouped(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
+                          uint32_t k, uint32_t r, uint32_t s, uint32_t groups)
 {
     for (int i = 0; i < p->nconv; i++) {
         const struct gpu_dnn_conv *cv = &p->conv[i];
         if (cv->n == n && cv->c == c && cv->h == h && cv->w == w && cv->k == k && cv->r == r &&
-            cv->s == s)
+            cv->s == s && cv->groups == groups)
             return i;
     }
     DT_ASSERT(r % 2 == 1 && s % 2 == 1, "cudnn: conv kernel %ux%u is not odd", r, s);
@@ -159,17 +165,22 @@ int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, ui
     struct gpu_dnn_conv *cv = &p->conv[p->nconv];
     memset(cv, 0, sizeof *cv);
     cv->n = n, cv->c = c, cv->h = h, cv->w = w, cv->k = k, cv->r = r, cv->s = s;
+    cv->groups = groups;
+    DT_ASSERT(groups >= 1 && c % groups == 0 && k % groups == 0, "cudnn: %u groups of %u and %u channels",
+              groups, c, k);
     for (int d = 0; d < DNN_NDIR; d++)
         cv->algo[d] = -1;
     cv->x = dnn_tensor(p, n, c, h, w);
     cv->y = dnn_tensor(p, n, k, h, w);
     GPU_DNN(cudnnCreateFilterDescriptor(&cv->f));
-    GPU_DNN(cudnnSetFilter4dDescriptor(cv->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)k, (int)c,
+    GPU_DNN(cudnnSetFilter4dDescriptor(cv->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)k, (int)(c / groups),
                                        (int)r, (int)s));
     GPU_DNN(cudnnCreateConvolutionDescriptor(&cv->conv));
     GPU_DNN(cudnnSetConvolution2dDescriptor(cv->conv, (int)(r / 2), (int)(s / 2), 1, 1, 1, 1,
                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     GPU_DNN(cudnnSetConvolutionMathType(cv->conv, CUDNN_FMA_MATH));
+    if (groups > 1)
+        GPU_DNN(cudnnSetConvolutionGroupCount(cv->conv, (int)groups));
     int on, oc, oh, ow;
     GPU_DNN(cudnnGetConvolution2dForwardOutputDim(cv->conv, cv->x, cv->f, &on, &oc, &oh, &ow));
     DT_ASSERT(on == (int)n && oc == (int)k && oh == (int)h && ow == (int)w,
@@ -180,7 +191,9 @@ int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, ui
 
 void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv)
 {
-    snprintf(buf, size, "%ux%ux%ux%u k%u %ux%u", cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s);
+    int k = snprintf(buf, size, "%ux%ux%ux%u k%u %ux%u", cv->n, cv->c, cv->h, cv->w, cv->k, cv->r, cv->s);
+    if (cv->groups > 1 && k >= 0 && (size_t)k < size)
+        snprintf(buf + k, size - (size_t)k, " g%u", cv->groups);
 }
 
 /* ---- convolution calls, one switch per direction ------------------------------ */
@@ -463,6 +476,7 @@ static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
         cv->algo[d] = k->algo;
         cv->ws[d] = ws;
         cv->det[d] = k->det == CUDNN_DETERMINISTIC && !dnn_algo_documented_nondet(d, k->algo);
+        cv->time[d] = timed ? k->time : 0;
         return DT_OK;
     }
     dt_error_set("--cudnn-algo %s: cuDNN offers no %s%s algorithm for %s within a %zu MiB workspace "
@@ -499,7 +513,7 @@ static int dnn_conv_plan(struct gpu_ctx *c, struct gpu_dnn_conv *cv)
 {
     struct dnn_trial t = {NULL, NULL, NULL};
     size_t nx = (size_t)cv->n * cv->c * cv->h * cv->w, ny = (size_t)cv->n * cv->k * cv->h * cv->w,
-           nf = (size_t)cv->k * cv->c * cv->r * cv->s;
+           nf = (size_t)cv->k * (cv->c / cv->groups) * cv->r * cv->s;
     int rc = DT_OK;
     cudaError_t e;
     if ((e = cudaMalloc(&t.x, nx * sizeof(float))) != cudaSuccess ||
@@ -652,6 +666,7 @@ int gpu_dnn_prepare(struct gpu_ctx *c, const struct graph *g)
             if (p->conv[i].used[d] && p->conv[i].ws[d] > p->ws_max)
                 p->ws_max = p->conv[i].ws[d];
     }
+    dnn_fuse_prune(c, p);
     gpu_scratch(c, p->ws_max); /* now, not during the first step */
     return DT_OK;
 }
@@ -694,13 +709,14 @@ void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg)
                              dnn_algo_name((enum dnn_dir)d, cv->algo[d]), cv->det[d] ? "det" : "nondet");
     }
     trace_config_set(cfg, "cudnn_algos", b.n ? b.s : p ? "none (no convolutions)" : "none (not prepared)");
-    int nfwd = 0, nbwd = 0;
+    int nset[DNN_NDIR] = {0, 0, 0};
     for (int i = 0; p && i < p->ngroup; i++)
-        (p->group[i].d == DNN_FWD ? nfwd : nbwd)++;
-    trace_config_setf(cfg, "cudnn_grouped", "%d forward and %d filter-gradient sets of convolutions that "
-                      "share an input, each run as one convolution of their stacked filters%s",
-                      nfwd, nbwd, getenv("DIVTRACE_CUDNN_FUSE") && !strcmp(getenv("DIVTRACE_CUDNN_FUSE"), "0")
-                                      ? " (off: DIVTRACE_CUDNN_FUSE=0)" : "");
+        nset[p->group[i].d] += p->group[i].nmem > 0;
+    trace_config_setf(cfg, "cudnn_grouped", "%d forward, %d filter-gradient and %d data-gradient sets of "
+                      "convolutions, each run as one call%s", nset[DNN_FWD], nset[DNN_BWD_FILTER],
+                      nset[DNN_BWD_DATA],
+                      getenv("DIVTRACE_CUDNN_FUSE") && !strcmp(getenv("DIVTRACE_CUDNN_FUSE"), "0")
+                          ? " (off: DIVTRACE_CUDNN_FUSE=0)" : "");
     free(b.s);
     trace_config_set(cfg, "cudnn_math", "CUDNN_FMA_MATH (float32 FMA kernels only: no TF32)");
     trace_config_set(cfg, "cudnn_pool_fwd", "cudnn (CUDNN_POOLING_MAX_DETERMINISTIC, NaN propagated)");

@@ -15,6 +15,7 @@ const char *dnn_algo_name(enum dnn_dir d, int algo);
  * graph uses. */
 struct gpu_dnn_conv {
     uint32_t n, c, h, w, k, r, s;
+    uint32_t groups;                    /* 1, or cuDNN's group count: C and K split in as many parts */
     cudnnTensorDescriptor_t x, y;       /* (N,C,H,W), (N,K,H,W): owned by the tensor list */
     cudnnFilterDescriptor_t f;          /* (K,C,R,S) */
     cudnnConvolutionDescriptor_t conv;
@@ -22,6 +23,7 @@ struct gpu_dnn_conv {
     int algo[DNN_NDIR];
     size_t ws[DNN_NDIR];                /* workspace bytes of the chosen algorithm */
     int det[DNN_NDIR];                  /* cuDNN reports the choice deterministic */
+    float time[DNN_NDIR];               /* fastest: cuDNN's measured ms of the choice; else 0 */
 };
 
 /* A 4-d NCHW float tensor descriptor, shared by every node of its shape. */
@@ -47,8 +49,8 @@ struct gpu_dnn_node {
  * member, so the first member's kernel can compute them all. */
 #define DNN_GROUP_MAX 8
 struct gpu_dnn_group {
-    enum dnn_dir d;                     /* DNN_FWD or DNN_BWD_FILTER */
-    int nmem;
+    enum dnn_dir d;
+    int nmem;                           /* 0: a set dissolved by dnn_fuse_prune */
     int mem[DNN_GROUP_MAX];             /* node indices in graph order */
     uint64_t dist[DNN_GROUP_MAX];       /* op nodes after mem[0] up to mem[k] */
     int conv;                           /* the stacked convolution */
@@ -79,6 +81,10 @@ struct gpu_dnn_plan {
 /* The convolution of shape (N,C,H,W) * (K,C,R,S) in p's list, made on first use. */
 int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
                   uint32_t k, uint32_t r, uint32_t s);
+/* The same with cuDNN's group count: C and K are the totals, each group
+ * sums over C / groups input channels into K / groups output channels. */
+int dnn_conv_find_grouped(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
+                          uint32_t k, uint32_t r, uint32_t s, uint32_t groups);
 /* "NxCxHxW kK RxS" */
 void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv);
 /* One convolution with algorithm algo (see gpu_dnn.cu); the status. */
@@ -93,6 +99,10 @@ int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det
  * shapes used; members keep their own shapes for a pass in which they must
  * run alone. */
 void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph *g);
+/* Fastest mode, after every algorithm is chosen: the sets whose stacked
+ * call cuDNN timed no faster than its members' calls run as separate
+ * calls again. */
+void dnn_fuse_prune(struct gpu_ctx *c, struct gpu_dnn_plan *p);
 /* Node nd (member k of group gr) in the current pass: 1 when its output is
  * computed (by this call, with the members after it, or by an earlier
  * member's), 0 when it must run alone (st->bufs missing). */

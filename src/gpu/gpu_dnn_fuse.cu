@@ -9,13 +9,21 @@
  * still its own node, hashed and checked as before. Every output element is
  * the same sum of products as the member's own convolution would make,
  * summed in the order of the stacked convolution's algorithm (one algorithm,
- * chosen for the stacked shape by --cudnn-algo like any other); the
- * backward data gradients are not grouped, since each is a node of its own
- * that a grouped call would sum into one. */
+ * chosen for the stacked shape by --cudnn-algo like any other). The data
+ * gradients of such a set are one convolution too in the fastest mode, as
+ * cuDNN's grouped convolution (group count nmem: each member's gradient is
+ * its own sum, never added to another's), and there every set is kept only
+ * where cuDNN's timing of the one call beats its members' calls. The
+ * deterministic mode times nothing (its choices are the same every run);
+ * it groups the forward and filter-gradient sets, not the data gradients,
+ * whose grouped form cuDNN's heuristics made slower on the H200. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu_dnn.h"
+
+/* How far after the first data gradient of a set the others may lie. */
+#define FUSE_WINDOW 64
 
 /* Whether every input of node j is a leaf or made before node i. */
 static int fuse_ready(const struct graph *g, int j, int i)
@@ -30,13 +38,15 @@ static int fuse_ready(const struct graph *g, int j, int i)
     return 1;
 }
 
-/* Whether nodes a and b (same type, same x) have the same shapes. */
+/* Whether nodes a and b (of one type) have inputs of the same shapes. */
 static int fuse_same(const struct graph *g, int a, int b)
 {
     const struct node *na = &g->nodes[a], *nb = &g->nodes[b];
-    const struct node *wa = &g->nodes[na->inputs[1]], *wb = &g->nodes[nb->inputs[1]];
-    if (wa->ndim != 4 || wb->ndim != 4 || memcmp(wa->shape, wb->shape, 4 * sizeof wa->shape[0]) != 0)
-        return 0;
+    for (int q = 0; q < 2; q++) {
+        const struct node *wa = &g->nodes[na->inputs[q]], *wb = &g->nodes[nb->inputs[q]];
+        if (wa->ndim != 4 || wb->ndim != 4 || memcmp(wa->shape, wb->shape, 4 * sizeof wa->shape[0]) != 0)
+            return 0;
+    }
     return na->type != OP_CONV2D_BWD_FILTER || (na->p.conv.r == nb->p.conv.r && na->p.conv.s == nb->p.conv.s);
 }
 
@@ -57,7 +67,9 @@ static int fuse_cmp(const void *pa, const void *pb)
 static int fuse_add(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph *g, struct gpu_dnn_group *gr)
 {
     const struct gpu_dnn_conv cv = p->conv[p->node[gr->mem[0]].conv]; /* a copy: find may move the list */
-    int ci = dnn_conv_find(p, cv.n, cv.c, cv.h, cv.w, cv.k * (uint32_t)gr->nmem, cv.r, cv.s);
+    uint32_t m = (uint32_t)gr->nmem;
+    int ci = gr->d == DNN_BWD_DATA ? dnn_conv_find_grouped(p, cv.n, cv.c * m, cv.h, cv.w, cv.k * m, cv.r, cv.s, m)
+                                   : dnn_conv_find(p, cv.n, cv.c, cv.h, cv.w, cv.k * m, cv.r, cv.s);
     if (c->algos) {
         char shape[96];
         int det;
@@ -76,7 +88,8 @@ static int fuse_add(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct grap
             gr->dist[k++] = ops;
     }
     size_t filt = (size_t)cv.k * cv.c * cv.r * cv.s, chans = (size_t)cv.n * cv.k * cv.h * cv.w;
-    size_t bytes = (size_t)gr->nmem * (filt + chans) * sizeof(float);
+    size_t dx = gr->d == DNN_BWD_DATA ? (size_t)cv.n * cv.c * cv.h * cv.w : 0;
+    size_t bytes = (size_t)gr->nmem * (filt + chans + dx) * sizeof(float);
     if (bytes > p->fuse_max)
         p->fuse_max = bytes;
     p->group = (struct gpu_dnn_group *)dt_realloc(p->group, (size_t)(p->ngroup + 1) * sizeof *p->group);
@@ -96,6 +109,24 @@ void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph
     for (int i = 0; i < g->n; i++)
         if ((g->nodes[i].type == OP_CONV2D || g->nodes[i].type == OP_CONV2D_BWD_FILTER) && p->node[i].conv >= 0)
             cand[nc++] = i;
+    /* data gradients (fastest mode, or a replay that recorded them grouped):
+     * same shapes, inputs made before the first, within a short window */
+    int all = env && strcmp(env, "all") == 0;
+    if (c->algo_mode == GPU_ALGO_FASTEST || c->algos || all)
+        for (int i = 0; i < g->n; i++) {
+            if (g->nodes[i].type != OP_CONV2D_BWD_DATA || p->node[i].conv < 0 || p->node[i].group >= 0)
+                continue;
+            struct gpu_dnn_group gr;
+            memset(&gr, 0, sizeof gr);
+            gr.d = DNN_BWD_DATA;
+            gr.mem[gr.nmem++] = i;
+            for (int j = i + 1; j < g->n && j <= i + FUSE_WINDOW && gr.nmem < DNN_GROUP_MAX; j++)
+                if (g->nodes[j].type == OP_CONV2D_BWD_DATA && p->node[j].conv == p->node[i].conv &&
+                    p->node[j].group < 0 && fuse_same(g, i, j) && fuse_ready(g, j, i))
+                    gr.mem[gr.nmem++] = j;
+            if (gr.nmem >= 2)
+                fuse_add(c, p, g, &gr);
+        }
     fuse_sort_g = g;
     qsort(cand, (size_t)nc, sizeof *cand, fuse_cmp);
     for (int a = 0; a < nc;) {
@@ -122,6 +153,78 @@ void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph
     free(cand);
 }
 
+/* The direction of convolution node j, or -1. */
+static int dnn_node_dir(const struct graph *g, int j)
+{
+    switch (g->nodes[j].type) {
+    case OP_CONV2D: return DNN_FWD;
+    case OP_CONV2D_BWD_DATA: return DNN_BWD_DATA;
+    case OP_CONV2D_BWD_FILTER: return DNN_BWD_FILTER;
+    default: return -1;
+    }
+}
+
+void dnn_fuse_prune(struct gpu_ctx *c, struct gpu_dnn_plan *p)
+{
+    const char *env = getenv("DIVTRACE_CUDNN_FUSE");
+    if (c->algo_mode != GPU_ALGO_FASTEST || c->algos || (env && strcmp(env, "all") == 0))
+        return;
+    int cut = 0;
+    for (int i = 0; i < p->ngroup; i++) {
+        struct gpu_dnn_group *gr = &p->group[i];
+        float one = p->conv[p->node[gr->mem[0]].conv].time[gr->d];
+        if (gr->nmem == 0 || p->conv[gr->conv].time[gr->d] < (float)gr->nmem * one)
+            continue;
+        for (int k = 0; k < gr->nmem; k++)
+            p->node[gr->mem[k]].group = -1;
+        gr->nmem = 0;
+        cut = 1;
+    }
+    if (!cut)
+        return;
+    /* a stacked shape no kept set and no node of its own uses is not
+     * listed in the header, so that a replay does not group it either */
+    for (int i = 0; i < p->ngroup; i++) {
+        const struct gpu_dnn_group *gr = &p->group[i];
+        if (gr->nmem > 0)
+            continue;
+        int keep = 0;
+        for (int j = 0; j < p->ngroup && !keep; j++)
+            keep = p->group[j].nmem > 0 && p->group[j].conv == gr->conv && p->group[j].d == gr->d;
+        for (int j = 0; j < p->n && !keep; j++)
+            keep = p->node[j].conv == gr->conv && dnn_node_dir(p->g, j) == (int)gr->d;
+        if (!keep)
+            p->conv[gr->conv].used[gr->d] = 0;
+    }
+}
+
+void *gpu_fuse_scratch(struct gpu_ctx *c, size_t bytes)
+{
+    struct gpu_lane *l = &c->lane[c->cur];
+    if (bytes <= l->fuse_bytes)
+        return l->fuse;
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    if (l->fuse)
+        GPU_CHECK(cudaFree(l->fuse));
+    GPU_CHECK(cudaMalloc(&l->fuse, bytes));
+    l->fuse_bytes = bytes;
+    return l->fuse;
+}
+
+static_assert(DNN_GROUP_MAX * OP_MAX_INPUTS <= GPU_MAX_READS, "gpu.h's GPU_MAX_READS is too small");
+
+int gpu_dnn_reads(const struct gpu_ctx *c, const struct graph *g, int i, int *out)
+{
+    const int *mem = NULL;
+    int nmem = gpu_dnn_group_of(c, i, &mem), n = 0;
+    for (int m = 0; m < (nmem > 0 ? nmem : 1); m++) {
+        const struct node *nd = &g->nodes[nmem > 0 ? mem[m] : i];
+        for (int q = 0; q < nd->ninputs; q++)
+            out[n++] = nd->inputs[q];
+    }
+    return n;
+}
+
 int gpu_dnn_group_of(const struct gpu_ctx *c, int i, const int **mem)
 {
     const struct gpu_dnn_plan *p = c->plan;
@@ -142,7 +245,7 @@ static void fuse_run(struct gpu_ctx *c, const struct graph *g, const struct gpu_
     const struct gpu_dnn_plan *p = c->plan;
     const struct gpu_dnn_conv *cv = &p->conv[gr->conv];
     size_t m = (size_t)gr->nmem, k = cv->k / m;
-    size_t filt = k * cv->c * cv->r * cv->s; /* one member's filter, floats */
+    size_t filt = k * (cv->c / cv->groups) * cv->r * cv->s; /* one member's filter, floats */
     size_t chans = k * cv->h * cv->w;        /* one member's channels of one batch item */
     float *stk = (float *)gpu_fuse_scratch(c, p->fuse_max);
     float *f = stk, *y = stk + m * filt;
@@ -156,6 +259,20 @@ static void fuse_run(struct gpu_ctx *c, const struct graph *g, const struct gpu_
         GPU_DNN(dnn_conv_call(c, cv, DNN_FWD, cv->algo[DNN_FWD], ws, cv->ws[DNN_FWD], x, f, y));
         for (size_t j = (size_t)from; j < m; j++)
             GPU_CHECK(cudaMemcpy2DAsync(bufs[gr->mem[j]], cb, y + j * chans, m * cb, cb, cv->n,
+                                        cudaMemcpyDeviceToDevice, c->stream));
+    } else if (gr->d == DNN_BWD_DATA) {
+        /* groups: filter (m K, C, R, S), dy (N, m K, H, W) -> dx (N, m C, H, W) */
+        size_t xchans = cv->c / m * cv->h * cv->w, xb = xchans * sizeof(float);
+        float *dx = y + (size_t)cv->n * m * chans;
+        for (size_t j = 0; j < m; j++) {
+            const struct node *nd = &g->nodes[gr->mem[j]];
+            GPU_CHECK(cudaMemcpyAsync(f + j * filt, bufs[nd->inputs[1]], fb, cudaMemcpyDeviceToDevice, c->stream));
+            GPU_CHECK(cudaMemcpy2DAsync(y + j * chans, m * cb, bufs[nd->inputs[0]], cb, cb, cv->n,
+                                        cudaMemcpyDeviceToDevice, c->stream));
+        }
+        GPU_DNN(dnn_conv_call(c, cv, DNN_BWD_DATA, cv->algo[DNN_BWD_DATA], ws, cv->ws[DNN_BWD_DATA], y, f, dx));
+        for (size_t j = (size_t)from; j < m; j++)
+            GPU_CHECK(cudaMemcpy2DAsync(bufs[gr->mem[j]], xb, dx + j * xchans, m * xb, xb, cv->n,
                                         cudaMemcpyDeviceToDevice, c->stream));
     } else {
         for (size_t j = 0; j < m; j++)
