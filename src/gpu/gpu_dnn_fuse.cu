@@ -50,16 +50,20 @@ static int fuse_same(const struct graph *g, int a, int b)
     return na->type != OP_CONV2D_BWD_FILTER || (na->p.conv.r == nb->p.conv.r && na->p.conv.s == nb->p.conv.s);
 }
 
-/* Candidates sorted by (x, type, index), so that each run shares its x. */
-static const struct graph *fuse_sort_g;
+/* A candidate's sort key: (x, type, index), so that each run shares its x.
+ * The key carries what the comparison reads (no graph pointer beside qsort:
+ * two contexts may plan at once). */
+struct fuse_key {
+    int x, type, i;
+};
 static int fuse_cmp(const void *pa, const void *pb)
 {
-    const struct node *a = &fuse_sort_g->nodes[*(const int *)pa], *b = &fuse_sort_g->nodes[*(const int *)pb];
-    if (a->inputs[0] != b->inputs[0])
-        return a->inputs[0] < b->inputs[0] ? -1 : 1;
+    const struct fuse_key *a = (const struct fuse_key *)pa, *b = (const struct fuse_key *)pb;
+    if (a->x != b->x)
+        return a->x < b->x ? -1 : 1;
     if (a->type != b->type)
         return a->type < b->type ? -1 : 1;
-    return *(const int *)pa < *(const int *)pb ? -1 : *(const int *)pa > *(const int *)pb;
+    return a->i < b->i ? -1 : a->i > b->i;
 }
 
 /* Make a group of the leader `lead` and the members mem[1..nmem-1]; 0, or
@@ -127,8 +131,16 @@ void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph
             if (gr.nmem >= 2)
                 fuse_add(c, p, g, &gr);
         }
-    fuse_sort_g = g;
-    qsort(cand, (size_t)nc, sizeof *cand, fuse_cmp);
+    struct fuse_key *key = (struct fuse_key *)dt_calloc((size_t)(nc ? nc : 1), sizeof *key);
+    for (int k = 0; k < nc; k++) {
+        key[k].x = g->nodes[cand[k]].inputs[0];
+        key[k].type = (int)g->nodes[cand[k]].type;
+        key[k].i = cand[k];
+    }
+    qsort(key, (size_t)nc, sizeof *key, fuse_cmp);
+    for (int k = 0; k < nc; k++)
+        cand[k] = key[k].i;
+    free(key);
     for (int a = 0; a < nc;) {
         int b = a;
         while (b < nc && g->nodes[cand[b]].inputs[0] == g->nodes[cand[a]].inputs[0] &&
