@@ -183,6 +183,24 @@ int gpu_dnn_group_of(const struct gpu_ctx *c, int i, const int **mem);
 #define GPU_MAX_READS (8 * OP_MAX_INPUTS)
 int gpu_dnn_reads(const struct gpu_ctx *c, const struct graph *g, int i, int *out);
 
+/* gpu_lanes.cu: the step's ops on several streams. gpu_schedule: the lane
+ * of every op node of g, the lanes it needs made, an event for every op
+ * with a consumer on another lane (0, or -1 with dt_error set);
+ * gpu_lanes_free undoes it. gpu_op_enter / gpu_op_leave: backend.h's hooks
+ * around op i (fork at the step's first op, wait for inputs made on other
+ * lanes, switch lanes; record i's event). gpu_lanes_settle: wait for every
+ * lane (a host access in mid-step); gpu_lanes_join: lane 0 waits for the
+ * others' work of the step. gpu_blas_config: cuBLAS as every lane runs it;
+ * gpu_lane_destroy: whatever parts of a lane exist. */
+int gpu_schedule(struct gpu_ctx *c, const struct graph *g);
+void gpu_lanes_free(struct gpu_ctx *c);
+void gpu_op_enter(void *ctx, const struct graph *g, int i);
+void gpu_op_leave(void *ctx, const struct graph *g, int i);
+void gpu_lanes_settle(struct gpu_ctx *c);
+void gpu_lanes_join(struct gpu_ctx *c);
+void gpu_blas_config(cublasHandle_t h, cudaStream_t s, void *ws);
+void gpu_lane_destroy(struct gpu_lane *l);
+
 /* gpu_green.cu: c->tstream made in a green context of at least sms SMs
  * (c->tgreen, c->trace_sms set): 0; -1, with one line on stderr, when the
  * driver or device cannot (the caller makes an ordinary stream). */
