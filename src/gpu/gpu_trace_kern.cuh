@@ -60,6 +60,11 @@
 #ifndef GT_LEAF_BLOCKS_PER_SM
 #define GT_LEAF_BLOCKS_PER_SM 12
 #endif
+/* -DGT_LEAF_PIPE=1 (a measurement build): the batch's leaf kernel loads
+ * each block a block ahead (gt_leaf_mem's PIPE), as a lone warp does */
+#ifndef GT_LEAF_PIPE
+#define GT_LEAF_PIPE false
+#endif
 #ifndef GT_PREFETCH_BLOCKS
 #define GT_PREFETCH_BLOCKS 8 /* L2 prefetch distance of a leaf's loads, in 1 KiB blocks */
 #endif
@@ -173,44 +178,66 @@ static __device__ __forceinline__ void gt_prefetch(const void *p)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-/* A full, 16-byte aligned leaf: hash and statistics in one pass. m: the
- * lane's sign words for this leaf; ahead: the bytes of the buffer from x
- * on, the bound of the prefetches, which run GT_PREFETCH_BLOCKS blocks
- * ahead of the loads (into the next leaf near the end): the warp's own
- * registers only cover the block it works on. */
+/* The lane's two 16-byte units of 1 KiB block k (0..15) of a full,
+ * 16-byte aligned leaf at x, read from memory: units 16 lane and 512 +
+ * 16 lane of the block. m: the lane's sign words for this leaf; ahead: the
+ * bytes of the buffer from x on, the bound of the prefetches, which run
+ * GT_PREFETCH_BLOCKS blocks ahead of the loads (into the next leaf near
+ * the end): the warp's own registers only cover the block it works on.
+ * PIPE: each block's loads are issued a block ahead, into registers of
+ * their own; the same values in the same order (a lone warp, as in a
+ * single tensor's record, then waits less; the batch kernel has no
+ * registers to spare for it). */
 template <bool PIPE>
-static __device__ __forceinline__ uint64_t gt_leaf_full(const struct gh_lane *c, const float *x,
-                                                        size_t ahead, const uint32_t m[4],
-                                                        struct gh_lstats *st)
-{
-    const uint4 *v = (const uint4 *)x + c->lane;
-    uint64_t a = gh_init_acc(2 * c->q), b = gh_init_acc(2 * c->q + 1);
-    /* PIPE: each block's loads are issued a block ahead, into registers of
-     * their own; the same arithmetic in the same order (a lone warp, as in
-     * a single tensor's record, then waits less; the batch kernel has no
-     * registers to spare for it) */
+struct gt_leaf_mem {
+    const uint4 *v;
+    const float *x;
+    size_t ahead;
+    int lane;
     uint4 n0, n1;
-    if (PIPE) {
-        n0 = __ldcs(v);
-        n1 = __ldcs(v + 32);
-    }
-#pragma unroll
-    for (int k = 0; k < 16; k++) {
-        size_t pf = GH_BLOCK * (size_t)(k + GT_PREFETCH_BLOCKS) + 128 * (size_t)c->lane;
-        if (GT_PREFETCH_BLOCKS > 0 && c->lane < 8 && pf < ahead)
-            gt_prefetch((const char *)x + pf);
-        uint4 c0, c1;
+    __device__ __forceinline__ gt_leaf_mem(const float *x_, size_t ahead_, int lane_)
+        : v((const uint4 *)x_ + lane_), x(x_), ahead(ahead_), lane(lane_)
+    {
         if (PIPE) {
-            c0 = n0;
-            c1 = n1;
+            n0 = __ldcs(v);
+            n1 = __ldcs(v + 32);
+        }
+    }
+    __device__ __forceinline__ void operator()(int k, uint4 *c0, uint4 *c1)
+    {
+        size_t pf = GH_BLOCK * (size_t)(k + GT_PREFETCH_BLOCKS) + 128 * (size_t)lane;
+        if (GT_PREFETCH_BLOCKS > 0 && lane < 8 && pf < ahead)
+            gt_prefetch((const char *)x + pf);
+        if (PIPE) {
+            *c0 = n0;
+            *c1 = n1;
             if (k < 15) {
                 n0 = __ldcs(v + 64 * (k + 1));
                 n1 = __ldcs(v + 64 * (k + 1) + 32);
             }
         } else {
-            c0 = __ldcs(v + 64 * k);
-            c1 = __ldcs(v + 64 * k + 32);
+            *c0 = __ldcs(v + 64 * k);
+            *c1 = __ldcs(v + 64 * k + 32);
         }
+    }
+};
+
+/* A full leaf (4096 floats) whose values src gives, block by block
+ * (src(k, &c0, &c1): the lane's units 16 lane and 512 + 16 lane of 1 KiB
+ * block k, as gt_leaf_mem reads them): hash and statistics in one pass.
+ * The source may read them (the trace) or compute them (a kernel that
+ * writes a buffer and hashes it as it goes); the digest and the
+ * statistics are the same for the same values. m: the lane's sign words
+ * for this leaf. */
+template <class S>
+static __device__ __forceinline__ uint64_t gt_leaf_full(const struct gh_lane *c, S &src, const uint32_t m[4],
+                                                        struct gh_lstats *st)
+{
+    uint64_t a = gh_init_acc(2 * c->q), b = gh_init_acc(2 * c->q + 1);
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        uint4 c0, c1;
+        src(k, &c0, &c1);
         uint64_t pa = 0, pb = 0;
         if (k < 15)
             gh_lane_block(c, gt_w(c0.x, c0.y), gt_w(c0.z, c0.w), gt_w(c1.x, c1.y), gt_w(c1.z, c1.w),
@@ -278,6 +305,22 @@ static __device__ void gt_lstats_reduce(struct gh_lstats *s)
             s->sk[e] += __shfl_xor_sync(GT_FULL, s->sk[e], m);
 }
 
+/* A tile's statistics, the warp's lanes' sums combined, into *o. */
+static __device__ __forceinline__ void gt_tile_store(struct gh_lstats *st, struct gt_part *o, int lane)
+{
+    gt_lstats_reduce(st);
+    if (lane == 0) {
+        o->sq = st->sq;
+        o->mn = st->mn;
+        o->mx = st->mx;
+        o->nan = st->nan;
+        o->inf = st->inf;
+    }
+    if (lane < 4)
+        for (int e = 0; e < 4; e++)
+            o->sk[4 * lane + e] = st->sk[e];
+}
+
 /* Tile g of buffer d by one warp: its leaf digests into dig, its
  * statistics into part[g]. */
 template <bool PIPE>
@@ -306,25 +349,17 @@ static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_par
         for (int r = 0; r < 4; r++)
             m[r] ^= f ^ flip;
         flip = f;
-        uint64_t h = left >= GT_LEAF_FLOATS && a16
-                         ? gt_leaf_full<PIPE>(&c, x, 4 * (size_t)left, m, &st)
-                         : gt_leaf_part(&c, x, left < GT_LEAF_FLOATS ? (uint32_t)left : GT_LEAF_FLOATS,
-                                        a16, m, &st);
+        uint64_t h;
+        if (left >= GT_LEAF_FLOATS && a16) {
+            gt_leaf_mem<PIPE> src(x, 4 * (size_t)left, lane);
+            h = gt_leaf_full(&c, src, m, &st);
+        } else {
+            h = gt_leaf_part(&c, x, left < GT_LEAF_FLOATS ? (uint32_t)left : GT_LEAF_FLOATS, a16, m, &st);
+        }
         if (lane == 0)
             out[i] = h;
     }
-    gt_lstats_reduce(&st);
-    struct gt_part *o = part + g;
-    if (lane == 0) {
-        o->sq = st.sq;
-        o->mn = st.mn;
-        o->mx = st.mx;
-        o->nan = st.nan;
-        o->inf = st.inf;
-    }
-    if (lane < 4)
-        for (int e = 0; e < 4; e++)
-            o->sk[4 * lane + e] = st.sk[e];
+    gt_tile_store(&st, part + g, lane);
 }
 
 /* LOOP: a capped grid (gpu_trace_set_caps), each warp taking tiles g,
@@ -341,7 +376,7 @@ gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
     uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
     if constexpr (!LOOP) {
         if (g < ntiles)
-            gt_leaf_tile<false>(dig, part, desc[tile_buf[g]], g, lane);
+            gt_leaf_tile<GT_LEAF_PIPE>(dig, part, desc[tile_buf[g]], g, lane);
     } else {
         for (uint32_t stride = (gridDim.x * GT_LEAF_THREADS) >> 5; g < ntiles; g += stride)
             gt_leaf_tile<false>(dig, part, desc[tile_buf[g]], g, lane);
