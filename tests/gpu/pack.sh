@@ -13,10 +13,11 @@ B=${1:-build}
 D=${2:-build-gpu}
 rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib" "$D/data"
-make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_profile \
+make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_fused_hash tests/bench/bench_gpu_profile \
     tests/gpu/test_gpu_trace tests/gpu/test_gpu_trace_paths tests/gpu/test_gpu_ops tests/gpu/test_gpu_dnn \
     tests/gpu/test_lib_gpu tests/bench/bench_lib_step tests/bench/bench_gemm tests/bench/bench_cpu_step >/dev/null
 cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" "$B/tests/bench/bench_gpu_profile" \
+    "$B/tests/bench/bench_gpu_fused_hash" \
     "$B/tests/gpu/test_gpu_trace" "$B/tests/gpu/test_gpu_trace_paths" "$B/tests/gpu/test_gpu_ops" \
     "$B/tests/gpu/test_gpu_dnn" "$B/tests/bench/bench_gemm" "$B/tests/bench/bench_cpu_step" "$D/bin/"
 # libdivtrace's GPU test and benchmark (linked -no-install: plain binaries) and the library

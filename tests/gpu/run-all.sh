@@ -294,10 +294,12 @@ fi
 # --- benchmarks (QUICK=1: short ones, no PyTorch)
 if [ "${QUICK:-0}" = 1 ]; then
     check bench_gpu_hash 0 -- "$P/bin/bench_gpu_hash" --quick
+    check bench_gpu_fused_hash 0 -- "$P/bin/bench_gpu_fused_hash" --quick
     check bench_gpu_step 0 -- "$P/bin/bench_gpu_step" --quick
     check bench_lib_step 0 -- "$P/bin/bench_lib_step" 500
 else
     check bench_gpu_hash 0 -- "$P/bin/bench_gpu_hash"
+    check bench_gpu_fused_hash 0 -- "$P/bin/bench_gpu_fused_hash"
     check bench_gpu_step 0 -- "$P/bin/bench_gpu_step"
     check bench_lib_step 0 -- "$P/bin/bench_lib_step"
     check torch_compare 0 -- sh "$P/torch_compare.sh" "$O/torch_compare.md"
