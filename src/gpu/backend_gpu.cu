@@ -225,6 +225,9 @@ static void gpu_free(void *ctx)
     struct gpu_lane own = {c->stream, c->blas, c->blas_ws, c->dnn_handle, c->scratch, c->scratch_bytes,
                            NULL, c->lane[0].fuse, c->lane[0].fuse_bytes};
     gpu_lane_destroy(&own);
+#ifdef DT_PROFILE_STEP
+    free(c->prof_skip);
+#endif
     free(c);
 }
 
@@ -534,8 +537,56 @@ static int gpu_step_begin(void *ctx, uint64_t step, int arr)
         GPU_CHECK(cudaStreamSynchronize(c->tstream));
     GPU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     c->capturing = arr;
+#ifdef DT_PROFILE_STEP
+    c->prof_nskip = 0;
+#endif
     return 0;
 }
+
+#ifdef DT_PROFILE_STEP
+void gpu_prof_elem(struct gpu_ctx *c, const struct node *nd, const void *out)
+{
+    static int on = -1;
+    if (on < 0)
+        on = getenv("DT_PROFILE_SKIP_ELEM") != NULL;
+    enum op_type t = nd->type;
+    if (!on || c->capturing < 0 || t == OP_SGD || t == OP_MOMENTUM || t == OP_ADAM_M || t == OP_ADAM_V ||
+        t == OP_ADAM_P)
+        return;
+    if (c->prof_nskip == c->prof_cap) {
+        c->prof_cap = c->prof_cap ? 2 * c->prof_cap : 256;
+        c->prof_skip = (const void **)dt_realloc(c->prof_skip, (size_t)c->prof_cap * sizeof *c->prof_skip);
+    }
+    c->prof_skip[c->prof_nskip++] = out;
+}
+
+/* The counts the captured step's trace hashes: its own, or with
+ * DT_PROFILE_SKIP_ELEM those of the buffers gpu_prof_elem saw as 0 (the
+ * bytes left out on stderr, once per arrangement). */
+static const size_t *gpu_prof_counts(struct gpu_ctx *c, int arr, size_t **tmp)
+{
+    *tmp = NULL;
+    if (!c->prof_nskip)
+        return c->tcounts[arr];
+    size_t *k = (size_t *)dt_calloc((size_t)c->tn[arr], sizeof *k);
+    double all = 0, left = 0;
+    for (int i = 0; i < c->tn[arr]; i++) {
+        k[i] = c->tcounts[arr][i];
+        all += 4.0 * (double)k[i];
+        for (int q = 0; q < c->prof_nskip; q++)
+            if (c->prof_skip[q] == (const void *)c->tbufs[arr][i]) {
+                left += 4.0 * (double)k[i];
+                k[i] = 0;
+                break;
+            }
+    }
+    fprintf(stderr, "profile: arrangement %d's trace leaves out %d own elementwise outputs, %.1f of %.1f MB\n",
+            arr, c->prof_nskip, left / 1e6, all / 1e6);
+    c->prof_nskip = 0;
+    *tmp = k;
+    return k;
+}
+#endif
 
 /* Behind the step on the stream: its trace graph on the trace stream
  * (when the step asked for its records), and the stream's wait for the
@@ -587,7 +638,16 @@ static void gpu_step_end(void *ctx, uint64_t step, int arr)
     if (c->tlaunch) {
         /* the step's records as a graph of their own, on the trace stream */
         GPU_CHECK(cudaStreamBeginCapture(c->tstream, cudaStreamCaptureModeThreadLocal));
-        int rc = gpu_trace_enqueue(c->gtrace[arr], c->tbufs[arr], c->tcounts[arr], c->tn[arr], 1);
+#ifdef DT_PROFILE_STEP
+        size_t *tmp;
+        const size_t *counts = gpu_prof_counts(c, arr, &tmp);
+#else
+        const size_t *counts = c->tcounts[arr];
+#endif
+        int rc = gpu_trace_enqueue(c->gtrace[arr], c->tbufs[arr], counts, c->tn[arr], 1);
+#ifdef DT_PROFILE_STEP
+        free(tmp);
+#endif
         e = cudaStreamEndCapture(c->tstream, &graph);
         DT_ASSERT(rc == 0 && e == cudaSuccess, "capturing step %llu's tracing as a CUDA graph: %s",
                   (unsigned long long)step, rc ? "scratch too small" : cudaGetErrorString(e));

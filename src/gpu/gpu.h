@@ -119,6 +119,15 @@ struct gpu_ctx {
      * earlier member computed it in this pass (gpu_dnn_fuse.cu) */
     uint64_t enters;
     int entered;
+#ifdef DT_PROFILE_STEP
+    /* DT_PROFILE_SKIP_ELEM (a measurement build): the outputs of the own
+     * elementwise and copying kernels of the step being captured, which
+     * its trace then hashes as empty: what hashing them inside those
+     * kernels could save at most (not the optimizer's, whose outputs
+     * the carry check compares with the leaves it hashes) */
+    const void **prof_skip;
+    int prof_nskip, prof_cap;
+#endif
 };
 
 /* A failed CUDA, cuBLAS or cuDNN call in a kernel wrapper cannot be handed
@@ -182,6 +191,13 @@ int gpu_dnn_group_of(const struct gpu_ctx *c, int i, const int **mem);
  * that runs computes them all); how many. */
 #define GPU_MAX_READS (8 * OP_MAX_INPUTS)
 int gpu_dnn_reads(const struct gpu_ctx *c, const struct graph *g, int i, int *out);
+
+#ifdef DT_PROFILE_STEP
+void gpu_prof_elem(struct gpu_ctx *c, const struct node *nd, const void *out);
+#define GPU_PROF_ELEM(c, nd, out) gpu_prof_elem(c, nd, out)
+#else
+#define GPU_PROF_ELEM(c, nd, out) (void)0
+#endif
 
 /* gpu_lanes.cu: the step's ops on several streams. gpu_schedule: the lane
  * of every op node of g, the lanes it needs made, an event for every op

@@ -72,6 +72,7 @@ static void gpu_ops_map1(void *ctx, const struct node *nd, backend_buf *out,
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_map1<F>, GPU_OPS_OUT, GPU_OPS_IN(0), nd->count, f);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 template <class F>
@@ -81,6 +82,7 @@ static void gpu_ops_map2(void *ctx, const struct node *nd, backend_buf *out,
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_map2<F>, GPU_OPS_OUT, GPU_OPS_IN(0), GPU_OPS_IN(1),
                    nd->count, f);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 template <class F>
@@ -90,6 +92,7 @@ static void gpu_ops_map3(void *ctx, const struct node *nd, backend_buf *out,
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_map3<F>, GPU_OPS_OUT, GPU_OPS_IN(0), GPU_OPS_IN(1),
                    GPU_OPS_IN(2), nd->count, f);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* 1 / (1 + exp(-x)). exp is taken in double and rounded once to float
@@ -285,6 +288,7 @@ static GPU_OP(gpu_ops_fill)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_fill, GPU_OPS_OUT, nd->p.fill.value, nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* out = (scale [* g]) (p - t), scale = (float)(2.0 / n) from the host, the
@@ -302,6 +306,7 @@ static GPU_OP(gpu_ops_mse_bwd)
     float scale = (float)(2.0 / (double)nd->count);
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_mse_bwd, GPU_OPS_OUT, GPU_OPS_IN(0), GPU_OPS_IN(1),
                    nd->ninputs > 2 ? GPU_OPS_IN(2) : (const float *)NULL, scale, nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* out = (float)((double)scale * (double)g / count), every element */
@@ -317,6 +322,7 @@ static GPU_OP(gpu_ops_mean_bwd)
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_mean_bwd, GPU_OPS_OUT, GPU_OPS_IN(0),
                    (double)nd->p.mean.scale, (double)nd->count, nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* out = x + b[(i / inner) % f]: (N,F) + (F) with inner 1, or (N,C,H,W) + (C)
@@ -333,6 +339,7 @@ static GPU_OP(gpu_ops_add_bias)
     size_t inner = nd->ndim == 4 ? (size_t)nd->shape[2] * nd->shape[3] : 1;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_add_bias, GPU_OPS_OUT, GPU_OPS_IN(0), GPU_OPS_IN(1),
                    nd->count, inner, (size_t)nd->shape[1]);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* ---- reductions ------------------------------------------------------------ */
@@ -784,6 +791,7 @@ static GPU_OP(gpu_ops_upsample2)
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_upsample2, GPU_OPS_OUT, GPU_OPS_IN(0),
                    (size_t)GPU_OPS_SHAPE(0, 2), (size_t)GPU_OPS_SHAPE(0, 3), nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* out (planes, H, W) = ((a + b) + c) + d over each 2x2 block of dy
@@ -803,6 +811,7 @@ static GPU_OP(gpu_ops_upsample2_bwd)
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_upsample2_bwd, GPU_OPS_OUT, GPU_OPS_IN(0),
                    (size_t)nd->shape[2], (size_t)nd->shape[3], nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* CONCAT's inputs: x[k] (N, C_k, H, W), len[k] = C_k H W, item = sum of len */
@@ -845,6 +854,7 @@ static GPU_OP(gpu_ops_concat)
         a.item += a.len[k];
     }
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_concat, GPU_OPS_OUT, a, nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* slice: out (N, cn, HW) = x (N, total, HW) at channels c0 .. c0+cn-1 */
@@ -874,6 +884,7 @@ static GPU_OP(gpu_ops_slice)
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_slice, GPU_OPS_OUT, GPU_OPS_IN(0), hw,
                    (size_t)GPU_OPS_SHAPE(0, 1), (size_t)nd->p.slice.c0, (size_t)nd->p.slice.n,
                    nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 static GPU_OP(gpu_ops_slice_bwd)
@@ -883,6 +894,7 @@ static GPU_OP(gpu_ops_slice_bwd)
     GPU_OPS_LAUNCH(c, nd->count, gpu_ops_k_slice_bwd, GPU_OPS_OUT, GPU_OPS_IN(0), hw,
                    (size_t)nd->shape[1], (size_t)nd->p.slice.c0, (size_t)nd->p.slice.n,
                    nd->count);
+    GPU_PROF_ELEM(c, nd, out);
 }
 
 /* ---- the table ----------------------------------------------------------------
