@@ -98,6 +98,58 @@ static void cpu_describe(void *ctx, struct trace_config *cfg)
                        float *out, const float *const *in, const struct backend_step *st)
 #define IN_SHAPE(k, d) (g->nodes[nd->inputs[k]].shape[d])
 
+/* An elementwise kernel over elements [i0, i1), run in parts on the
+ * products' threads when the tensor is large (each element is computed the
+ * same way whichever thread computes it, so the bits do not depend on the
+ * parts). */
+typedef void cpu_span_fn(const struct graph *g, const struct node *nd, float *out, const float *const *in,
+                         const struct backend_step *st, size_t i0, size_t i1);
+#define CPU_SPAN_MIN 16384 /* elements a part, at least: a part costs the pool's wake-up */
+struct cpu_span_job {
+    cpu_span_fn *fn;
+    const struct graph *g;
+    const struct node *nd;
+    float *out;
+    const float *const *in;
+    const struct backend_step *st;
+    size_t n, align; /* units, and the parts' boundaries a multiple of align */
+    int parts;
+};
+
+static void cpu_span_part(void *arg, int p)
+{
+    const struct cpu_span_job *j = arg;
+    size_t i0 = j->n * (size_t)p / (size_t)j->parts / j->align * j->align;
+    size_t i1 = p + 1 == j->parts ? j->n : j->n * (size_t)(p + 1) / (size_t)j->parts / j->align * j->align;
+    j->fn(j->g, j->nd, j->out, j->in, j->st, i0, i1);
+}
+
+/* fn over n units: elements (unit 1; parts of whole 16-element blocks), or
+ * rows, planes or columns of `unit` elements */
+static void cpu_spans(const struct cpu_ctx *c, cpu_span_fn *fn, const struct graph *g,
+                      const struct node *nd, float *out, const float *const *in,
+                      const struct backend_step *st, size_t n, size_t unit)
+{
+    size_t align = unit == 1 ? 16 : 1, most = n * unit / CPU_SPAN_MIN;
+    int parts = most < (size_t)c->threads ? (int)most : c->threads;
+    if (parts <= 1 || n < (size_t)parts * align) {
+        fn(g, nd, out, in, st, 0, n);
+        return;
+    }
+    struct cpu_span_job j = {fn, g, nd, out, in, st, n, align, parts};
+    cpu_pool_run(parts, cpu_span_part, &j);
+}
+
+/* An elementwise op: its kernel over [i0, i1) of nd->count elements. */
+#define CPU_MAP(fn)                                                                              \
+    static cpu_span_fn fn##_range;                                                                \
+    CPU_OP(fn)                                                                                   \
+    {                                                                                            \
+        cpu_spans(ctx, fn##_range, g, nd, out, in, st, nd->count, 1);                             \
+    }                                                                                            \
+    static void fn##_range(const struct graph *g, const struct node *nd, float *out,              \
+                          const float *const *in, const struct backend_step *st, size_t i0, size_t i1)
+
 CPU_OP(cpu_matmul)
 {
     /* out (M,N) = op(A) (M,K) . op(B) (K,N), all row-major */
@@ -108,42 +160,52 @@ CPU_OP(cpu_matmul)
              0, out, n);
 }
 
+/* rows r0 .. r1 - 1 of (N,F), or planes (n, c) of (N,C,H,W) numbered n * C + c */
+static void cpu_add_bias_rows(const struct graph *g, const struct node *nd, float *out,
+                              const float *const *in, const struct backend_step *st, size_t r0, size_t r1)
+{
+    size_t f = nd->ndim == 2 ? nd->shape[1] : (size_t)nd->shape[2] * nd->shape[3];
+    for (size_t r = r0; r < r1; r++) {
+        const float *x = in[0] + r * f;
+        float *y = out + r * f;
+        if (nd->ndim == 2) {
+            for (size_t j = 0; j < f; j++)
+                y[j] = x[j] + in[1][j];
+        } else {
+            float b = in[1][r % nd->shape[1]];
+            for (size_t j = 0; j < f; j++)
+                y[j] = x[j] + b;
+        }
+    }
+}
+
 CPU_OP(cpu_add_bias)
 {
     /* out (N,F) = x (N,F) + b (F); out (N,C,H,W) = x (N,C,H,W) + b (C) */
-    if (nd->ndim == 2) {
-        size_t rows = nd->shape[0], f = nd->shape[1];
-        for (size_t r = 0; r < rows; r++)
-            for (size_t j = 0; j < f; j++)
-                out[r * f + j] = in[0][r * f + j] + in[1][j];
-        return;
-    }
-    size_t n = nd->shape[0], c = nd->shape[1], hw = (size_t)nd->shape[2] * nd->shape[3];
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < c; k++) {
-            size_t o = (i * c + k) * hw;
-            float b = in[1][k];
-            for (size_t j = 0; j < hw; j++)
-                out[o + j] = in[0][o + j] + b;
-        }
+    if (nd->ndim == 2)
+        cpu_spans(ctx, cpu_add_bias_rows, g, nd, out, in, st, nd->shape[0], nd->shape[1]);
+    else
+        cpu_spans(ctx, cpu_add_bias_rows, g, nd, out, in, st, (size_t)nd->shape[0] * nd->shape[1],
+                  (size_t)nd->shape[2] * nd->shape[3]);
 }
 
-CPU_OP(cpu_bias_grad)
+/* out[j0 .. j1 - 1]: out (F) = sum over rows r = 0, 1, ... of dy (N,F), in
+ * float, in that order; out (C) = sum over n, then h, then w (that
+ * nesting) of dy (N,C,H,W), likewise */
+static void cpu_bias_grad_cols(const struct graph *g, const struct node *nd, float *out,
+                               const float *const *in, const struct backend_step *st, size_t j0, size_t j1)
 {
-    /* out (F) = sum over rows r = 0, 1, ... of dy (N,F), in float, in that order;
-     * out (C) = sum over n, then h, then w (that nesting) of dy (N,C,H,W), likewise */
+    memset(out + j0, 0, (j1 - j0) * sizeof *out);
     if (g->nodes[nd->inputs[0]].ndim == 2) {
         size_t rows = IN_SHAPE(0, 0), f = nd->shape[0];
-        memset(out, 0, f * sizeof *out);
         for (size_t r = 0; r < rows; r++)
-            for (size_t j = 0; j < f; j++)
+            for (size_t j = j0; j < j1; j++)
                 out[j] += in[0][r * f + j];
         return;
     }
     size_t n = IN_SHAPE(0, 0), c = IN_SHAPE(0, 1), hw = (size_t)IN_SHAPE(0, 2) * IN_SHAPE(0, 3);
-    memset(out, 0, c * sizeof *out);
     for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < c; k++) {
+        for (size_t k = j0; k < j1; k++) {
             const float *d = in[0] + (i * c + k) * hw;
             float s = out[k];
             for (size_t j = 0; j < hw; j++)
@@ -152,47 +214,53 @@ CPU_OP(cpu_bias_grad)
         }
 }
 
-CPU_OP(cpu_sigmoid)
+CPU_OP(cpu_bias_grad)
 {
-    /* 1 / (1 + e^-x), with divtrace's expf (cpu_vmath.c) */
-    cpu_sigmoid_span(CPU_VMATH_BEST, out, in[0], nd->count);
+    const struct node *x = &g->nodes[nd->inputs[0]];
+    cpu_spans(ctx, cpu_bias_grad_cols, g, nd, out, in, st, nd->shape[0], x->count / nd->shape[0]);
 }
 
-CPU_OP(cpu_sigmoid_bwd)
+CPU_MAP(cpu_sigmoid)
+{
+    /* 1 / (1 + e^-x), with divtrace's expf (cpu_vmath.c) */
+    cpu_sigmoid_span(CPU_VMATH_BEST, out + i0, in[0] + i0, i1 - i0);
+}
+
+CPU_MAP(cpu_sigmoid_bwd)
 {
     /* in: y, dy */
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[1][i] * in[0][i] * (1.0f - in[0][i]);
 }
 
-CPU_OP(cpu_tanh)
+CPU_MAP(cpu_tanh)
 {
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = tanhf(in[0][i]);
 }
 
-CPU_OP(cpu_tanh_bwd)
+CPU_MAP(cpu_tanh_bwd)
 {
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[1][i] * (1.0f - in[0][i] * in[0][i]);
 }
 
-CPU_OP(cpu_relu)
+CPU_MAP(cpu_relu)
 {
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] > 0.0f ? in[0][i] : 0.0f;
 }
 
-CPU_OP(cpu_relu_bwd)
+CPU_MAP(cpu_relu_bwd)
 {
     /* in: x, dy */
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] > 0.0f ? in[1][i] : 0.0f;
 }
 
-CPU_OP(cpu_add)
+CPU_MAP(cpu_add)
 {
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] + in[1][i];
 }
 
@@ -208,58 +276,58 @@ CPU_OP(cpu_mse)
     out[0] = (float)(s / (double)n);
 }
 
-CPU_OP(cpu_mse_bwd)
+CPU_MAP(cpu_mse_bwd)
 {
     /* in: p, t [, g]: out = (2/n * g) * (p - t) */
     float scale = (float)(2.0 / (double)nd->count);
     if (nd->ninputs > 2)
         scale *= in[2][0];
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = scale * (in[0][i] - in[1][i]);
 }
 
-CPU_OP(cpu_sgd)
+CPU_MAP(cpu_sgd)
 {
     float lr = nd->p.sgd.lr;
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] - lr * in[1][i];
 }
 
-CPU_OP(cpu_momentum)
+CPU_MAP(cpu_momentum)
 {
     float mu = nd->p.momentum.mu;
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = mu * in[0][i] + in[1][i];
 }
 
-CPU_OP(cpu_adam_m)
+CPU_MAP(cpu_adam_m)
 {
     float b1 = nd->p.adam.b1, c = 1.0f - b1;
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = b1 * in[0][i] + c * in[1][i];
 }
 
-CPU_OP(cpu_adam_v)
+CPU_MAP(cpu_adam_v)
 {
     float b2 = nd->p.adam.b2, c = 1.0f - b2;
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = b2 * in[0][i] + c * in[1][i] * in[1][i];
 }
 
-CPU_OP(cpu_adam_p)
+CPU_MAP(cpu_adam_p)
 {
     /* in: p, m', v'; bias corrections in double, rounded to float once */
     double t = (double)st->step + 1.0;
     float c1 = (float)(1.0 - pow(nd->p.adam.b1, t));
     float c2 = (float)(1.0 - pow(nd->p.adam.b2, t));
     float lr = nd->p.adam.lr, eps = nd->p.adam.eps;
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] - lr * (in[1][i] / c1) / (sqrtf(in[2][i] / c2) + eps);
 }
 
-CPU_OP(cpu_fill)
+CPU_MAP(cpu_fill)
 {
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = nd->p.fill.value;
 }
 
@@ -409,48 +477,48 @@ static float cpu_hard_sigmoid_t(float x)
     return t;
 }
 
-CPU_OP(cpu_hard_sigmoid)
+CPU_MAP(cpu_hard_sigmoid)
 {
-    for (size_t i = 0; i < nd->count; i++) {
+    for (size_t i = i0; i < i1; i++) {
         float t = cpu_hard_sigmoid_t(in[0][i]);
         out[i] = t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
     }
 }
 
-CPU_OP(cpu_hard_sigmoid_bwd)
+CPU_MAP(cpu_hard_sigmoid_bwd)
 {
     /* in: x, dy */
-    for (size_t i = 0; i < nd->count; i++) {
+    for (size_t i = i0; i < i1; i++) {
         float t = cpu_hard_sigmoid_t(in[0][i]);
         out[i] = 0.0f <= t && t <= 1.0f ? 0.2f * in[1][i] : 0.0f;
     }
 }
 
-CPU_OP(cpu_satlu)
+CPU_MAP(cpu_satlu)
 {
     float m = nd->p.satlu.max;
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] > m ? m : in[0][i];
 }
 
-CPU_OP(cpu_satlu_bwd)
+CPU_MAP(cpu_satlu_bwd)
 {
     /* in: x, dy */
     float m = nd->p.satlu.max;
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] <= m ? in[1][i] : 0.0f;
 }
 
-CPU_OP(cpu_sub)
+CPU_MAP(cpu_sub)
 {
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] - in[1][i];
 }
 
-CPU_OP(cpu_neg)
+CPU_MAP(cpu_neg)
 {
     /* the sign bit flipped, as a bit operation (NaN payloads kept) */
-    for (size_t i = 0; i < nd->count; i++) {
+    for (size_t i = i0; i < i1; i++) {
         uint32_t u;
         memcpy(&u, &in[0][i], sizeof u);
         u ^= UINT32_C(0x80000000);
@@ -458,9 +526,9 @@ CPU_OP(cpu_neg)
     }
 }
 
-CPU_OP(cpu_mul)
+CPU_MAP(cpu_mul)
 {
-    for (size_t i = 0; i < nd->count; i++)
+    for (size_t i = i0; i < i1; i++)
         out[i] = in[0][i] * in[1][i];
 }
 

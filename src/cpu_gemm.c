@@ -299,11 +299,12 @@ static struct {
     int nthreads;            /* workers started (the caller is part 0) */
     int sleepers;            /* workers waiting on go */
     atomic_int pending;      /* workers not done with this job */
-    const struct gemm_job *job;
+    cpu_pool_fn *fn;         /* the job: fn(arg, part) for each part */
+    void *arg;
     struct {
         _Alignas(64) atomic_uint gen; /* bumped for each job the worker is in */
     } slot[GEMM_MAX_WORKERS + 1];
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, {{0}}};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, {{0}}};
 
 static pthread_mutex_t gemm_caller = PTHREAD_MUTEX_INITIALIZER;
 
@@ -315,8 +316,9 @@ static void gemm_pause(void)
 }
 
 /* Part p of the job: one cell of its grid. */
-static void gemm_part(const struct gemm_job *jb, int p)
+static void gemm_part(void *arg, int p)
 {
+    const struct gemm_job *jb = arg;
     if (p >= jb->pr * jb->pc)
         return;
     int r = p / jb->pc, c = p % jb->pc;
@@ -353,7 +355,7 @@ static void *gemm_worker(void *arg)
             pthread_mutex_unlock(&pool.mu);
         }
         seen = atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire);
-        gemm_part(pool.job, id);
+        pool.fn(pool.arg, id);
         atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
     }
     return NULL;
@@ -389,12 +391,13 @@ static void gemm_fork_register(void)
     pthread_atfork(gemm_fork_prepare, gemm_fork_parent, gemm_fork_child);
 }
 
-/* Run the job's parts on this thread and pr * pc - 1 workers (started the
- * first time they are needed; with fewer, a smaller grid). */
-static void gemm_run(struct gemm_job *jb)
+/* Run fn(arg, p) for p = 0 .. parts - 1: part 0 here, the others on
+ * workers (started the first time they are needed); parts beyond the
+ * workers that could be started run here too, after part 0. */
+void cpu_pool_run(int parts, cpu_pool_fn *fn, void *arg)
 {
-    if (jb->pr * jb->pc <= 1) {
-        gemm_part(jb, 0);
+    if (parts <= 1) {
+        fn(arg, 0);
         return;
     }
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -402,31 +405,27 @@ static void gemm_run(struct gemm_job *jb)
     /* one job at a time, whoever calls */
     pthread_mutex_lock(&gemm_caller);
     pthread_mutex_lock(&pool.mu);
-    while (pool.nthreads < jb->pr * jb->pc - 1 && pool.nthreads < GEMM_MAX_WORKERS) {
+    while (pool.nthreads < parts - 1 && pool.nthreads < GEMM_MAX_WORKERS) {
         pthread_t t;
         if (pthread_create(&t, NULL, gemm_worker, (void *)(intptr_t)(pool.nthreads + 1)) != 0)
             break;
         pthread_detach(t);
         pool.nthreads++;
     }
-    int workers = pool.nthreads;
+    int workers = pool.nthreads < parts - 1 ? pool.nthreads : parts - 1;
     pthread_mutex_unlock(&pool.mu);
-    while (jb->pr * jb->pc > workers + 1) { /* fewer workers than asked: a smaller grid */
-        if (jb->pr > 1)
-            jb->pr--;
-        else
-            jb->pc--;
-    }
-    int parts = jb->pr * jb->pc;
-    pool.job = jb;
-    atomic_store_explicit(&pool.pending, parts - 1, memory_order_relaxed);
-    for (int w = 1; w < parts; w++)
+    pool.fn = fn;
+    pool.arg = arg;
+    atomic_store_explicit(&pool.pending, workers, memory_order_relaxed);
+    for (int w = 1; w <= workers; w++)
         atomic_fetch_add_explicit(&pool.slot[w].gen, 1, memory_order_release);
     pthread_mutex_lock(&pool.mu);
     if (pool.sleepers > 0)
         pthread_cond_broadcast(&pool.go);
     pthread_mutex_unlock(&pool.mu);
-    gemm_part(jb, 0);
+    fn(arg, 0);
+    for (int p = workers + 1; p < parts; p++)
+        fn(arg, p);
     for (int s = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; s++) {
         if (s < GEMM_PAUSES)
             gemm_pause();
@@ -504,7 +503,7 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
     jb.ldb = ldb;
     jb.tb = tb;
     gemm_grid(&jb, threads);
-    gemm_run(&jb);
+    cpu_pool_run(jb.pr * jb.pc, gemm_part, &jb);
 }
 
 void cpu_gemm(const struct cpu_gemm_mode *g, int ta, int tb, int M, int N, int K, const float *A,

@@ -18,4 +18,11 @@ void cpu_gemm(const struct cpu_gemm_mode *g, int ta, int tb, int M, int N, int K
 void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const float *A, int lda,
                     const float *B, int ldb, int beta, float *C, int ldc);
 
+/* The products' pool of threads, for other work whose parts give the same
+ * bits whichever thread runs them: fn(arg, p) for p = 0 .. parts - 1, part
+ * 0 on the calling thread; returns when all are done. One job at a time
+ * (callers on other threads wait their turn). */
+typedef void cpu_pool_fn(void *arg, int part);
+void cpu_pool_run(int parts, cpu_pool_fn *fn, void *arg);
+
 #endif

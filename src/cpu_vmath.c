@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -209,9 +210,14 @@ static int vmath_form(int form)
 {
     if (form != CPU_VMATH_BEST)
         return cpu_vmath_has(form) ? form : CPU_VMATH_SCALAR;
-    return cpu_vmath_has(CPU_VMATH_AVX512) ? CPU_VMATH_AVX512
-           : cpu_vmath_has(CPU_VMATH_AVX2) ? CPU_VMATH_AVX2
-                                           : CPU_VMATH_SCALAR;
+    /* DIVTRACE_CPU_GEMM_ISA=scalar or avx2 caps it, as it caps the
+     * products' kernels (for tests: every form gives the same bits) */
+    const char *cap = getenv("DIVTRACE_CPU_GEMM_ISA");
+    if (cap && strcmp(cap, "scalar") == 0)
+        return CPU_VMATH_SCALAR;
+    if ((!cap || strcmp(cap, "avx2") != 0) && cpu_vmath_has(CPU_VMATH_AVX512))
+        return CPU_VMATH_AVX512;
+    return cpu_vmath_has(CPU_VMATH_AVX2) ? CPU_VMATH_AVX2 : CPU_VMATH_SCALAR;
 }
 
 void cpu_expf_span(int form, float *out, const float *in, size_t n)

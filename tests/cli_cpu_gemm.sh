@@ -2,7 +2,9 @@
 # cli_cpu_gemm.sh: `divtrace record --cpu-gemm fixed` gives the same trace
 # at 1, 2 and 4 threads, under two OpenBLAS kernels (Prescott and Haswell;
 # the Haswell part is skipped, and says so, on a CPU without AVX2 and FMA)
-# and with every matrix-product kernel of this CPU capped to the scalar one;
+# and with every matrix-product and sigmoid kernel of this CPU capped to
+# the scalar one, and to AVX2 at 2 threads (from 2 threads the larger
+# elementwise ops run in parts on the products' threads);
 # explain calls it rounding only against OpenBLAS's products; replay
 # reproduces it; a wrong value is refused. The autoencoder (matrix
 # products) and a small PredNet (convolutions, their backward passes).
@@ -35,6 +37,12 @@ for m in ae pn; do
     fi
     expect 0 "$m: fixed, scalar kernel" -- env DIVTRACE_CPU_GEMM_ISA=scalar $R --cpu-gemm fixed -o "$T/$m-s.dtr"
     same "$m: the scalar kernel, the same trace" "$T/$m-t1.dtr" "$T/$m-s.dtr"
+    if grep -q 'avx2' /proc/cpuinfo 2>/dev/null; then
+        expect 0 "$m: fixed, AVX2 kernels, 2 threads" -- env DIVTRACE_CPU_GEMM_ISA=avx2 $R --cpu-gemm fixed --threads 2 -o "$T/$m-a.dtr"
+        same "$m: the AVX2 kernels, the same trace" "$T/$m-t1.dtr" "$T/$m-a.dtr"
+    else
+        echo "# skipped - $m: the AVX2 kernels: this CPU has no AVX2"
+    fi
     expect 0 "$m: OpenBLAS's products" -- $R -o "$T/$m-o.dtr"
     expect 0 "$m: fixed against OpenBLAS: explain" -- "$DT" explain "$T/$m-o.dtr" "$T/$m-t1.dtr"
     tail -n 1 "$T/out" >"$T/last"
