@@ -66,9 +66,33 @@ void data_batch(struct data *d, uint64_t cursor, uint32_t batch, float *out)
  * at a time, its batch of 78400 pixels took the host 0.09 ms, so the host
  * set the pace of training (and of its tracing). divps is IEEE division,
  * rounded as divss: the same floats, four at a time. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* With AVX-512, 16 at a time through double: v * (1/255) in double, rounded
+ * to float, is the correctly rounded v / 255 for each of the 256 values
+ * (test_idx checks every one), and needs no division. */
+__attribute__((target("avx512f"))) static size_t data_pixels_avx512(const uint8_t *px, float *out, size_t n)
+{
+    const __m512d r = _mm512_set1_pd(1.0 / 255.0);
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(px + j)));
+        __m256i lo = _mm512_castsi512_si256(v);
+        __m256i hi = _mm256_castpd_si256(_mm512_extractf64x4_pd(_mm512_castsi512_pd(v), 1));
+        _mm256_storeu_ps(out + j, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi32_pd(lo), r)));
+        _mm256_storeu_ps(out + j + 8, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi32_pd(hi), r)));
+    }
+    return j;
+}
+#endif
+
 void data_pixels_to_float(const uint8_t *px, float *out, size_t n)
 {
     size_t j = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512f"))
+        j = data_pixels_avx512(px, out, n);
+#endif
 #ifdef __SSE2__
     const __m128 d = _mm_set1_ps(255.0f);
     const __m128i z = _mm_setzero_si128();

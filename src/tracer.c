@@ -12,6 +12,9 @@
 #include <string.h>
 
 #include "util.h"
+#if defined(DT_PROFILE_TRACER_NONE) || defined(DT_PROFILE_TRACER_HASH)
+#include "hash.h"
+#endif
 
 /* How long an idle worker polls before it sleeps: ops come every few
  * microseconds to a millisecond, and a wake-up costs the main thread a
@@ -107,7 +110,20 @@ static void tracer_carry_check(struct tracer *t, uint64_t step, const struct tra
 static void tracer_process(struct tracer *t, int i, const backend_buf *buf)
 {
     const struct node *nd = &t->g->nodes[i];
+#if defined(DT_PROFILE_TRACER_NONE) || defined(DT_PROFILE_TRACER_HASH)
+    /* measuring builds: what tracing costs without reading the outputs at
+     * all, and with only their hash (no statistics); the carry check then
+     * finds faults, which the benchmarks print and go on */
+    memset(&t->rec[i], 0, sizeof t->rec[i]);
+#ifdef DT_PROFILE_TRACER_HASH
+    t->rec[i].hash = hash_bytes(buf, nd->count * sizeof(float));
+#else
+    t->rec[i].hash = (uint64_t)i;
+#endif
+    (void)buf;
+#else
     t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
+#endif
     t->rec[i].op = (uint32_t)i;
     if (t->nonfinite_op < 0 && !tracer_finite(&t->rec[i])) {
         for (int k = 0; k < nd->ninputs; k++)
