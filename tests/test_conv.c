@@ -21,19 +21,6 @@
 
 #define CT_MAX_LEAVES 96
 
-static uint32_t ct_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float ct_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* ---- a graph run on the cpu backend ---------------------------------------- */
 
@@ -174,9 +161,9 @@ static int ct_grad(const struct ct *t, int i, enum op_type type)
 static void ct_expect_bits(const char *what, const float *got, const float *want, size_t n)
 {
     for (size_t j = 0; j < n; j++)
-        if (ct_bits(got[j]) != ct_bits(want[j]))
+        if (tu_float_bits(got[j]) != tu_float_bits(want[j]))
             fail_msg("%s[%zu] = %.9g (0x%08x), want %.9g (0x%08x)", what, j, (double)got[j],
-                     ct_bits(got[j]), (double)want[j], ct_bits(want[j]));
+                     tu_float_bits(got[j]), (double)want[j], tu_float_bits(want[j]));
 }
 
 /* ---- convolution ------------------------------------------------------------ */
@@ -334,7 +321,7 @@ static void ct_col2im_order(const float *got, /* (N,C,H,W) */ const float *dy, /
                                 acc = acc + CT_Y(dy, n, 0, hh, ww) * CT_W(wt, 0, c, r, s);
                         }
                     float g = CT_X(got, n, c, h, w);
-                    if (acc == 0 ? g != 0 : ct_bits(g) != ct_bits(acc))
+                    if (acc == 0 ? g != 0 : tu_float_bits(g) != tu_float_bits(acc))
                         fail_msg("conv2d_bwd_data (K = 1) [%d,%d,%d,%d] = %.9g, col2im order gives %.9g",
                                  n, c, h, w, (double)g, (double)acc);
                 }
@@ -362,7 +349,7 @@ static void ct_check_sums(const char *what, const struct ct_conv_shape *sh, cons
             fail_msg("%s (N%u C%u %ux%u K%u %ux%u) [%zu] = %.9g, exact %.17g, bound %.3g (%d terms)",
                      what, sh->n, sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, j, (double)got[j], e,
                      bound, ex->k[j]);
-        if (integer && (e == 0 ? got[j] != 0.0f : ct_bits(got[j]) != ct_bits((float)e)))
+        if (integer && (e == 0 ? got[j] != 0.0f : tu_float_bits(got[j]) != tu_float_bits((float)e)))
             fail_msg("%s (N%u C%u %ux%u K%u %ux%u) [%zu] = %.9g, integer sum %.17g", what, sh->n,
                      sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, j, (double)got[j], e);
         if (got[j] != (float)e)
@@ -566,7 +553,7 @@ static void test_maxpool2(void **state)
         float v[4];
         for (int e = 0; e < 4; e++) {
             if (q < CT_NWINDOWS) {
-                v[e] = ct_float(ct_windows[q].v[e]);
+                v[e] = tu_bits_float(ct_windows[q].v[e]);
             } else {
                 double u = tu_rand_uniform(&t.rng, -1, 1);
                 v[e] = (float)(q % 2 ? round(u * 3) / 3 : u);
@@ -584,8 +571,8 @@ static void test_maxpool2(void **state)
     assert_non_null(dv);
     for (size_t q = 0; q < nwin; q++)
         dv[q] = (float)tu_rand_uniform(&t.rng, -1, 1);
-    dv[0] = ct_float(CT_NZ);
-    dv[1] = ct_float(CT_QNANP);
+    dv[0] = tu_bits_float(CT_NZ);
+    dv[1] = tu_bits_float(CT_QNANP);
     ct_inject(&t, y, dv, 0);
     ct_run(&t);
 
@@ -669,7 +656,7 @@ static void test_upsample2(void **state)
                 want[(p * H + i) * W + j] = s;
             }
     for (size_t b = 0; b < nb; b++)
-        if (ct_bits(want[b]) != ct_bits(ct_blocks[b].sum))
+        if (tu_float_bits(want[b]) != tu_float_bits(ct_blocks[b].sum))
             fail_msg("test's own sum of block %zu: %.9g, want %.9g", b, (double)want[b],
                      (double)ct_blocks[b].sum);
     ct_expect_bits("upsample2_bwd", dx, want, nx);
@@ -761,8 +748,8 @@ static void test_slice(void **state)
     /* dy with a -0 and a NaN */
     float dv[2 * 3 * 3 * 5];
     ct_fill(&t, dv, sizeof dv / sizeof dv[0], 0);
-    dv[3] = ct_float(CT_NZ);
-    dv[7] = ct_float(CT_QNANP);
+    dv[3] = tu_bits_float(CT_NZ);
+    dv[7] = tu_bits_float(CT_QNANP);
     ct_inject(&t, y, dv, 0);
     ct_run(&t);
 
@@ -833,9 +820,9 @@ static void test_hard_sigmoid(void **state)
         wantd[j] = 0 <= tj && tj <= 1 ? 0.2f * dy[j] : 0.0f;
     }
     for (size_t j = 0; j < sizeof want_out / sizeof want_out[0]; j++) {
-        if (isnan(want_out[j]) ? !isnan(want[j]) : ct_bits(want[j]) != ct_bits(want_out[j]))
+        if (isnan(want_out[j]) ? !isnan(want[j]) : tu_float_bits(want[j]) != tu_float_bits(want_out[j]))
             fail_msg("test's own hard_sigmoid(%g) = %g", (double)xv[j], (double)want[j]);
-        if (ct_bits(wantd[j]) != ct_bits(want_pass[j] ? 0.2f * dy[j] : 0.0f))
+        if (tu_float_bits(wantd[j]) != tu_float_bits(want_pass[j] ? 0.2f * dy[j] : 0.0f))
             fail_msg("test's own hard_sigmoid_bwd at %g", (double)xv[j]);
     }
     /* NaN: any NaN will do for the value (op.h: NaN stays NaN) */
@@ -889,13 +876,13 @@ static void test_satlu(void **state)
         /* hand-checked: at the bound x passes (and so does the gradient), above it m and +0 */
         if (k == 0)
             assert_true(want[0] == 1.0f && wantd[0] == dy[0] && want[1] == 1.0f &&
-                        ct_bits(wantd[1]) == 0 && ct_bits(want[3]) == CT_NZ && isnan(want[9]) &&
-                        ct_bits(wantd[9]) == 0);
+                        tu_float_bits(wantd[1]) == 0 && tu_float_bits(want[3]) == CT_NZ && isnan(want[9]) &&
+                        tu_float_bits(wantd[9]) == 0);
         else if (k == 1)
             assert_true(want[10] == -0.25f && wantd[10] == dy[10] && want[11] == -0.25f &&
-                        ct_bits(wantd[11]) == 0 && want[12] == xv[12]);
+                        tu_float_bits(wantd[11]) == 0 && want[12] == xv[12]);
         else /* -0 is not above +0: it stays -0 */
-            assert_true(ct_bits(want[3]) == CT_NZ && ct_bits(want[4]) == CT_PZ &&
+            assert_true(tu_float_bits(want[3]) == CT_NZ && tu_float_bits(want[4]) == CT_PZ &&
                         wantd[3] == dy[3] && wantd[4] == dy[4]);
         ct_expect_bits("satlu", out, want, n);
         ct_expect_bits("satlu_bwd", dx, wantd, n);
@@ -916,8 +903,8 @@ static void test_sub_neg_mul(void **state)
     struct ct t;
     ct_init(&t, 91);
     float *av = ct_values(&t, sa, nsp, n, -3, 3), *bv = ct_values(&t, sb, nsp, n, -3, 3);
-    av[n - 1] = ct_float(CT_NNAN);
-    av[n - 2] = ct_float(CT_SNAN);
+    av[n - 1] = tu_bits_float(CT_NNAN);
+    av[n - 2] = tu_bits_float(CT_SNAN);
     int a = ct_leaf4(&t, 0, "a", 3, 2, 1, 5, av, 0);
     int b = ct_leaf4(&t, 0, "b", 3, 2, 1, 5, bv, 0);
     int ys = graph_sub(&t.g, "sub", a, b);
@@ -929,17 +916,17 @@ static void test_sub_neg_mul(void **state)
     float ws[3 * 2 * 5], wn[3 * 2 * 5], wm[3 * 2 * 5];
     for (size_t j = 0; j < n; j++) {
         ws[j] = av[j] - bv[j];
-        wn[j] = ct_float(ct_bits(av[j]) ^ 0x80000000u);
+        wn[j] = tu_bits_float(tu_float_bits(av[j]) ^ 0x80000000u);
         wm[j] = av[j] * bv[j];
     }
     /* hand-checked signs of zero */
     static const uint32_t zs[4] = {CT_PZ, CT_NZ, CT_PZ, CT_PZ}, zm[6] = {CT_PZ, CT_NZ, CT_NZ, CT_PZ, CT_NZ, CT_NZ};
     for (int j = 0; j < 4; j++)
-        assert_int_equal(ct_bits(ws[j]), zs[j]);
+        assert_int_equal(tu_float_bits(ws[j]), zs[j]);
     for (int j = 0; j < 6; j++)
-        assert_int_equal(ct_bits(wm[j]), zm[j]);
-    assert_int_equal(ct_bits(wn[0]), CT_NZ);
-    assert_int_equal(ct_bits(wn[n - 1]), CT_NNAN ^ 0x80000000u);
+        assert_int_equal(tu_float_bits(wm[j]), zm[j]);
+    assert_int_equal(tu_float_bits(wn[0]), CT_NZ);
+    assert_int_equal(tu_float_bits(wn[n - 1]), CT_NNAN ^ 0x80000000u);
     /* a NaN result may be any NaN; neg's must be the input's, sign flipped */
     for (size_t j = 0; j < n; j++) {
         if (isnan(ws[j]) && isnan(s[j]))
@@ -992,11 +979,11 @@ static void test_mean(void **state)
         float out, dg;
         exec_get(&t.e, m[k], &out);
         exec_get(&t.e, graph_grad_of(&t.g, m[k]), &dg);
-        assert_int_equal(ct_bits(dg), ct_bits(g[k]));
+        assert_int_equal(tu_float_bits(dg), tu_float_bits(g[k]));
         float want = (float)((double)scale[k] * (s / (double)n));
-        assert_int_equal(ct_bits(out), ct_bits(want));
+        assert_int_equal(tu_float_bits(out), tu_float_bits(want));
         /* the same sum in float32 differs: the double accumulation is tested */
-        assert_true(ct_bits((float)((double)scale[k] * ((double)fs / (double)n))) != ct_bits(want));
+        assert_true(tu_float_bits((float)((double)scale[k] * ((double)fs / (double)n))) != tu_float_bits(want));
 
         char name[32];
         snprintf(name, sizeof name, "x.grad@mean%d", k);
@@ -1006,9 +993,9 @@ static void test_mean(void **state)
         float *dx = ct_get(&t, gi);
         float wd = (float)((double)scale[k] * (double)g[k] / (double)n);
         for (size_t j = 0; j < n; j++)
-            if (ct_bits(dx[j]) != ct_bits(wd))
+            if (tu_float_bits(dx[j]) != tu_float_bits(wd))
                 fail_msg("mean_bwd %d [%zu] = %.9g, want %.9g", k, j, (double)dx[j], (double)wd);
-        float_differs |= ct_bits(scale[k] * g[k] / (float)n) != ct_bits(wd);
+        float_differs |= tu_float_bits(scale[k] * g[k] / (float)n) != tu_float_bits(wd);
         free(dx);
     }
     /* so the cases tell op.h's double formula from a float32 one */
@@ -1059,7 +1046,7 @@ static void test_bias_4d(void **state)
             for (size_t j = hw; j-- > 0;)
                 r += dv[(i * C + c) * hw + j];
         wb[c] = s;
-        order_matters |= ct_bits(r) != ct_bits(s);
+        order_matters |= tu_float_bits(r) != tu_float_bits(s);
     }
     assert_true(order_matters);
     ct_expect_bits("bias_grad (N,C,H,W)", db, wb, C);

@@ -25,6 +25,7 @@
 #include <mpfr.h>
 
 #include "cpu_vmath.h"
+#include "test_util.h"
 
 #define CHUNK 4096
 
@@ -46,20 +47,6 @@ static const float hard[] = {
     0x1.cce332p+0f, 0x1.cd3982p-14f, 0x1.dffff2p-21f, 0x1.e75bc4p-3f, 0x1.efffe2p-20f,
     0x1.f7ffc2p-19f, 0x1.fbb822p-14f, 0x1.fbff82p-18f, 0x1.fd7c0ap-15f, 0x1.fdff02p-17f,
     0x1.fefe02p-16f, 0x1.fffffcp-25f, 0x1.fffffep-25f, 0x1p-24f};
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static void test_table(void **state)
 {
@@ -145,11 +132,11 @@ static uint64_t compare(int form, int against_libm, uint64_t lo, uint64_t stride
     for (uint64_t done = 0; done < count;) {
         size_t m = 0;
         for (; m < CHUNK && done < count; m++, done++)
-            in[m] = stride ? bitsf((uint32_t)(lo + done * stride)) : hard[done];
+            in[m] = stride ? tu_bits_float((uint32_t)(lo + done * stride)) : hard[done];
         cpu_expf_span(form, out, in, m);
         for (size_t i = 0; i < m; i++) {
             float want = against_libm ? expf(in[i]) : cpu_expf(in[i]);
-            if (fbits(out[i]) != fbits(want)) {
+            if (tu_float_bits(out[i]) != tu_float_bits(want)) {
                 if (bad < 4)
                     print_message("form %d: e^%a gave %a, %s %a\n", form, (double)in[i], (double)out[i],
                                   against_libm ? "glibc" : "scalar", (double)want);
@@ -182,7 +169,7 @@ static void test_forms(void **state)
         else
             bad += compare(form, 0, 7, 61, (1ull << 32) / 61);
         for (size_t k = 0; k < sizeof ends / sizeof *ends; k++)
-            bad += compare(form, 0, (uint64_t)fbits(ends[k]) - (fbits(ends[k]) >= 1u << 16 ? 1u << 16 : 0),
+            bad += compare(form, 0, (uint64_t)tu_float_bits(ends[k]) - (tu_float_bits(ends[k]) >= 1u << 16 ? 1u << 16 : 0),
                            1, 1u << 17);
         bad += compare(form, 0, 0x7f800001u, 0x100001u, 100); /* NaNs of both signs, several payloads */
         bad += compare(form, 0, 0xff800001u, 0x100001u, 100);
@@ -196,11 +183,11 @@ static void test_forms(void **state)
             cpu_sigmoid_span(form, out, in, n);
             cpu_sigmoid_span(CPU_VMATH_SCALAR, ref, in, n);
             for (size_t i = 0; i < n; i++) {
-                assert_int_equal(fbits(out[i]), fbits(ref[i]));
-                assert_int_equal(fbits(ref[i]), fbits(1.0f / (1.0f + cpu_expf(-in[i]))));
+                assert_int_equal(tu_float_bits(out[i]), tu_float_bits(ref[i]));
+                assert_int_equal(tu_float_bits(ref[i]), tu_float_bits(1.0f / (1.0f + cpu_expf(-in[i]))));
             }
             for (size_t i = n; i < 40; i++)
-                assert_int_equal(fbits(out[i]), 0xffffffffu); /* nothing past n */
+                assert_int_equal(tu_float_bits(out[i]), 0xffffffffu); /* nothing past n */
         }
         memcpy(out, in, sizeof in);
         cpu_sigmoid_span(form, out, out, 40);

@@ -4,6 +4,22 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* A float's bits, and the float of some bits. */
+static inline uint32_t tu_float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float tu_bits_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /* A fresh private directory for this test program (created on first use,
  * under $TMPDIR or /tmp); tu_path joins a name to it (static buffer ring). */
