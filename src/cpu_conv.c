@@ -24,6 +24,9 @@ void cpu_conv_scratch_free(struct cpu_conv_scratch *sc)
     sc->xcol = sc->xkey = NULL;
     sc->xcol_cap = sc->xkey_cap = 0;
     sc->xvalid = 0;
+    free(sc->dwt);
+    sc->dwt = NULL;
+    sc->dwt_cap = 0;
 }
 
 /* The col buffer for this shape, (C*R*S, H*W). Its old contents are lost. */
@@ -244,16 +247,33 @@ void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
     int one = sh->r == 1 && sh->s == 1;
     const float *cols = one ? NULL : cpu_conv_cols(sc, x, sh);
     float *col = one || cols ? NULL : cpu_conv_col(sc, sh);
+    /* the transposed product where it moves less: its kernel copies dy[n]
+     * (K x HW) transposed instead of the col (CRS x HW), and the sum (CRS x
+     * K) is copied once more at the end; PredNet's layer 1 and 2 gate
+     * filter gradients (HW 1024 and 256) took 40% and 25% less time, its
+     * layer 3 (HW 64 = K) 20% more */
+    int swap = sc->gemm && sc->gemm->fixed && sh->k >= 16 && hw > 2 * sh->k;
+    if (swap && sc->dwt_cap < (size_t)crs * (size_t)sh->k) {
+        free(sc->dwt);
+        sc->dwt_cap = (size_t)crs * (size_t)sh->k;
+        sc->dwt = dt_malloc(sc->dwt_cap * sizeof *sc->dwt);
+    }
     for (int n = 0; n < sh->n; n++) {
         const float *xn = x + (size_t)n * (size_t)sh->c * (size_t)hw;
-        const float *b = xn;
+        const float *b = xn, *dyn = dy + (size_t)n * (size_t)sh->k * (size_t)hw;
         if (cols)
             b = cols + (size_t)n * (size_t)crs * (size_t)hw;
         else if (col) {
             cpu_conv_im2col(col, xn, sh);
             b = col;
         }
-        cpu_gemm(sc->gemm, 0, 1, sh->k, crs, hw, dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, b, hw,
-                 n != 0, dw, crs);
+        if (swap)
+            cpu_gemm(sc->gemm, 0, 1, crs, sh->k, hw, b, hw, dyn, hw, n != 0, sc->dwt, sh->k);
+        else
+            cpu_gemm(sc->gemm, 0, 1, sh->k, crs, hw, dyn, hw, b, hw, n != 0, dw, crs);
     }
+    if (swap && sh->n > 0)
+        for (int j = 0; j < crs; j++)
+            for (int m = 0; m < sh->k; m++)
+                dw[(size_t)m * (size_t)crs + (size_t)j] = sc->dwt[(size_t)j * (size_t)sh->k + (size_t)m];
 }

@@ -26,6 +26,8 @@ struct cpu_conv_scratch {
      * PredNet layer read one input, forward and backward) */
     float *xcol, *xkey;
     size_t xcol_cap, xkey_cap;
+    float *dwt;     /* the fixed filter gradient's transposed sum, (C*R*S, K) */
+    size_t dwt_cap;
     struct cpu_conv_shape xsh;
     int xvalid;
 };
@@ -60,7 +62,12 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
 /* dw (K,C,R,S) = sum over n of dy[n] (K, H*W) x col(x[n])^T (H*W, C*R*S):
  * one sgemm per batch item in n order, the first with beta = 0, the others
  * with beta = 1, so item n's products (summed over h, w inside OpenBLAS, in
- * its blocking order) are added onto the float32 sum of items 0..n-1. */
+ * its blocking order) are added onto the float32 sum of items 0..n-1. With
+ * the fixed products, K >= 16 and H*W > 2K, the product computed is its transpose,
+ * col(x[n]) x dy[n]^T, into a (C*R*S, K) sum copied to dw at the end: each
+ * element's fused multiply-adds are the same ones in the same order (a
+ * product's factors commute exactly), and the operand the kernel copies
+ * transposed is dy[n], K rows, instead of the col, C*R*S rows. */
 void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
                          const float *x, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
                          const struct cpu_conv_shape *sh);

@@ -6,12 +6,16 @@
  * image; the filter gradient over n, then h, w), bit for bit: a second gate
  * on the same input (the cache's hit), the same buffer changed in one
  * element (a stale im2col would be wrong there), another image size at the
- * same address, and the filter gradient after the forward. */
+ * same address, and the filter gradient after the forward; then the filter
+ * gradient alone for shapes on both sides of its transposed form (K >= 16
+ * and H*W > 2K), batches of 1 and 3, 3x3 and 1x1 kernels, 1 and 3
+ * threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,8 +138,43 @@ static void test_reuse(void **state)
     free(dwref);
 }
 
+static void test_filter_forms(void **state)
+{
+    (void)state;
+    const struct cpu_conv_shape shapes[] = {
+        {.n = 1, .c = 5, .h = 8, .w = 8, .k = 16, .r = 3, .s = 3},  /* transposed (64 > 32) */
+        {.n = 3, .c = 4, .h = 10, .w = 9, .k = 17, .r = 3, .s = 3}, /* transposed, a masked column */
+        {.n = 3, .c = 6, .h = 4, .w = 8, .k = 16, .r = 1, .s = 1},  /* transposed, 1x1 */
+        {.n = 2, .c = 5, .h = 4, .w = 4, .k = 16, .r = 3, .s = 3},  /* not: 16 <= 32 */
+        {.n = 3, .c = 3, .h = 8, .w = 8, .k = 15, .r = 3, .s = 3},  /* not: K < 16 */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            const struct cpu_conv_shape *sh = &shapes[i];
+            struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
+            struct cpu_conv_scratch sc = {.gemm = &fixed};
+            size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->h * sh->w;
+            size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s;
+            float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+            float *dw = malloc(nw * sizeof *dw), *dwref = malloc(nw * sizeof *dwref);
+            assert_true(x && dy && dw && dwref);
+            cc_fill(x, nx);
+            cc_fill(dy, ny);
+            cpu_conv_bwd_filter(&sc, dw, x, dy, sh);
+            cc_filter_def(dwref, x, dy, sh);
+            char what[96];
+            snprintf(what, sizeof what, "filter gradient, shape %zu, %d threads", i, threads);
+            cc_same_bits(dw, dwref, nw, what);
+            cpu_conv_scratch_free(&sc);
+            free(x);
+            free(dy);
+            free(dw);
+            free(dwref);
+        }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reuse)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reuse), cmocka_unit_test(test_filter_forms)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
