@@ -120,12 +120,14 @@ void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_
 
 /* dx[c] += col row (c, r, s) shifted back by (dr, ds), for every c, r, s in
  * that order: each dx element gets its taps in row-major (r, s) order. */
-static void cpu_conv_col2im(float *restrict dx, /* (C,H,W) */ const float *restrict col,
-                            /* (C*R*S, H*W) */ const struct cpu_conv_shape *sh)
+/* Channels c0 .. c1-1 of col2im (each channel's pixels only from its own
+ * rows of col, so channels may run on different threads) */
+static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const float *restrict col,
+                                     /* (C*R*S, H*W) */ const struct cpu_conv_shape *sh, int c0, int c1)
 {
     size_t W = (size_t)sh->w, HW = (size_t)sh->h * W;
-    memset(dx, 0, (size_t)sh->c * HW * sizeof *dx);
-    for (int c = 0; c < sh->c; c++) {
+    memset(dx + (size_t)c0 * HW, 0, (size_t)(c1 - c0) * HW * sizeof *dx);
+    for (int c = c0; c < c1; c++) {
         float *restrict dc = dx + (size_t)c * HW;
         for (int r = 0; r < sh->r; r++)
             for (int s = 0; s < sh->s; s++) {
@@ -142,6 +144,38 @@ static void cpu_conv_col2im(float *restrict dx, /* (C,H,W) */ const float *restr
                 }
             }
     }
+}
+
+struct cpu_col2im_job {
+    float *dx;
+    const float *col;
+    const struct cpu_conv_shape *sh;
+    int parts;
+};
+
+static void cpu_conv_col2im_part(void *arg, int p)
+{
+    const struct cpu_col2im_job *j = arg;
+    int c0 = (int)((long)j->sh->c * p / j->parts), c1 = (int)((long)j->sh->c * (p + 1) / j->parts);
+    cpu_conv_col2im_channels(j->dx, j->col, j->sh, c0, c1);
+}
+
+/* col2im on up to `threads` threads, split by channels when there is work
+ * enough (64K taps' adds a part) */
+static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_shape *sh, int threads)
+{
+    long work = (long)sh->c * sh->r * sh->s * sh->h * sh->w;
+    int parts = threads;
+    if (parts > sh->c)
+        parts = sh->c;
+    if (parts > work / 65536)
+        parts = (int)(work / 65536);
+    if (parts <= 1) {
+        cpu_conv_col2im_channels(dx, col, sh, 0, sh->c);
+        return;
+    }
+    struct cpu_col2im_job j = {dx, col, sh, parts};
+    cpu_pool_run(parts, cpu_conv_col2im_part, &j);
 }
 
 /* *p with room for n floats (*cap of them allocated); -1 when there is
@@ -235,7 +269,8 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
     for (int n = 0; n < sh->n; n++) {
         cpu_gemm(sc->gemm, 1, 0, crs, hw, sh->k, wt, crs,
                  dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, 0, col, hw);
-        cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, sh);
+        cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, sh,
+                        sc->gemm ? sc->gemm->threads : 1);
     }
 }
 
