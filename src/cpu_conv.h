@@ -54,7 +54,8 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
  * sgemm, then col2im: dx[n] starts at +0 and, for r = 0..R-1, s = 0..S-1 in
  * that order, each tap's plane of col is added in float32 to the pixels it
  * lands on; so each dx element is ((0 + t_first) + ...) + t_last over its
- * in-image taps in row-major (r, s) order. */
+ * in-image taps in row-major (r, s) order (channels split between the
+ * products' threads, which changes no sum). */
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
                        const float *dy, /* (N,K,H,W) */ const float *wt, /* (K,C,R,S) */
                        const struct cpu_conv_shape *sh);
