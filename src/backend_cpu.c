@@ -119,8 +119,8 @@ struct cpu_span_job {
 static void cpu_span_part(void *arg, int p)
 {
     const struct cpu_span_job *j = arg;
-    size_t i0 = j->n * (size_t)p / (size_t)j->parts / j->align * j->align;
-    size_t i1 = p + 1 == j->parts ? j->n : j->n * (size_t)(p + 1) / (size_t)j->parts / j->align * j->align;
+    size_t i0, i1;
+    cpu_pool_part(j->n, j->parts, p, j->align, &i0, &i1);
     j->fn(j->g, j->nd, j->out, j->in, j->st, i0, i1);
 }
 

@@ -118,10 +118,10 @@ void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_
     cpu_conv_im2col_band(col, x, sh, 0, sh->h);
 }
 
-/* dx[c] += col row (c, r, s) shifted back by (dr, ds), for every c, r, s in
- * that order: each dx element gets its taps in row-major (r, s) order. */
-/* Channels c0 .. c1-1 of col2im (each channel's pixels only from its own
- * rows of col, so channels may run on different threads) */
+/* dx[c] += col row (c, r, s) shifted back by (dr, ds), for c = c0 .. c1-1
+ * and every r, s in that order: each dx element gets its taps in row-major
+ * (r, s) order, and only from its own channel's rows (so channels may run
+ * on different threads). */
 static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const float *restrict col,
                                      /* (C*R*S, H*W) */ const struct cpu_conv_shape *sh, int c0, int c1)
 {
@@ -156,8 +156,9 @@ struct cpu_col2im_job {
 static void cpu_conv_col2im_part(void *arg, int p)
 {
     const struct cpu_col2im_job *j = arg;
-    int c0 = (int)((long)j->sh->c * p / j->parts), c1 = (int)((long)j->sh->c * (p + 1) / j->parts);
-    cpu_conv_col2im_channels(j->dx, j->col, j->sh, c0, c1);
+    size_t c0, c1;
+    cpu_pool_part((size_t)j->sh->c, j->parts, p, 1, &c0, &c1);
+    cpu_conv_col2im_channels(j->dx, j->col, j->sh, (int)c0, (int)c1);
 }
 
 /* col2im on up to `threads` threads, split by channels when there is work

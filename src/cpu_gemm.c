@@ -435,6 +435,12 @@ void cpu_pool_run(int parts, cpu_pool_fn *fn, void *arg)
     pthread_mutex_unlock(&gemm_caller);
 }
 
+void cpu_pool_part(size_t n, int parts, int p, size_t align, size_t *i0, size_t *i1)
+{
+    *i0 = n * (size_t)p / (size_t)parts / align * align;
+    *i1 = p + 1 == parts ? n : n * (size_t)(p + 1) / (size_t)parts / align * align;
+}
+
 /* The grid for `threads` threads: the one whose largest cell (in tiles)
  * is smallest, of those the one with the fewest cells, and of those the
  * one that splits the rows least: every row part copies the B strips of

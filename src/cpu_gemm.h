@@ -4,6 +4,8 @@
 #ifndef DT_CPU_GEMM_H
 #define DT_CPU_GEMM_H
 
+#include <stddef.h>
+
 struct cpu_gemm_mode {
     int fixed;   /* 0: cblas_sgemm; 1: the fixed order */
     int threads; /* threads of the fixed order's products */
@@ -24,5 +26,9 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
  * (callers on other threads wait their turn). */
 typedef void cpu_pool_fn(void *arg, int part);
 void cpu_pool_run(int parts, cpu_pool_fn *fn, void *arg);
+
+/* Part p of `parts` of n units: [*i0, *i1), boundaries multiples of align
+ * but the last (parts cover 0 .. n - 1 in order, each once). */
+void cpu_pool_part(size_t n, int parts, int p, size_t align, size_t *i0, size_t *i1);
 
 #endif

@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,14 +211,22 @@ static int vmath_form(int form)
 {
     if (form != CPU_VMATH_BEST)
         return cpu_vmath_has(form) ? form : CPU_VMATH_SCALAR;
-    /* DIVTRACE_CPU_GEMM_ISA=scalar or avx2 caps it, as it caps the
+    /* chosen once (every thread that races here chooses the same);
+     * DIVTRACE_CPU_GEMM_ISA=scalar or avx2 caps it, as it caps the
      * products' kernels (for tests: every form gives the same bits) */
+    static atomic_int best = -1;
+    int b = atomic_load_explicit(&best, memory_order_relaxed);
+    if (b >= 0)
+        return b;
     const char *cap = getenv("DIVTRACE_CPU_GEMM_ISA");
     if (cap && strcmp(cap, "scalar") == 0)
-        return CPU_VMATH_SCALAR;
-    if ((!cap || strcmp(cap, "avx2") != 0) && cpu_vmath_has(CPU_VMATH_AVX512))
-        return CPU_VMATH_AVX512;
-    return cpu_vmath_has(CPU_VMATH_AVX2) ? CPU_VMATH_AVX2 : CPU_VMATH_SCALAR;
+        b = CPU_VMATH_SCALAR;
+    else if ((!cap || strcmp(cap, "avx2") != 0) && cpu_vmath_has(CPU_VMATH_AVX512))
+        b = CPU_VMATH_AVX512;
+    else
+        b = cpu_vmath_has(CPU_VMATH_AVX2) ? CPU_VMATH_AVX2 : CPU_VMATH_SCALAR;
+    atomic_store_explicit(&best, b, memory_order_relaxed);
+    return b;
 }
 
 void cpu_expf_span(int form, float *out, const float *in, size_t n)

@@ -11,6 +11,9 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "hash.h"
 #include "rng.h"
@@ -62,12 +65,7 @@ void data_batch(struct data *d, uint64_t cursor, uint32_t batch, float *out)
     }
 }
 
-/* The autoencoder's step on the H200 is 0.08 ms of GPU time; one division
- * at a time, its batch of 78400 pixels took the host 0.09 ms, so the host
- * set the pace of training (and of its tracing). divps is IEEE division,
- * rounded as divss: the same floats, four at a time. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 /* With AVX-512, 16 at a time through double: v * (1/255) in double, rounded
  * to float, is the correctly rounded v / 255 for each of the 256 values
  * (test_idx checks every one), and needs no division. */
@@ -86,6 +84,10 @@ __attribute__((target("avx512f"))) static size_t data_pixels_avx512(const uint8_
 }
 #endif
 
+/* The autoencoder's step on the H200 is 0.08 ms of GPU time; one division
+ * at a time, its batch of 78400 pixels took the host 0.09 ms, so the host
+ * set the pace of training (and of its tracing). divps is IEEE division,
+ * rounded as divss: the same floats, four at a time. */
 void data_pixels_to_float(const uint8_t *px, float *out, size_t n)
 {
     size_t j = 0;
