@@ -1,8 +1,8 @@
 /* gpu_dnn_fuse.cu: the cudnn backend's grouped convolutions. Convolutions
  * of one direction that read the same input x, with filters of one shape
  * (PredNet's four gate convolutions of a layer and time step, and their
- * four filter gradients), run as one convolution of their stacked output
- * channels: the forward over the filters stacked along K, the filter
+ * four filter gradients; conv_sets.h finds them), run as one convolution
+ * of their stacked output channels: the forward over the filters stacked along K, the filter
  * gradient over the output gradients stacked along channels. One call of
  * nmem * K channels keeps the GPU busier than nmem calls of K, as frameworks
  * do by keeping the gate filters as one tensor; here each member's output is
@@ -21,50 +21,12 @@
 #include <string.h>
 
 #include "gpu_dnn.h"
+extern "C" {
+#include "conv_sets.h"
+}
 
 /* How far after the first data gradient of a set the others may lie. */
 #define FUSE_WINDOW 64
-
-/* Whether every input of node j is a leaf or made before node i. */
-static int fuse_ready(const struct graph *g, int j, int i)
-{
-    const struct node *nd = &g->nodes[j];
-    for (int q = 0; q < nd->ninputs; q++) {
-        int p = nd->inputs[q];
-        enum op_type t = g->nodes[p].type;
-        if (t != OP_INPUT && t != OP_PARAM && t != OP_STATE && p >= i)
-            return 0;
-    }
-    return 1;
-}
-
-/* Whether nodes a and b (of one type) have inputs of the same shapes. */
-static int fuse_same(const struct graph *g, int a, int b)
-{
-    const struct node *na = &g->nodes[a], *nb = &g->nodes[b];
-    for (int q = 0; q < 2; q++) {
-        const struct node *wa = &g->nodes[na->inputs[q]], *wb = &g->nodes[nb->inputs[q]];
-        if (wa->ndim != 4 || wb->ndim != 4 || memcmp(wa->shape, wb->shape, 4 * sizeof wa->shape[0]) != 0)
-            return 0;
-    }
-    return na->type != OP_CONV2D_BWD_FILTER || (na->p.conv.r == nb->p.conv.r && na->p.conv.s == nb->p.conv.s);
-}
-
-/* A candidate's sort key: (x, type, index), so that each run shares its x.
- * The key carries what the comparison reads (no graph pointer beside qsort:
- * two contexts may plan at once). */
-struct fuse_key {
-    int x, type, i;
-};
-static int fuse_cmp(const void *pa, const void *pb)
-{
-    const struct fuse_key *a = (const struct fuse_key *)pa, *b = (const struct fuse_key *)pb;
-    if (a->x != b->x)
-        return a->x < b->x ? -1 : 1;
-    if (a->type != b->type)
-        return a->type < b->type ? -1 : 1;
-    return a->i < b->i ? -1 : a->i > b->i;
-}
 
 /* Make a group of the leader `lead` and the members mem[1..nmem-1]; 0, or
  * -1 when a replay's recorded algorithms have no entry for the stacked shape. */
@@ -84,13 +46,11 @@ static int fuse_add(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct grap
     p->conv[ci].used[gr->d] = 1;
     gr->conv = ci;
     gr->from = -1;
-    uint64_t ops = 0;
-    for (int j = gr->mem[0] + 1, k = 1; k < gr->nmem; j++) {
-        enum op_type t = g->nodes[j].type;
-        ops += t != OP_INPUT && t != OP_PARAM && t != OP_STATE;
-        if (j == gr->mem[k])
-            gr->dist[k++] = ops;
-    }
+    struct conv_set set;
+    set.type = g->nodes[gr->mem[0]].type;
+    set.nmem = gr->nmem;
+    memcpy(set.mem, gr->mem, (size_t)gr->nmem * sizeof set.mem[0]);
+    conv_set_dists(g, &set, gr->dist);
     size_t filt = (size_t)cv.k * cv.c * cv.r * cv.s, chans = (size_t)cv.n * cv.k * cv.h * cv.w;
     size_t dx = gr->d == DNN_BWD_DATA ? (size_t)cv.n * cv.c * cv.h * cv.w : 0;
     size_t bytes = (size_t)gr->nmem * (filt + chans + dx) * sizeof(float);
@@ -104,15 +64,30 @@ static int fuse_add(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct grap
     return 0;
 }
 
+/* conv_sets_find's accept: a set of forward convolutions or filter
+ * gradients made a group, unless fuse_add refuses it. */
+struct fuse_plan_arg {
+    struct gpu_ctx *c;
+    struct gpu_dnn_plan *p;
+    const struct graph *g;
+};
+
+static int fuse_accept(void *arg, const struct conv_set *s)
+{
+    const struct fuse_plan_arg *a = (const struct fuse_plan_arg *)arg;
+    struct gpu_dnn_group gr;
+    memset(&gr, 0, sizeof gr);
+    gr.d = s->type == OP_CONV2D ? DNN_FWD : DNN_BWD_FILTER;
+    gr.nmem = s->nmem;
+    memcpy(gr.mem, s->mem, (size_t)s->nmem * sizeof gr.mem[0]);
+    return fuse_add(a->c, a->p, a->g, &gr) == 0;
+}
+
 void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph *g)
 {
     const char *env = getenv("DIVTRACE_CUDNN_FUSE");
     if (env && strcmp(env, "0") == 0)
         return;
-    int *cand = (int *)dt_calloc((size_t)(g->n ? g->n : 1), sizeof *cand), nc = 0;
-    for (int i = 0; i < g->n; i++)
-        if ((g->nodes[i].type == OP_CONV2D || g->nodes[i].type == OP_CONV2D_BWD_FILTER) && p->node[i].conv >= 0)
-            cand[nc++] = i;
     /* data gradients (fastest mode, or a replay that recorded them grouped):
      * same shapes, inputs made before the first, within a short window */
     int all = env && strcmp(env, "all") == 0;
@@ -126,43 +101,20 @@ void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph
             gr.mem[gr.nmem++] = i;
             for (int j = i + 1; j < g->n && j <= i + FUSE_WINDOW && gr.nmem < DNN_GROUP_MAX; j++)
                 if (g->nodes[j].type == OP_CONV2D_BWD_DATA && p->node[j].conv == p->node[i].conv &&
-                    p->node[j].group < 0 && fuse_same(g, i, j) && fuse_ready(g, j, i))
+                    p->node[j].group < 0 && conv_same_shapes(g, i, j) && conv_inputs_before(g, j, i))
                     gr.mem[gr.nmem++] = j;
             if (gr.nmem >= 2)
                 fuse_add(c, p, g, &gr);
         }
-    struct fuse_key *key = (struct fuse_key *)dt_calloc((size_t)(nc ? nc : 1), sizeof *key);
-    for (int k = 0; k < nc; k++) {
-        key[k].x = g->nodes[cand[k]].inputs[0];
-        key[k].type = (int)g->nodes[cand[k]].type;
-        key[k].i = cand[k];
-    }
-    qsort(key, (size_t)nc, sizeof *key, fuse_cmp);
-    for (int k = 0; k < nc; k++)
-        cand[k] = key[k].i;
-    free(key);
-    for (int a = 0; a < nc;) {
-        int b = a;
-        while (b < nc && g->nodes[cand[b]].inputs[0] == g->nodes[cand[a]].inputs[0] &&
-               g->nodes[cand[b]].type == g->nodes[cand[a]].type)
-            b++;
-        for (int s = a; s < b; s++) { /* the run cand[a..b-1]: one x, one type */
-            int lead = cand[s];
-            if (p->node[lead].group >= 0)
-                continue;
-            struct gpu_dnn_group gr;
-            memset(&gr, 0, sizeof gr);
-            gr.d = g->nodes[lead].type == OP_CONV2D ? DNN_FWD : DNN_BWD_FILTER;
-            gr.mem[gr.nmem++] = lead;
-            for (int t = s + 1; t < b && gr.nmem < DNN_GROUP_MAX; t++)
-                if (p->node[cand[t]].group < 0 && fuse_same(g, lead, cand[t]) && fuse_ready(g, cand[t], lead))
-                    gr.mem[gr.nmem++] = cand[t];
-            if (gr.nmem >= 2)
-                fuse_add(c, p, g, &gr);
-        }
-        a = b;
-    }
-    free(cand);
+    /* forward convolutions and filter gradients that cuDNN runs */
+    unsigned char *ok = (unsigned char *)dt_calloc((size_t)(g->n ? g->n : 1), 1);
+    for (int i = 0; i < g->n; i++)
+        ok[i] = p->node[i].conv >= 0;
+    struct fuse_plan_arg arg = {c, p, g};
+    struct conv_set *sets = NULL;
+    conv_sets_find(g, ok, fuse_accept, &arg, &sets);
+    free(sets);
+    free(ok);
 }
 
 /* The direction of convolution node j, or -1. */
@@ -223,6 +175,7 @@ void *gpu_fuse_scratch(struct gpu_ctx *c, size_t bytes)
     return l->fuse;
 }
 
+static_assert(DNN_GROUP_MAX == CONV_SET_MAX, "a group holds a conv_set");
 static_assert(DNN_GROUP_MAX * OP_MAX_INPUTS <= GPU_MAX_READS, "gpu.h's GPU_MAX_READS is too small");
 
 int gpu_dnn_reads(const struct gpu_ctx *c, const struct graph *g, int i, int *out)
