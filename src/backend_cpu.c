@@ -10,17 +10,36 @@
 #include <string.h>
 
 #include "backend.h"
+#include "conv_sets.h"
 #include "cpu_blas.h"
 #include "cpu_conv.h"
 #include "cpu_vmath.h"
 #include "stats.h"
 #include "util.h"
 
+/* A set of convolutions run as one (conv_sets.h): the member that computed
+ * the members after it in the last pass, and the count of ops entered then. */
+struct cpu_set_pass {
+    uint64_t dist[CONV_SET_MAX];
+    uint64_t stamp;
+    int from;                      /* -1: none yet */
+};
+
 struct cpu_ctx {
     int threads;
     char kernel[64];  /* requested kernel, or "" */
     struct cpu_conv_scratch conv;  /* im2col buffer shared by the conv kernels */
     struct cpu_gemm_mode gemm;     /* OpenBLAS's products or the fixed order */
+    /* sets of convolutions run as one, with the fixed products only */
+    const struct graph *plan;      /* the graph they were found in */
+    struct conv_set *sets;
+    struct cpu_set_pass *pass;
+    int nsets;
+    int *set_of;                   /* per node of plan: its set, or -1 */
+    uint64_t enters;               /* ops entered by the executor */
+    int entered;                   /* the last one, or -1 */
+    float *stk;                    /* stacked inputs and outputs of a set */
+    size_t stk_cap;
 };
 
 static int cpu_init(void **ctx, const struct backend_options *opt)
@@ -38,6 +57,7 @@ static int cpu_init(void **ctx, const struct backend_options *opt)
     c->gemm.fixed = opt->cpu_gemm && strcmp(opt->cpu_gemm, "fixed") == 0;
     c->gemm.threads = c->threads;
     c->conv.gemm = &c->gemm;
+    c->entered = -1;
     /* the fixed products run on their own threads; OpenBLAS's would only
      * spin beside them */
     cpu_blas_set_threads(c->gemm.fixed ? 1 : c->threads);
@@ -45,11 +65,26 @@ static int cpu_init(void **ctx, const struct backend_options *opt)
     return DT_OK;
 }
 
+static void cpu_sets_clear(struct cpu_ctx *c)
+{
+    free(c->sets);
+    free(c->pass);
+    free(c->set_of);
+    c->sets = NULL;
+    c->pass = NULL;
+    c->set_of = NULL;
+    c->nsets = 0;
+    c->plan = NULL;
+}
+
 static void cpu_free(void *ctx)
 {
     struct cpu_ctx *c = ctx;
-    if (c)
+    if (c) {
         cpu_conv_scratch_free(&c->conv);
+        cpu_sets_clear(c);
+        free(c->stk);
+    }
     free(c);
 }
 static backend_buf *cpu_alloc(void *ctx, size_t n)
@@ -339,9 +374,136 @@ static struct cpu_conv_shape cpu_conv_shape_of(uint32_t n, uint32_t c, uint32_t 
     return (struct cpu_conv_shape){(int)n, (int)c, (int)h, (int)w, (int)k, (int)r, (int)s};
 }
 
+/* ---- sets of convolutions run as one (the fixed products) ------------------ */
+
+/* With the fixed products, the sets of conv_sets.h run as one product:
+ * the forward of filters stacked along K, the filter gradient of output
+ * gradients stacked along channels. Each element of a product is the same
+ * chain of fused multiply-adds in the same order whatever the rows or
+ * columns beside it (cpu_gemm.c), so every member's output has the bits of
+ * its own convolution; what changes is the work: the im2col made and the
+ * strips of B copied once for the set, and products tall enough for the
+ * kernel's tiles and the threads' grid. DIVTRACE_CPU_CONV_SETS=0 runs each
+ * convolution alone. */
+static int cpu_prepare(void *ctx, const struct graph *g)
+{
+    struct cpu_ctx *c = ctx;
+    cpu_sets_clear(c);
+    const char *env = getenv("DIVTRACE_CPU_CONV_SETS");
+    if (!c->gemm.fixed || (env && strcmp(env, "0") == 0))
+        return 0;
+    c->plan = g;
+    c->nsets = conv_sets_find(g, NULL, NULL, NULL, &c->sets);
+    c->pass = dt_calloc((size_t)(c->nsets ? c->nsets : 1), sizeof *c->pass);
+    c->set_of = dt_calloc((size_t)(g->n ? g->n : 1), sizeof *c->set_of);
+    for (int i = 0; i < g->n; i++)
+        c->set_of[i] = -1;
+    for (int s = 0; s < c->nsets; s++) {
+        for (int k = 0; k < c->sets[s].nmem; k++)
+            c->set_of[c->sets[s].mem[k]] = s;
+        conv_set_dists(g, &c->sets[s], c->pass[s].dist);
+        c->pass[s].from = -1;
+    }
+    return 0;
+}
+
+static void cpu_op_enter(void *ctx, const struct graph *g, int i)
+{
+    struct cpu_ctx *c = ctx;
+    (void)g;
+    c->entered = i;
+    c->enters++;
+}
+
+int cpu_backend_conv_sets(void *ctx)
+{
+    return ((struct cpu_ctx *)ctx)->nsets;
+}
+
+static float *cpu_stack(struct cpu_ctx *c, size_t n)
+{
+    if (n > c->stk_cap) {
+        free(c->stk);
+        c->stk = dt_malloc(n * sizeof *c->stk);
+        c->stk_cap = n;
+    }
+    return c->stk;
+}
+
+/* Members from .. nmem-1 of set s as one convolution: inputs stacked, the
+ * product, each member's part copied to its buffer. */
+static void cpu_set_run(struct cpu_ctx *c, const struct graph *g, const struct conv_set *s, int from,
+                        backend_buf *const *bufs)
+{
+    const struct node *n0 = &g->nodes[s->mem[from]];
+    const struct node *xn = &g->nodes[n0->inputs[0]], *bn = &g->nodes[n0->inputs[1]];
+    size_t m = (size_t)(s->nmem - from);
+    const float *x = bufs[n0->inputs[0]];
+    if (s->type == OP_CONV2D) {
+        /* x (N,C,H,W), w (K,C,R,S) -> y (N,K,H,W) */
+        struct cpu_conv_shape sh = cpu_conv_shape_of(xn->shape[0], xn->shape[1], xn->shape[2], xn->shape[3],
+                                                     bn->shape[0] * (uint32_t)m, bn->shape[2], bn->shape[3]);
+        size_t filt = bn->count, part = (size_t)bn->shape[0] * xn->shape[2] * xn->shape[3];
+        float *w = cpu_stack(c, m * filt + (size_t)sh.n * m * part), *y = w + m * filt;
+        for (size_t j = 0; j < m; j++)
+            memcpy(w + j * filt, bufs[g->nodes[s->mem[from + (int)j]].inputs[1]], filt * sizeof *w);
+        cpu_conv_forward(&c->conv, y, x, w, &sh);
+        for (size_t j = 0; j < m; j++)
+            for (size_t n = 0; n < (size_t)sh.n; n++)
+                memcpy((float *)bufs[s->mem[from + (int)j]] + n * part, y + (n * m + j) * part, part * sizeof *y);
+        return;
+    }
+    /* x (N,C,H,W), dy (N,K,H,W) -> dw (K,C,R,S) */
+    struct cpu_conv_shape sh = cpu_conv_shape_of(xn->shape[0], xn->shape[1], xn->shape[2], xn->shape[3],
+                                                 bn->shape[1] * (uint32_t)m, n0->p.conv.r, n0->p.conv.s);
+    size_t part = (size_t)bn->shape[1] * bn->shape[2] * bn->shape[3], filt = g->nodes[s->mem[from]].count;
+    float *dy = cpu_stack(c, (size_t)sh.n * m * part + m * filt), *dw = dy + (size_t)sh.n * m * part;
+    for (size_t j = 0; j < m; j++) {
+        const float *src = bufs[g->nodes[s->mem[from + (int)j]].inputs[1]];
+        for (size_t n = 0; n < (size_t)sh.n; n++)
+            memcpy(dy + (n * m + j) * part, src + n * part, part * sizeof *dy);
+    }
+    cpu_conv_bwd_filter(&c->conv, dw, x, dy, &sh);
+    for (size_t j = 0; j < m; j++)
+        memcpy(bufs[s->mem[from + (int)j]], dw + j * filt, filt * sizeof *dw);
+}
+
+/* Node i's kernel when i is in a set: 1 when its output is made (by this
+ * call, with the members after it, or by an earlier member in this pass),
+ * 0 when it must run alone. In an executor's pass every op is entered in
+ * graph order, so member k's output was made by member `from` of this pass
+ * exactly when k comes after it and the count of entered ops moved by the
+ * ops between them. Otherwise (the first member; with a fault that
+ * replaces an earlier member's kernel, the first one called) it makes
+ * itself and the members after it, never an earlier member's output (a
+ * planted fault there stays); outside a pass (no op entered, or no
+ * buffers) it runs alone. */
+static int cpu_set_member(struct cpu_ctx *c, const struct graph *g, const struct node *nd,
+                          const struct backend_step *st)
+{
+    int i = (int)(nd - g->nodes);
+    if (g != c->plan || !c->set_of || c->set_of[i] < 0 || c->entered != i)
+        return 0;
+    const struct conv_set *s = &c->sets[c->set_of[i]];
+    struct cpu_set_pass *p = &c->pass[c->set_of[i]];
+    int k = 0;
+    while (s->mem[k] != i)
+        k++;
+    if (p->from >= 0 && p->from < k && c->enters == p->stamp + (p->dist[k] - p->dist[p->from]))
+        return 1;
+    if (!st || !st->bufs || k == s->nmem - 1)
+        return 0;
+    cpu_set_run(c, g, s, k, st->bufs);
+    p->from = k;
+    p->stamp = c->enters;
+    return 1;
+}
+
 CPU_OP(cpu_conv2d)
 {
     /* in: x (N,C,H,W), w (K,C,R,S) */
+    if (cpu_set_member(ctx, g, nd, st))
+        return;
     struct cpu_conv_shape sh = cpu_conv_shape_of(IN_SHAPE(0, 0), IN_SHAPE(0, 1), IN_SHAPE(0, 2),
                                                  IN_SHAPE(0, 3), IN_SHAPE(1, 0), IN_SHAPE(1, 2),
                                                  IN_SHAPE(1, 3));
@@ -360,6 +522,8 @@ CPU_OP(cpu_conv2d_bwd_data)
 CPU_OP(cpu_conv2d_bwd_filter)
 {
     /* in: x (N,C,H,W), dy (N,K,H,W); out (K,C,R,S) */
+    if (cpu_set_member(ctx, g, nd, st))
+        return;
     struct cpu_conv_shape sh = cpu_conv_shape_of(IN_SHAPE(0, 0), IN_SHAPE(0, 1), IN_SHAPE(0, 2),
                                                  IN_SHAPE(0, 3), IN_SHAPE(1, 1), nd->p.conv.r,
                                                  nd->p.conv.s);
@@ -562,6 +726,8 @@ const struct backend_ops backend_cpu = {
     .trace = cpu_trace,
     .describe = cpu_describe,
     .sync = NULL,
+    .prepare = cpu_prepare,
+    .op_enter = cpu_op_enter,
     .op = {
         [OP_MATMUL] = cpu_matmul,
         [OP_ADD_BIAS] = cpu_add_bias,

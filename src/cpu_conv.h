@@ -55,7 +55,9 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
  * that order, each tap's plane of col is added in float32 to the pixels it
  * lands on; so each dx element is ((0 + t_first) + ...) + t_last over its
  * in-image taps in row-major (r, s) order (channels split between the
- * products' threads, which changes no sum). */
+ * products' threads, which changes no sum). With the fixed products the
+ * col is made and summed in blocks of channels, split between the
+ * threads: the same col elements and the same sums. */
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
                        const float *dy, /* (N,K,H,W) */ const float *wt, /* (K,C,R,S) */
                        const struct cpu_conv_shape *sh);
@@ -72,5 +74,9 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
 void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
                          const float *x, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
                          const struct cpu_conv_shape *sh);
+
+/* backend_cpu.c: the sets of convolutions a cpu context runs as one (its
+ * graph's, with the fixed products; conv_sets.h). */
+int cpu_backend_conv_sets(void *ctx);
 
 #endif

@@ -3,6 +3,8 @@
  * backend (float32) and on the mpfr backend (128 bits), against central
  * finite differences of an independent double-precision PredNet written
  * here from the model's equations; bitwise determinism of repeated runs;
+ * the fixed products' sets of convolutions run as one against each run
+ * alone, bit for bit;
  * the op names (layer and time step); prednet_check's refusals.
  * Dimension letters: N batch, C channels, H x W image, T time steps. */
 #include <math.h>
@@ -17,6 +19,8 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "conv_sets.h"
+#include "cpu_conv.h"
 #include "exec.h"
 #include "graph.h"
 #include "model.h"
@@ -293,6 +297,29 @@ static double pt_model(const struct pt *p, const double *const *pv)
 
 /* ---- the library's step ---- */
 
+/* A buffer for any node's values; the parameters and frames loaded. */
+static float *pt_load(struct pt *p, struct exec *e)
+{
+    size_t maxc = 1;
+    for (int i = 0; i < p->g.n; i++)
+        if (p->g.nodes[i].count > maxc)
+            maxc = p->g.nodes[i].count;
+    float *buf = malloc(maxc * sizeof *buf);
+    for (int k = 0; k < p->nparam; k++) {
+        for (size_t q = 0; q < p->g.nodes[p->param[k]].count; q++)
+            buf[q] = (float)p->pv[k][q];
+        exec_set(e, p->param[k], buf);
+    }
+    size_t fr = (size_t)pt_stack[0] * PT_H * PT_W;
+    for (int t = 0; t < PT_T; t++) {
+        for (int n = 0; n < PT_N; n++)
+            for (size_t q = 0; q < fr; q++)
+                buf[n * fr + q] = (float)p->fv[((size_t)n * PT_T + t) * fr + q];
+        exec_set(e, p->frame[t], buf);
+    }
+    return buf;
+}
+
 /* Run one step of p's graph on backend be; the loss and the gradient of
  * every parameter (grad[k], count of param k) in double. */
 static double pt_run(struct pt *p, const struct backend_ops *be, long precision, double **grad)
@@ -304,23 +331,7 @@ static double pt_run(struct pt *p, const struct backend_ops *be, long precision,
     struct exec e;
     if (exec_init(&e, &p->g, be, ctx) < 0)
         fail_msg("exec_init on %s: %s", be->name, dt_error());
-    size_t maxc = 1;
-    for (int i = 0; i < p->g.n; i++)
-        if (p->g.nodes[i].count > maxc)
-            maxc = p->g.nodes[i].count;
-    float *buf = malloc(maxc * sizeof *buf);
-    for (int k = 0; k < p->nparam; k++) {
-        for (size_t q = 0; q < p->g.nodes[p->param[k]].count; q++)
-            buf[q] = (float)p->pv[k][q];
-        exec_set(&e, p->param[k], buf);
-    }
-    size_t fr = (size_t)pt_stack[0] * PT_H * PT_W;
-    for (int t = 0; t < PT_T; t++) {
-        for (int n = 0; n < PT_N; n++)
-            for (size_t q = 0; q < fr; q++)
-                buf[n * fr + q] = (float)p->fv[((size_t)n * PT_T + t) * fr + q];
-        exec_set(&e, p->frame[t], buf);
-    }
+    float *buf = pt_load(p, &e);
     exec_step(&e, 0);
     float lf;
     exec_get(&e, p->loss, &lf);
@@ -431,6 +442,96 @@ static void test_determinism(void **state)
     pt_free(&p);
 }
 
+/* A replaced kernel (a planted fault): 0.5 everywhere. */
+static void pt_half(void *ctx, const struct graph *g, const struct node *nd, backend_buf *out,
+                    const backend_buf *const *in, const struct backend_step *st)
+{
+    (void)ctx, (void)g, (void)in, (void)st;
+    for (size_t q = 0; q < nd->count; q++)
+        ((float *)out)[q] = 0.5f;
+}
+
+/* Every node's output after one step on the cpu backend with the fixed
+ * products; node `planted`'s kernel replaced by pt_half when >= 0. The
+ * sets of convolutions the backend ran as one in *nsets. */
+static float **pt_outputs(struct pt *p, int threads, int planted, int *nsets)
+{
+    struct backend_options bo = {.threads = threads, .cpu_gemm = "fixed"};
+    void *ctx;
+    if (backend_cpu.init(&ctx, &bo) < 0)
+        fail_msg("cpu init: %s", dt_error());
+    struct exec e;
+    if (exec_init(&e, &p->g, &backend_cpu, ctx) < 0)
+        fail_msg("exec_init: %s", dt_error());
+    *nsets = cpu_backend_conv_sets(ctx);
+    free(pt_load(p, &e));
+    if (planted >= 0)
+        e.override[planted] = pt_half;
+    exec_step(&e, 0);
+    float **out = malloc((size_t)p->g.n * sizeof *out);
+    for (int i = 0; i < p->g.n; i++) {
+        out[i] = malloc(p->g.nodes[i].count * sizeof(float));
+        exec_get(&e, i, out[i]);
+    }
+    exec_free(&e);
+    backend_cpu.free(ctx);
+    return out;
+}
+
+static void pt_outputs_free(const struct pt *p, float **out)
+{
+    for (int i = 0; i < p->g.n; i++)
+        free(out[i]);
+    free(out);
+}
+
+/* With the fixed products the cpu backend runs each set of gate
+ * convolutions (and of their filter gradients) as one product: every
+ * node's output must have the bits of each convolution run alone
+ * (DIVTRACE_CPU_CONV_SETS=0), at 1 and 3 threads, and with the first
+ * member of a set replaced by a planted fault (the next member then makes
+ * itself and the ones after it, and the fault's output stays). */
+static void test_conv_sets(void **state)
+{
+    (void)state;
+    struct pt p;
+    pt_init(&p, 0x5e75);
+    struct conv_set *sets = NULL;
+    int nfound = conv_sets_find(&p.g, NULL, NULL, NULL, &sets), nfwd = 0, nfilt = 0;
+    for (int k = 0; k < nfound; k++) {
+        nfwd += sets[k].type == OP_CONV2D;
+        nfilt += sets[k].type == OP_CONV2D_BWD_FILTER;
+        assert_true(sets[k].nmem >= 2);
+    }
+    /* 4 gates a layer and time step, forward and filter gradient */
+    assert_true(nfwd >= PT_L * PT_T && nfilt >= PT_L);
+    int first = -1;
+    for (int k = 0; k < nfound && first < 0; k++)
+        if (sets[k].type == OP_CONV2D && sets[k].nmem >= 3)
+            first = sets[k].mem[0];
+    assert_true(first >= 0);
+    free(sets);
+    for (int threads = 1; threads <= 3; threads += 2)
+        for (int planted = -1; planted <= first; planted += first + 1) {
+            int n0, n1;
+            setenv("DIVTRACE_CPU_CONV_SETS", "0", 1);
+            float **alone = pt_outputs(&p, threads, planted, &n0);
+            unsetenv("DIVTRACE_CPU_CONV_SETS");
+            float **as_one = pt_outputs(&p, threads, planted, &n1);
+            assert_int_equal(n0, 0);
+            assert_int_equal(n1, nfound);
+            for (int i = 0; i < p.g.n; i++)
+                if (memcmp(alone[i], as_one[i], p.g.nodes[i].count * sizeof(float)) != 0)
+                    fail_msg("%s differs run in sets (%d threads, fault in %s)", p.g.nodes[i].name, threads,
+                             planted >= 0 ? p.g.nodes[planted].name : "none");
+            if (planted >= 0)
+                assert_true(as_one[planted][0] == 0.5f);
+            pt_outputs_free(&p, alone);
+            pt_outputs_free(&p, as_one);
+        }
+    pt_free(&p);
+}
+
 static void test_names(void **state)
 {
     struct pt p;
@@ -491,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_model_sensitive),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_conv_sets),
         cmocka_unit_test(test_gradient_cpu),
         cmocka_unit_test(test_gradient_mpfr),
     };
