@@ -261,11 +261,63 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
     }
 }
 
+/* The fixed products' data gradient of one batch item in blocks of
+ * channels, each block's rows of col made and summed into dx while they
+ * are in cache (a whole col, C*R*S x H*W, is megabytes: PredNet's layer 0
+ * and 1 gates write 2.8 and 2.9 MB and read them back), the blocks split
+ * between the threads. Every col element is the same product as in one
+ * call and every dx element the same sum over its taps. */
+#define CPU_BWD_DATA_BLOCK_FLOATS (48 * 1024) /* a block's col, at least one channel */
+
+struct cpu_bwd_data_job {
+    float *dx;
+    const float *dy, *wt;
+    const struct cpu_conv_shape *sh;
+    float *col;                   /* a block's col for each part */
+    int cb, nblk, parts;          /* channels a block, blocks, parts */
+};
+
+static void cpu_conv_bwd_data_part(void *arg, int p)
+{
+    const struct cpu_bwd_data_job *j = arg;
+    const struct cpu_conv_shape *sh = j->sh;
+    int hw = sh->h * sh->w, rs = sh->r * sh->s;
+    size_t b0, b1;
+    cpu_pool_part((size_t)j->nblk, j->parts, p, 1, &b0, &b1);
+    float *col = j->col + (size_t)p * (size_t)j->cb * (size_t)rs * (size_t)hw;
+    for (size_t b = b0; b < b1; b++) {
+        int c0 = (int)b * j->cb, c1 = c0 + j->cb < sh->c ? c0 + j->cb : sh->c;
+        /* rows (c, r, s), c in [c0, c1), of wt^T x dy */
+        cpu_gemm_fixed(1, 1, 0, (c1 - c0) * rs, hw, sh->k, j->wt + (size_t)c0 * (size_t)rs, sh->c * rs, j->dy,
+                       hw, 0, col, hw);
+        struct cpu_conv_shape sub = *sh;
+        sub.c = c1 - c0;
+        cpu_conv_col2im_channels(j->dx + (size_t)c0 * (size_t)hw, col, &sub, 0, sub.c);
+    }
+}
+
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
                        const float *dy, /* (N,K,H,W) */ const float *wt, /* (K,C,R,S) */
                        const struct cpu_conv_shape *sh)
 {
     int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
+    if (sc->gemm && sc->gemm->fixed) {
+        size_t per = (size_t)sh->r * (size_t)sh->s * (size_t)hw; /* col floats a channel */
+        int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1, even = (sh->c + threads - 1) / threads;
+        int cb = (int)(CPU_BWD_DATA_BLOCK_FLOATS / per);
+        cb = cb < 1 ? 1 : cb > even ? even : cb; /* a block for every thread where there are channels enough */
+        int nblk = (sh->c + cb - 1) / cb, parts = threads < nblk ? threads : nblk;
+        struct cpu_conv_shape blocks = *sh;
+        blocks.c = cb * parts; /* room for each part's block */
+        struct cpu_bwd_data_job j = {.wt = wt, .sh = sh, .col = cpu_conv_col(sc, &blocks), .cb = cb,
+                                     .nblk = nblk, .parts = parts};
+        for (int n = 0; n < sh->n; n++) {
+            j.dx = dx + (size_t)n * (size_t)sh->c * (size_t)hw;
+            j.dy = dy + (size_t)n * (size_t)sh->k * (size_t)hw;
+            cpu_pool_run(parts, cpu_conv_bwd_data_part, &j);
+        }
+        return;
+    }
     float *col = cpu_conv_col(sc, sh);
     for (int n = 0; n < sh->n; n++) {
         cpu_gemm(sc->gemm, 1, 0, crs, hw, sh->k, wt, crs,

@@ -9,7 +9,8 @@
  * same address, and the filter gradient after the forward; then the filter
  * gradient alone for shapes on both sides of its transposed form (K >= 16
  * and H*W > 2K), batches of 1 and 3, 3x3 and 1x1 kernels, 1 and 3
- * threads. */
+ * threads; and the data gradient, made in blocks of channels on 1 to 3
+ * threads, against its definition. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +77,32 @@ static void cc_filter_def(float *dw, const float *x, const float *dy, const stru
                                 acc = fmaf(dy[(((size_t)n * sh->k + k) * sh->h + h) * sh->w + w],
                                            cc_x(x, sh, n, c, h + r - sh->r / 2, w + s - sh->s / 2), acc);
                     dw[(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s] = acc;
+                }
+}
+
+/* dx of the fixed products: each col element (c, r, s; h', w') the chain
+ * t = fmaf(wt[k][c][r][s], dy[n][k][h'][w'], t) over k from +0, and each dx
+ * element the float32 sum, from +0, of the t of its in-image taps in
+ * row-major (r, s) order (cpu_conv.h) */
+static void cc_data_def(float *dx, const float *dy, const float *wt, const struct cpu_conv_shape *sh)
+{
+    for (int n = 0; n < sh->n; n++)
+        for (int c = 0; c < sh->c; c++)
+            for (int h = 0; h < sh->h; h++)
+                for (int w = 0; w < sh->w; w++) {
+                    float acc = 0.0f;
+                    for (int r = 0; r < sh->r; r++)
+                        for (int s = 0; s < sh->s; s++) {
+                            int hh = h - (r - sh->r / 2), ww = w - (s - sh->s / 2);
+                            if (hh < 0 || hh >= sh->h || ww < 0 || ww >= sh->w)
+                                continue;
+                            float t = 0.0f;
+                            for (int k = 0; k < sh->k; k++)
+                                t = fmaf(wt[(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s],
+                                         dy[(((size_t)n * sh->k + k) * sh->h + hh) * sh->w + ww], t);
+                            acc = acc + t;
+                        }
+                    dx[(((size_t)n * sh->c + c) * sh->h + h) * sh->w + w] = acc;
                 }
 }
 
@@ -173,8 +200,47 @@ static void test_filter_forms(void **state)
         }
 }
 
+/* The data gradient, made in blocks of channels split between the
+ * threads: shapes of one block and of several (the last one short), a
+ * single-channel block (K = 1, as PredNet's layer 0 gates), 5x5 and 1x1
+ * kernels, 1 to 3 threads. */
+static void test_data_blocks(void **state)
+{
+    (void)state;
+    const struct cpu_conv_shape shapes[] = {
+        {.n = 2, .c = 13, .h = 32, .w = 32, .k = 3, .r = 3, .s = 3}, /* blocks of 5 channels: 5, 5, 3 */
+        {.n = 1, .c = 3, .h = 64, .w = 64, .k = 1, .r = 3, .s = 3},  /* a channel a block */
+        {.n = 3, .c = 7, .h = 5, .w = 9, .k = 17, .r = 5, .s = 5},   /* one block */
+        {.n = 1, .c = 4, .h = 6, .w = 6, .k = 16, .r = 1, .s = 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int threads = 1; threads <= 3; threads++) {
+            const struct cpu_conv_shape *sh = &shapes[i];
+            struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
+            struct cpu_conv_scratch sc = {.gemm = &fixed};
+            size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->h * sh->w;
+            size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s;
+            float *dx = malloc(nx * sizeof *dx), *ref = malloc(nx * sizeof *ref);
+            float *dy = malloc(ny * sizeof *dy), *wt = malloc(nw * sizeof *wt);
+            assert_true(dx && ref && dy && wt);
+            cc_fill(dy, ny);
+            cc_fill(wt, nw);
+            cpu_conv_bwd_data(&sc, dx, dy, wt, sh);
+            cc_data_def(ref, dy, wt, sh);
+            char what[96];
+            snprintf(what, sizeof what, "data gradient, shape %zu, %d threads", i, threads);
+            cc_same_bits(dx, ref, nx, what);
+            cpu_conv_scratch_free(&sc);
+            free(dx);
+            free(ref);
+            free(dy);
+            free(wt);
+        }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reuse), cmocka_unit_test(test_filter_forms)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reuse), cmocka_unit_test(test_filter_forms),
+                                       cmocka_unit_test(test_data_blocks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
