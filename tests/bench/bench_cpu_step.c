@@ -6,11 +6,13 @@
  * the four variants so that machine noise hits them alike; ms per step over
  * the steps after the first three, median of the rounds. The IDX data
  * directory is the default one or $DIVTRACE_DATA.
- * Usage: bench_cpu_step [--rounds N] [--tsv] [CONF...] [-- THREADS...]
+ * Usage: bench_cpu_step [--rounds N] [--tsv] [--fixed] [CONF...] [-- THREADS...]
  * CONF: ae or pn1 (default both); THREADS: default 1 2. --tsv: one line per
  * configuration and thread count, tab-separated (key, threads, then the ms
  * of openblas off, openblas op, fixed off, fixed op), for
- * tests/bench/cpu_speed.sh; else a Markdown table. */
+ * tests/bench/cpu_speed.sh; else a Markdown table. --fixed: the fixed
+ * products' variants only (the OpenBLAS ones print as nan). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +35,7 @@ static int bench_int(const char *s, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    int rounds = 3, tsv = 0, nthreads = 0, threads[16];
+    int rounds = 3, tsv = 0, fixed_only = 0, nthreads = 0, threads[16];
     char want[BENCH_GPU_NCONF] = {0};
     int any = 0, a = 1;
     for (; a < argc && strcmp(argv[a], "--") != 0; a++) {
@@ -44,10 +46,13 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(argv[a], "--tsv") == 0) {
             tsv = 1;
+        } else if (strcmp(argv[a], "--fixed") == 0) {
+            fixed_only = 1;
         } else {
             int k = bench_gpu_conf_find(argv[a]);
             if (k != 0 && k != 1) {
-                fprintf(stderr, "bench_cpu_step: unknown argument '%s' (--rounds N, --tsv, ae, pn1, -- THREADS...)\n",
+                fprintf(stderr,
+                        "bench_cpu_step: unknown argument '%s' (--rounds N, --tsv, --fixed, ae, pn1, -- THREADS...)\n",
                         argv[a]);
                 return 2;
             }
@@ -79,6 +84,10 @@ int main(int argc, char **argv)
             double ms[4][8];
             for (int r = 0; r < rounds; r++)
                 for (int v = 0; v < 4; v++) { /* openblas off, op; fixed off, op */
+                    if (fixed_only && v < 2) {
+                        ms[v][r] = NAN;
+                        continue;
+                    }
                     struct train_config tc;
                     if (bench_gpu_conf_setup(&tc, cf, "cpu", NULL) < 0)
                         return 2;
