@@ -113,6 +113,37 @@ static void cc_same_bits(const float *a, const float *b, size_t n, const char *w
             fail_msg("%s: element %zu: %a, the definition %a", what, i, (double)a[i], (double)b[i]);
 }
 
+/* The filter gradient (data 0) or the data gradient (data 1) of shape sh
+ * (the i-th of its test) with the fixed products on `threads` threads,
+ * against its definition, bit for bit. */
+static void cc_backward(const struct cpu_conv_shape *sh, int threads, int data, size_t i)
+{
+    struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
+    struct cpu_conv_scratch sc = {.gemm = &fixed};
+    size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->h * sh->w;
+    size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s, nout = data ? nx : nw;
+    float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy), *w = malloc(nw * sizeof *w);
+    float *ref = malloc(nout * sizeof *ref);
+    assert_true(x && dy && w && ref);
+    cc_fill(dy, ny);
+    cc_fill(data ? w : x, data ? nw : nx);
+    if (data) {
+        cpu_conv_bwd_data(&sc, x, dy, w, sh);
+        cc_data_def(ref, dy, w, sh);
+    } else {
+        cpu_conv_bwd_filter(&sc, w, x, dy, sh);
+        cc_filter_def(ref, x, dy, sh);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s gradient, shape %zu, %d threads", data ? "data" : "filter", i, threads);
+    cc_same_bits(data ? x : w, ref, nout, what);
+    cpu_conv_scratch_free(&sc);
+    free(x);
+    free(dy);
+    free(w);
+    free(ref);
+}
+
 static void test_reuse(void **state)
 {
     (void)state;
@@ -176,28 +207,8 @@ static void test_filter_forms(void **state)
         {.n = 3, .c = 3, .h = 8, .w = 8, .k = 15, .r = 3, .s = 3},  /* not: K < 16 */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        for (int threads = 1; threads <= 3; threads += 2) {
-            const struct cpu_conv_shape *sh = &shapes[i];
-            struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
-            struct cpu_conv_scratch sc = {.gemm = &fixed};
-            size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->h * sh->w;
-            size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s;
-            float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
-            float *dw = malloc(nw * sizeof *dw), *dwref = malloc(nw * sizeof *dwref);
-            assert_true(x && dy && dw && dwref);
-            cc_fill(x, nx);
-            cc_fill(dy, ny);
-            cpu_conv_bwd_filter(&sc, dw, x, dy, sh);
-            cc_filter_def(dwref, x, dy, sh);
-            char what[96];
-            snprintf(what, sizeof what, "filter gradient, shape %zu, %d threads", i, threads);
-            cc_same_bits(dw, dwref, nw, what);
-            cpu_conv_scratch_free(&sc);
-            free(x);
-            free(dy);
-            free(dw);
-            free(dwref);
-        }
+        for (int threads = 1; threads <= 3; threads += 2)
+            cc_backward(&shapes[i], threads, 0, i);
 }
 
 /* The data gradient, made in blocks of channels split between the
@@ -214,28 +225,8 @@ static void test_data_blocks(void **state)
         {.n = 1, .c = 4, .h = 6, .w = 6, .k = 16, .r = 1, .s = 1},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        for (int threads = 1; threads <= 3; threads++) {
-            const struct cpu_conv_shape *sh = &shapes[i];
-            struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
-            struct cpu_conv_scratch sc = {.gemm = &fixed};
-            size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->h * sh->w;
-            size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s;
-            float *dx = malloc(nx * sizeof *dx), *ref = malloc(nx * sizeof *ref);
-            float *dy = malloc(ny * sizeof *dy), *wt = malloc(nw * sizeof *wt);
-            assert_true(dx && ref && dy && wt);
-            cc_fill(dy, ny);
-            cc_fill(wt, nw);
-            cpu_conv_bwd_data(&sc, dx, dy, wt, sh);
-            cc_data_def(ref, dy, wt, sh);
-            char what[96];
-            snprintf(what, sizeof what, "data gradient, shape %zu, %d threads", i, threads);
-            cc_same_bits(dx, ref, nx, what);
-            cpu_conv_scratch_free(&sc);
-            free(dx);
-            free(ref);
-            free(dy);
-            free(wt);
-        }
+        for (int threads = 1; threads <= 3; threads++)
+            cc_backward(&shapes[i], threads, 1, i);
 }
 
 int main(void)
