@@ -155,16 +155,10 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         return DT_ERR;
     }
 
-    /* Trace on a second thread when this process may run on a second core;
-     * one that polls for work when the cores outnumber the training's
-     * threads (DIVTRACE_TRACER_POLL=0: never, for measuring). */
+    /* Trace on a second thread when this process may run on a second core. */
     cpu_set_t cpus;
     int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    int threads = r->tc->threads > 1 ? r->tc->threads : 1;
-    const char *poll = getenv("DIVTRACE_TRACER_POLL");
-    int may_poll = !poll || strcmp(poll, "0") != 0;
-    r->tr = tracer_new(&r->g, r->be, r->ctx,
-                       ncpu <= 1 ? TRACER_INLINE : ncpu > threads && may_poll ? TRACER_POLL : TRACER_SLEEP);
+    r->tr = tracer_new(&r->g, r->be, r->ctx, ncpu > 1);
     if (traced) {
         r->e.hook = tracer_hook;
         r->e.hook_arg = r->tr;

@@ -15,7 +15,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "util.h"
 #if defined(DT_PROFILE_TRACER_NONE) || defined(DT_PROFILE_TRACER_HASH)
@@ -31,12 +30,6 @@
  * end of the step), not for every op: PredNet's step has thousands of small
  * ops, and a wake-up per op cost the training thread a system call each. */
 #define TRACER_KICK_BYTES (1u << 20)
-/* With a core to spare (TRACER_POLL), an idle worker keeps polling this
- * long before it sleeps: the gaps between a step's ops (a product can take
- * a millisecond) stay under it, so a running training never pays a
- * wake-up, and the worker sleeps once the steps stop (a checkpoint, the
- * end of the run). */
-#define TRACER_POLL_NS 10000000LL
 
 static inline void tracer_relax(void)
 {
@@ -64,7 +57,6 @@ struct tracer {
     uint64_t nonfinite_step;
     /* the worker: a single-producer, single-consumer queue of ops */
     int async;
-    int poll;                  /* TRACER_POLL: keep polling while steps run */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -147,18 +139,10 @@ static void tracer_process(struct tracer *t, int i, const backend_buf *buf)
     }
 }
 
-static long long tracer_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void *tracer_worker(void *arg)
 {
     struct tracer *t = arg;
     unsigned long long done = 0;
-    long long idle_since = -1; /* when the worker last ran out of work */
 #ifdef __linux__
     /* The worker yields to the training's threads: where they take every
      * core, the products' fork-joins wait on whichever thread the
@@ -170,7 +154,6 @@ static void *tracer_worker(void *arg)
     for (;;) {
         unsigned long long pushed = atomic_load(&t->pushed);
         if (done < pushed) {
-            idle_since = -1;
             int i = t->queue[done % (unsigned)t->g->n];
             tracer_process(t, i, t->buf[i]);
             atomic_store(&t->done, ++done);
@@ -185,14 +168,6 @@ static void *tracer_worker(void *arg)
         }
         if (spin < TRACER_SPIN)
             continue;
-        if (t->poll) {
-            long long now = tracer_now_ns();
-            if (idle_since < 0)
-                idle_since = now;
-            if (now - idle_since < TRACER_POLL_NS)
-                continue;
-        }
-        idle_since = -1;
         /* Sleep; the producer signals when it sees `sleeping`. Checking
          * `pushed` under the lock after raising the flag closes the race. */
         pthread_mutex_lock(&t->mu);
@@ -214,7 +189,7 @@ static void tracer_kick(struct tracer *t)
 }
 
 struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, void *ctx,
-                          enum tracer_mode mode)
+                          int async)
 {
     struct tracer *t = dt_calloc(1, sizeof *t);
     t->g = g;
@@ -244,8 +219,7 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
         t->brec = dt_calloc((size_t)g->n, sizeof *t->brec);
         return t;
     }
-    t->poll = mode == TRACER_POLL;
-    t->async = mode != TRACER_INLINE && pthread_create(&t->thread, NULL, tracer_worker, t) == 0;
+    t->async = async && pthread_create(&t->thread, NULL, tracer_worker, t) == 0;
     return t;
 }
 

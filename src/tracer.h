@@ -14,15 +14,9 @@
 
 struct tracer;
 
-/* Where the records of a backend without trace_batch are made: on the
- * training's thread; on a worker that sleeps when it runs out of work (the
- * training's threads may need every core); or on a worker that keeps
- * polling while steps run, for a core of its own (waking a sleeping worker
- * costs the training's thread a system call, several times a step). */
-enum tracer_mode { TRACER_INLINE, TRACER_SLEEP, TRACER_POLL };
-
+/* async: trace on a worker thread. */
 struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, void *ctx,
-                          enum tracer_mode mode);
+                          int async);
 void tracer_free(struct tracer *t);
 
 /* Start step `step` (before the executor runs it). */

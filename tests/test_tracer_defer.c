@@ -116,7 +116,7 @@ struct side {
 static void side_open(struct side *s, struct run *r, const struct backend_ops *be)
 {
     assert_int_equal(exec_init(&s->e, &r->g, be, r->ctx), 0);
-    s->tr = tracer_new(&r->g, be, r->ctx, TRACER_INLINE);
+    s->tr = tracer_new(&r->g, be, r->ctx, 0);
     s->e.hook = tracer_hook;
     s->e.hook_arg = s->tr;
     s->e.before_end = tracer_before_end;

@@ -6,12 +6,12 @@
 # with --cpu-gemm fixed, tracing off and at level op, and the ratio of the
 # default over the switched-off setting.
 # Usage: tests/bench/cpu_ab.sh BENCH_CPU_STEP VAR CONF ROUNDS THREADS...
-#   VAR: DIVTRACE_CPU_CONV_SETS or DIVTRACE_TRACER_POLL (divtrace(1));
+#   VAR: DIVTRACE_CPU_CONV_SETS (divtrace(1));
 #   CONF: ae or pn1. DIVTRACE_DATA as for divtrace record.
 [ $# -ge 5 ] || { echo "usage: cpu_ab.sh BENCH_CPU_STEP VAR CONF ROUNDS THREADS..." >&2; exit 2; }
 B=$1 VAR=$2 CONF=$3 ROUNDS=$4
 shift 4
-case $VAR in DIVTRACE_CPU_CONV_SETS | DIVTRACE_TRACER_POLL) ;; *) echo "cpu_ab.sh: unknown switch $VAR" >&2; exit 2 ;; esac
+case $VAR in DIVTRACE_CPU_CONV_SETS) ;; *) echo "cpu_ab.sh: unknown switch $VAR" >&2; exit 2 ;; esac
 T=$(mktemp -d "${TMPDIR:-/tmp}/cpu_ab-XXXXXX") || exit 2
 trap 'rm -rf "$T"' EXIT
 for t in "$@"; do

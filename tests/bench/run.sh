@@ -2,8 +2,7 @@
 # run.sh: `make bench`: hash throughput, tracing overhead per step (the
 # autoencoder's and PredNet's), conv2d against sgemm, the oracle and the mpfr
 # backend, the CPU step beside PyTorch's (cpu_speed.sh, with torch), the
-# cpu backend's sets of convolutions and tracer polling beside their
-# switches (cpu_ab.sh), the
+# cpu backend's sets of convolutions beside their switch (cpu_ab.sh), the
 # time diff takes on two 5000-step autoencoder traces, and the
 # compressors a trace's checkpoints and records could use (bench_ckpt),
 # with the floor no compressor of those checkpoints can pass (ckpt_entropy.py).
@@ -48,11 +47,9 @@ else
     echo "(skipped: python3 with torch is needed)"
 fi
 echo
-echo "### The sets of convolutions and the tracer's polling, each beside its switch (cpu_ab.sh)"
+echo "### The fixed products' sets of convolutions beside their switch (cpu_ab.sh)"
 echo
 sh "$(dirname "$0")/cpu_ab.sh" "$B/tests/bench/bench_cpu_step" DIVTRACE_CPU_CONV_SETS pn1 3 1 2
-echo
-sh "$(dirname "$0")/cpu_ab.sh" "$B/tests/bench/bench_cpu_step" DIVTRACE_TRACER_POLL ae 5 1
 echo
 echo "### PredNet step and its tracing overhead"
 echo
