@@ -2,11 +2,12 @@
  * of one direction that read the same input x, with filters of one shape
  * (PredNet's four gate convolutions of a layer and time step, and their
  * four filter gradients; conv_sets.h finds them), run as one convolution
- * of their stacked output channels: the forward over the filters stacked along K, the filter
- * gradient over the output gradients stacked along channels. One call of
- * nmem * K channels keeps the GPU busier than nmem calls of K, as frameworks
- * do by keeping the gate filters as one tensor; here each member's output is
- * still its own node, hashed and checked as before. Every output element is
+ * of their stacked output channels: the forward over the filters stacked
+ * along K, the filter gradient over the output gradients stacked along
+ * channels. One call of nmem * K channels keeps the GPU busier than nmem
+ * calls of K, as frameworks do by keeping the gate filters as one tensor;
+ * here each member's output is still its own node, hashed and checked as
+ * before. Every output element is
  * the same sum of products as the member's own convolution would make,
  * summed in the order of the stacked convolution's algorithm (one algorithm,
  * chosen for the stacked shape by --cudnn-algo like any other). The data
