@@ -139,7 +139,8 @@ static void cpu_describe(void *ctx, struct trace_config *cfg)
  * parts). */
 typedef void cpu_span_fn(const struct graph *g, const struct node *nd, float *out, const float *const *in,
                          const struct backend_step *st, size_t i0, size_t i1);
-#define CPU_SPAN_MIN 16384 /* elements a part, at least: a part costs the pool's wake-up */
+#define CPU_SPAN_MIN 16384 /* elements a part, at least: a job costs the pool's wake-up */
+#define CPU_SPAN_PARTS 4   /* parts a thread, at most (taken one at a time: a late thread takes fewer) */
 struct cpu_span_job {
     cpu_span_fn *fn;
     const struct graph *g;
@@ -151,9 +152,10 @@ struct cpu_span_job {
     int parts;
 };
 
-static void cpu_span_part(void *arg, int p)
+static void cpu_span_part(void *arg, int p, int thread)
 {
     const struct cpu_span_job *j = arg;
+    (void)thread;
     size_t i0, i1;
     cpu_pool_part(j->n, j->parts, p, j->align, &i0, &i1);
     j->fn(j->g, j->nd, j->out, j->in, j->st, i0, i1);
@@ -166,13 +168,14 @@ static void cpu_spans(const struct cpu_ctx *c, cpu_span_fn *fn, const struct gra
                       const struct backend_step *st, size_t n, size_t unit)
 {
     size_t align = unit == 1 ? 16 : 1, most = n * unit / CPU_SPAN_MIN;
-    int parts = most < (size_t)c->threads ? (int)most : c->threads;
-    if (parts <= 1 || n < (size_t)parts * align) {
+    size_t cap = (size_t)c->threads * CPU_SPAN_PARTS;
+    int parts = most < cap ? (int)most : (int)cap;
+    if (c->threads <= 1 || parts <= 1 || n < (size_t)parts * align) {
         fn(g, nd, out, in, st, 0, n);
         return;
     }
     struct cpu_span_job j = {fn, g, nd, out, in, st, n, align, parts};
-    cpu_pool_run(parts, cpu_span_part, &j);
+    cpu_pool_run(c->threads, parts, cpu_span_part, &j);
 }
 
 /* An elementwise op: its kernel over [i0, i1) of nd->count elements. */

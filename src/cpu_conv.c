@@ -99,18 +99,26 @@ static void cpu_conv_im2col_plane(float *restrict dst, /* (h1-h0, W) */
     }
 }
 
-/* col (C*R*S, (h1-h0)*W): cpu_conv_im2col for the image rows [h0, h1). */
-static void cpu_conv_im2col_band(float *col, const float *x, /* (C,H,W) */
-                                 const struct cpu_conv_shape *sh, int h0, int h1)
+/* Rows (c, r, s) of col (C*R*S, (h1-h0)*W), c in [c0, c1): cpu_conv_im2col
+ * for the image rows [h0, h1). */
+static void cpu_conv_im2col_rows(float *col, const float *x, /* (C,H,W) */
+                                 const struct cpu_conv_shape *sh, int h0, int h1, int c0, int c1)
 {
     size_t HW = (size_t)sh->h * (size_t)sh->w, BW = (size_t)(h1 - h0) * (size_t)sh->w;
-    for (int c = 0; c < sh->c; c++)
+    for (int c = c0; c < c1; c++)
         for (int r = 0; r < sh->r; r++)
             for (int s = 0; s < sh->s; s++) {
                 size_t row = ((size_t)c * (size_t)sh->r + (size_t)r) * (size_t)sh->s + (size_t)s;
                 cpu_conv_im2col_plane(col + row * BW, x + (size_t)c * HW, sh->h, sh->w, h0, h1,
                                       r - sh->r / 2, s - sh->s / 2);
             }
+}
+
+/* col (C*R*S, (h1-h0)*W): cpu_conv_im2col for the image rows [h0, h1). */
+static void cpu_conv_im2col_band(float *col, const float *x, /* (C,H,W) */
+                                 const struct cpu_conv_shape *sh, int h0, int h1)
+{
+    cpu_conv_im2col_rows(col, x, sh, h0, h1, 0, sh->c);
 }
 
 void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_conv_shape *sh)
@@ -153,20 +161,23 @@ struct cpu_col2im_job {
     int parts;
 };
 
-static void cpu_conv_col2im_part(void *arg, int p)
+static void cpu_conv_col2im_part(void *arg, int p, int thread)
 {
     const struct cpu_col2im_job *j = arg;
+    (void)thread;
     size_t c0, c1;
     cpu_pool_part((size_t)j->sh->c, j->parts, p, 1, &c0, &c1);
     cpu_conv_col2im_channels(j->dx, j->col, j->sh, (int)c0, (int)c1);
 }
 
 /* col2im on up to `threads` threads, split by channels when there is work
- * enough (64K taps' adds a part) */
+ * enough (64K taps' adds a part, at most 4 parts a thread) */
 static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_shape *sh, int threads)
 {
     long work = (long)sh->c * sh->r * sh->s * sh->h * sh->w;
-    int parts = threads;
+    int parts = threads * 4;
+    if (threads <= 1)
+        parts = 1;
     if (parts > sh->c)
         parts = sh->c;
     if (parts > work / 65536)
@@ -176,7 +187,7 @@ static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_s
         return;
     }
     struct cpu_col2im_job j = {dx, col, sh, parts};
-    cpu_pool_run(parts, cpu_conv_col2im_part, &j);
+    cpu_pool_run(threads, parts, cpu_conv_col2im_part, &j);
 }
 
 /* *p with room for n floats (*cap of them allocated); -1 when there is
@@ -191,6 +202,29 @@ static int cpu_conv_grow(float **p, size_t *cap, size_t n)
     *p = q;
     *cap = n;
     return 0;
+}
+
+/* The im2col of the fixed products' cache in parts of channels (a copy:
+ * the parts change no bits), each of CPU_IM2COL_PART floats of col or
+ * more, at most 4 a thread. */
+#define CPU_IM2COL_PART 32768
+struct cpu_im2col_job {
+    float *col;
+    const float *x;
+    const struct cpu_conv_shape *sh;
+    int per; /* parts a batch item */
+};
+
+static void cpu_conv_im2col_part(void *arg, int p, int thread)
+{
+    const struct cpu_im2col_job *j = arg;
+    const struct cpu_conv_shape *sh = j->sh;
+    (void)thread;
+    int n = p / j->per;
+    size_t c0, c1, hw = (size_t)sh->h * (size_t)sh->w, crs = (size_t)sh->c * (size_t)sh->r * (size_t)sh->s;
+    cpu_pool_part((size_t)sh->c, j->per, p % j->per, 1, &c0, &c1);
+    cpu_conv_im2col_rows(j->col + (size_t)n * crs * hw, j->x + (size_t)n * (size_t)sh->c * hw, sh, 0, sh->h,
+                         (int)c0, (int)c1);
 }
 
 /* With the fixed products: the im2col of every batch item of x, (N, C*R*S,
@@ -212,9 +246,13 @@ static const float *cpu_conv_cols(struct cpu_conv_scratch *sc, const float *x,
     sc->xvalid = 0;
     if (cpu_conv_grow(&sc->xcol, &sc->xcol_cap, ncol) < 0 || cpu_conv_grow(&sc->xkey, &sc->xkey_cap, nx) < 0)
         return NULL;
-    size_t per = ncol / (size_t)sh->n;
-    for (int n = 0; n < sh->n; n++)
-        cpu_conv_im2col(sc->xcol + (size_t)n * per, x + (size_t)n * chw, sh);
+    struct cpu_im2col_job j = {.col = sc->xcol, .x = x, .sh = sh};
+    long work = (long)ncol / CPU_IM2COL_PART;
+    int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1, most = threads * 4;
+    j.per = sh->c < most ? sh->c : most; /* parts a batch item */
+    if (work < (long)j.per * sh->n)
+        j.per = work / sh->n > 1 ? (int)(work / sh->n) : 1;
+    cpu_pool_run(threads, j.per * sh->n, cpu_conv_im2col_part, &j);
     memcpy(sc->xkey, x, nx * sizeof *x);
     sc->xsh = *sh;
     sc->xvalid = 1;
@@ -264,36 +302,33 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
 /* The fixed products' data gradient of one batch item in blocks of
  * channels, each block's rows of col made and summed into dx while they
  * are in cache (a whole col, C*R*S x H*W, is megabytes: PredNet's layer 0
- * and 1 gates write 2.8 and 2.9 MB and read them back), the blocks split
- * between the threads. Every col element is the same product as in one
- * call and every dx element the same sum over its taps. */
+ * and 1 gates write 2.8 and 2.9 MB and read them back), each block a part
+ * of a pool job (a thread's block of col is its own). Every col element is
+ * the same product as in one call and every dx element the same sum over
+ * its taps. */
 #define CPU_BWD_DATA_BLOCK_FLOATS (48 * 1024) /* a block's col, at least one channel */
 
 struct cpu_bwd_data_job {
     float *dx;
     const float *dy, *wt;
     const struct cpu_conv_shape *sh;
-    float *col;                   /* a block's col for each part */
-    int cb, nblk, parts;          /* channels a block, blocks, parts */
+    float *col;                   /* a block's col for each thread */
+    int cb;                       /* channels a block */
 };
 
-static void cpu_conv_bwd_data_part(void *arg, int p)
+static void cpu_conv_bwd_data_part(void *arg, int b, int thread)
 {
     const struct cpu_bwd_data_job *j = arg;
     const struct cpu_conv_shape *sh = j->sh;
     int hw = sh->h * sh->w, rs = sh->r * sh->s;
-    size_t b0, b1;
-    cpu_pool_part((size_t)j->nblk, j->parts, p, 1, &b0, &b1);
-    float *col = j->col + (size_t)p * (size_t)j->cb * (size_t)rs * (size_t)hw;
-    for (size_t b = b0; b < b1; b++) {
-        int c0 = (int)b * j->cb, c1 = c0 + j->cb < sh->c ? c0 + j->cb : sh->c;
-        /* rows (c, r, s), c in [c0, c1), of wt^T x dy */
-        cpu_gemm_fixed(1, 1, 0, (c1 - c0) * rs, hw, sh->k, j->wt + (size_t)c0 * (size_t)rs, sh->c * rs, j->dy,
-                       hw, 0, col, hw);
-        struct cpu_conv_shape sub = *sh;
-        sub.c = c1 - c0;
-        cpu_conv_col2im_channels(j->dx + (size_t)c0 * (size_t)hw, col, &sub, 0, sub.c);
-    }
+    float *col = j->col + (size_t)thread * (size_t)j->cb * (size_t)rs * (size_t)hw;
+    int c0 = b * j->cb, c1 = c0 + j->cb < sh->c ? c0 + j->cb : sh->c;
+    /* rows (c, r, s), c in [c0, c1), of wt^T x dy */
+    cpu_gemm_fixed(1, 1, 0, (c1 - c0) * rs, hw, sh->k, j->wt + (size_t)c0 * (size_t)rs, sh->c * rs, j->dy, hw, 0,
+                   col, hw);
+    struct cpu_conv_shape sub = *sh;
+    sub.c = c1 - c0;
+    cpu_conv_col2im_channels(j->dx + (size_t)c0 * (size_t)hw, col, &sub, 0, sub.c);
 }
 
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
@@ -306,15 +341,14 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
         int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1, even = (sh->c + threads - 1) / threads;
         int cb = (int)(CPU_BWD_DATA_BLOCK_FLOATS / per);
         cb = cb < 1 ? 1 : cb > even ? even : cb; /* a block for every thread where there are channels enough */
-        int nblk = (sh->c + cb - 1) / cb, parts = threads < nblk ? threads : nblk;
+        int nblk = (sh->c + cb - 1) / cb, used = threads < nblk ? threads : nblk;
         struct cpu_conv_shape blocks = *sh;
-        blocks.c = cb * parts; /* room for each part's block */
-        struct cpu_bwd_data_job j = {.wt = wt, .sh = sh, .col = cpu_conv_col(sc, &blocks), .cb = cb,
-                                     .nblk = nblk, .parts = parts};
+        blocks.c = cb * used; /* room for each thread's block */
+        struct cpu_bwd_data_job j = {.wt = wt, .sh = sh, .col = cpu_conv_col(sc, &blocks), .cb = cb};
         for (int n = 0; n < sh->n; n++) {
             j.dx = dx + (size_t)n * (size_t)sh->c * (size_t)hw;
             j.dy = dy + (size_t)n * (size_t)sh->k * (size_t)hw;
-            cpu_pool_run(parts, cpu_conv_bwd_data_part, &j);
+            cpu_pool_run(threads, nblk, cpu_conv_bwd_data_part, &j);
         }
         return;
     }

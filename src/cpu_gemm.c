@@ -282,31 +282,46 @@ struct gemm_job {
     float *C;
 };
 
-/* Each worker waits for a job of its own (a counter it alone is posted
- * on), so that workers a job does not need stay out of it: first spinning
- * (a training step's products come a few microseconds apart, and waking a
- * sleeping thread costs about as much as a small product), then yielding
- * the core (more threads than cores must not starve the ones at work),
- * then asleep on a condition variable. The caller, part 0, waits for the
- * others the same way, without the sleep. */
+/* The pool hands out a job's parts one at a time: each thread in the job
+ * (the caller, and the workers posted for it) takes the next part not yet
+ * taken, so a worker that wakes late or runs slower than the caller takes
+ * fewer parts, and the caller waits only for parts under way, never for a
+ * worker to wake. A part is taken by a compare-and-swap on `ticket`, which
+ * holds the job's number (high half) and its next part (low half): a
+ * worker still holding the number of a finished job fails it and goes back
+ * to waiting.
+ *
+ * Each worker waits for a job of its own (its slot is posted the job's
+ * number), so that workers a job does not need stay out of it: first
+ * spinning (a training step's products come a few microseconds apart, and
+ * waking a sleeping thread costs about as much as a small product), then
+ * yielding the core for GEMM_IDLE_S (more threads than cores must not
+ * starve the ones at work; PredNet's steps have gaps of serial ops longer
+ * than a few hundred yields, and a worker that slept through them came
+ * late to a third of the jobs: 2 threads here, 340 -> 295 ms a step), then
+ * asleep on a condition variable. The caller waits for the
+ * parts under way the same way, without the sleep. */
 #define GEMM_MAX_WORKERS 255
-#define GEMM_PAUSES 256  /* spins before yielding */
-#define GEMM_YIELDS 256  /* yields before sleeping */
+#define GEMM_PAUSES 256     /* spins before yielding */
+#define GEMM_IDLE_S 2e-3    /* seconds of yielding before sleeping */
 
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t go;
-    int nthreads;            /* workers started (the caller is part 0) */
+    int nthreads;            /* workers started (the caller is thread 0) */
     int sleepers;            /* workers waiting on go */
-    atomic_int pending;      /* workers not done with this job */
-    cpu_pool_fn *fn;         /* the job: fn(arg, part) for each part */
+    cpu_pool_fn *fn;         /* the job: fn(arg, part, thread) for each part */
     void *arg;
+    atomic_int parts;        /* (read by late workers too: atomic) */
+    _Alignas(64) atomic_ullong ticket; /* job number << 32 | next part */
+    _Alignas(64) atomic_int done;      /* parts of the job finished */
     struct {
-        _Alignas(64) atomic_uint gen; /* bumped for each job the worker is in */
+        _Alignas(64) atomic_uint gen; /* the number of the last job the worker was posted */
     } slot[GEMM_MAX_WORKERS + 1];
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, {{0}}};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, {{0}}};
 
 static pthread_mutex_t gemm_caller = PTHREAD_MUTEX_INITIALIZER;
+static unsigned pool_job; /* the last job's number (under gemm_caller) */
 
 static void gemm_pause(void)
 {
@@ -316,11 +331,10 @@ static void gemm_pause(void)
 }
 
 /* Part p of the job: one cell of its grid. */
-static void gemm_part(void *arg, int p)
+static void gemm_part(void *arg, int p, int thread)
 {
     const struct gemm_job *jb = arg;
-    if (p >= jb->pr * jb->pc)
-        return;
+    (void)thread;
     int r = p / jb->pc, c = p % jb->pc;
     int rows = (jb->M + jb->rtile - 1) / jb->rtile, tiles = (jb->N + jb->width - 1) / jb->width;
     int i0 = (int)((long)rows * r / jb->pr) * jb->rtile, i1 = (int)((long)rows * (r + 1) / jb->pr) * jb->rtile;
@@ -333,18 +347,41 @@ static void gemm_part(void *arg, int p)
         jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->B, jb->ldb, jb->tb, jb->beta, jb->C, jb->ldc);
 }
 
+/* Take and run parts of job `job` until none is left or the job is over. */
+static void pool_take(unsigned job, int thread)
+{
+    unsigned long long t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    for (;;) {
+        if ((unsigned)(t >> 32) != job ||
+            (int)(t & 0xffffffffu) >= atomic_load_explicit(&pool.parts, memory_order_relaxed))
+            return;
+        /* a job is not over while one of its parts is untaken: a successful
+         * swap makes pool.fn and pool.arg that job's */
+        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        pool.fn(pool.arg, (int)(t & 0xffffffffu), thread);
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+        t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    }
+}
+
 static void *gemm_worker(void *arg)
 {
     int id = (int)(intptr_t)arg;
-    unsigned seen = 0; /* no job is posted to a worker before it starts */
+    unsigned seen = atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire);
     for (;;) {
-        for (int s = 0; s < GEMM_PAUSES + GEMM_YIELDS &&
-                        atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen;
-             s++) {
-            if (s < GEMM_PAUSES)
+        double t0 = 0;
+        for (int s = 0; atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen; s++) {
+            if (s < GEMM_PAUSES) {
                 gemm_pause();
-            else
-                sched_yield();
+                continue;
+            }
+            if (s == GEMM_PAUSES)
+                t0 = dt_now();
+            else if (dt_now() - t0 > GEMM_IDLE_S)
+                break;
+            sched_yield();
         }
         if (atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen) {
             pthread_mutex_lock(&pool.mu);
@@ -355,8 +392,7 @@ static void *gemm_worker(void *arg)
             pthread_mutex_unlock(&pool.mu);
         }
         seen = atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire);
-        pool.fn(pool.arg, id);
-        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+        pool_take(seen, id);
     }
     return NULL;
 }
@@ -383,7 +419,7 @@ static void gemm_fork_child(void)
     pool.nthreads = 0;
     pool.sleepers = 0;
     for (int w = 0; w <= GEMM_MAX_WORKERS; w++)
-        atomic_store(&pool.slot[w].gen, 0);
+        atomic_store(&pool.slot[w].gen, pool_job);
 }
 
 static void gemm_fork_register(void)
@@ -391,13 +427,13 @@ static void gemm_fork_register(void)
     pthread_atfork(gemm_fork_prepare, gemm_fork_parent, gemm_fork_child);
 }
 
-/* Run fn(arg, p) for p = 0 .. parts - 1: part 0 here, the others on
- * workers (started the first time they are needed); parts beyond the
- * workers that could be started run here too, after part 0. */
-void cpu_pool_run(int parts, cpu_pool_fn *fn, void *arg)
+void cpu_pool_run(int threads, int parts, cpu_pool_fn *fn, void *arg)
 {
-    if (parts <= 1) {
-        fn(arg, 0);
+    if (threads > parts)
+        threads = parts;
+    if (threads <= 1) {
+        for (int p = 0; p < parts; p++)
+            fn(arg, p, 0);
         return;
     }
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -405,28 +441,30 @@ void cpu_pool_run(int parts, cpu_pool_fn *fn, void *arg)
     /* one job at a time, whoever calls */
     pthread_mutex_lock(&gemm_caller);
     pthread_mutex_lock(&pool.mu);
-    while (pool.nthreads < parts - 1 && pool.nthreads < GEMM_MAX_WORKERS) {
+    while (pool.nthreads < threads - 1 && pool.nthreads < GEMM_MAX_WORKERS) {
         pthread_t t;
+        atomic_store(&pool.slot[pool.nthreads + 1].gen, pool_job);
         if (pthread_create(&t, NULL, gemm_worker, (void *)(intptr_t)(pool.nthreads + 1)) != 0)
             break;
         pthread_detach(t);
         pool.nthreads++;
     }
-    int workers = pool.nthreads < parts - 1 ? pool.nthreads : parts - 1;
+    int workers = pool.nthreads < threads - 1 ? pool.nthreads : threads - 1;
     pthread_mutex_unlock(&pool.mu);
+    unsigned job = ++pool_job;
     pool.fn = fn;
     pool.arg = arg;
-    atomic_store_explicit(&pool.pending, workers, memory_order_relaxed);
+    atomic_store_explicit(&pool.parts, parts, memory_order_relaxed);
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool.ticket, (unsigned long long)job << 32, memory_order_release);
     for (int w = 1; w <= workers; w++)
-        atomic_fetch_add_explicit(&pool.slot[w].gen, 1, memory_order_release);
+        atomic_store_explicit(&pool.slot[w].gen, job, memory_order_release);
     pthread_mutex_lock(&pool.mu);
     if (pool.sleepers > 0)
         pthread_cond_broadcast(&pool.go);
     pthread_mutex_unlock(&pool.mu);
-    fn(arg, 0);
-    for (int p = workers + 1; p < parts; p++)
-        fn(arg, p);
-    for (int s = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; s++) {
+    pool_take(job, 0);
+    for (int s = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < parts; s++) {
         if (s < GEMM_PAUSES)
             gemm_pause();
         else
@@ -444,13 +482,19 @@ void cpu_pool_part(size_t n, int parts, int p, size_t align, size_t *i0, size_t 
 /* The grid for `threads` threads: the one whose largest cell (in tiles)
  * is smallest, of those the one with the fewest cells, and of those the
  * one that splits the rows least: every row part copies the B strips of
- * its columns for itself, so a split of the rows copies B again. */
+ * its columns for itself, so a split of the rows copies B again. Then its
+ * columns are cut up to GEMM_CELLS times finer, into cells of at least
+ * GEMM_CELL_WORK multiply-adds: the pool hands them out one at a time, so
+ * a thread that starts late or runs slow takes fewer, and a finer column
+ * split copies no more of B. */
+#define GEMM_CELLS 4
+#define GEMM_CELL_WORK (1L << 18)
 static void gemm_grid(struct gemm_job *jb, int threads)
 {
     int rows = (jb->M + jb->rtile - 1) / jb->rtile, tiles = (jb->N + jb->width - 1) / jb->width;
-    long best = -1;
+    long best = -1, work = (long)jb->M * jb->N * jb->K;
     jb->pr = jb->pc = 1;
-    if ((long)jb->M * jb->N * jb->K < 32768) /* too small to share */
+    if (threads <= 1 || work < 32768) /* too small to share */
         return;
     for (int pc = 1; pc <= threads && pc <= tiles; pc++)
         for (int pr = 1; pr * pc <= threads && pr <= rows; pr++) {
@@ -462,6 +506,11 @@ static void gemm_grid(struct gemm_job *jb, int threads)
                 jb->pc = pc;
             }
         }
+    long finer = work / GEMM_CELL_WORK / (jb->pr * jb->pc);
+    if (finer > GEMM_CELLS)
+        finer = GEMM_CELLS;
+    if (finer > 1)
+        jb->pc = jb->pc * finer < tiles ? jb->pc * (int)finer : tiles;
 }
 
 /* ---- the entry ------------------------------------------------------------------ */
@@ -509,7 +558,7 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
     jb.ldb = ldb;
     jb.tb = tb;
     gemm_grid(&jb, threads);
-    cpu_pool_run(jb.pr * jb.pc, gemm_part, &jb);
+    cpu_pool_run(threads, jb.pr * jb.pc, gemm_part, &jb);
 }
 
 void cpu_gemm(const struct cpu_gemm_mode *g, int ta, int tb, int M, int N, int K, const float *A,

@@ -21,11 +21,14 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
                     const float *B, int ldb, int beta, float *C, int ldc);
 
 /* The products' pool of threads, for other work whose parts give the same
- * bits whichever thread runs them: fn(arg, p) for p = 0 .. parts - 1, part
- * 0 on the calling thread; returns when all are done. One job at a time
- * (callers on other threads wait their turn). */
-typedef void cpu_pool_fn(void *arg, int part);
-void cpu_pool_run(int parts, cpu_pool_fn *fn, void *arg);
+ * bits whichever thread runs them: fn(arg, p, thread) for p = 0 .. parts -
+ * 1, on at most `threads` threads (the calling thread is thread 0, the
+ * others 1 .. threads - 1), each taking the next part not yet taken, so
+ * that parts run in any order and a thread may run several (one at a
+ * time); returns when all are done. One job at a time (callers on other
+ * threads wait their turn). */
+typedef void cpu_pool_fn(void *arg, int part, int thread);
+void cpu_pool_run(int threads, int parts, cpu_pool_fn *fn, void *arg);
 
 /* Part p of `parts` of n units: [*i0, *i1), boundaries multiples of align
  * but the last (parts cover 0 .. n - 1 in order, each once). */

@@ -8,8 +8,8 @@
  * element (a stale im2col would be wrong there), another image size at the
  * same address, and the filter gradient after the forward; then the filter
  * gradient alone for shapes on both sides of its transposed form (K >= 16
- * and H*W > 2K), batches of 1 and 3, 3x3 and 1x1 kernels, 1 and 3
- * threads; and the data gradient, made in blocks of channels on 1 to 3
+ * and H*W > 2K), batches of 1 to 3, 3x3 and 1x1 kernels, 1 and 3 threads,
+ * one with an im2col large enough to be made in parts; and the data gradient, made in blocks of channels on 1 to 3
  * threads, against its definition. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -205,6 +205,7 @@ static void test_filter_forms(void **state)
         {.n = 3, .c = 6, .h = 4, .w = 8, .k = 16, .r = 1, .s = 1},  /* transposed, 1x1 */
         {.n = 2, .c = 5, .h = 4, .w = 4, .k = 16, .r = 3, .s = 3},  /* not: 16 <= 32 */
         {.n = 3, .c = 3, .h = 8, .w = 8, .k = 15, .r = 3, .s = 3},  /* not: K < 16 */
+        {.n = 2, .c = 8, .h = 32, .w = 32, .k = 16, .r = 3, .s = 3}, /* im2col in parts of channels */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int threads = 1; threads <= 3; threads += 2)

@@ -4,8 +4,10 @@
  * columns, K = 0, transposes, beta 1), signed zeros and wide exponents, on
  * every kernel this CPU runs (DIVTRACE_CPU_GEMM_ISA) and 1 to 7 threads
  * (rows and columns split between them; leftover rows in tiles of 4, 2, 1):
- * bitwise equal to the definition, hence to each other; and products on
- * several threads in a child made by fork(). */
+ * bitwise equal to the definition, hence to each other; products on
+ * several threads in a child made by fork(); and the pool that runs them
+ * (every part once, on no more threads than asked, a busy thread's parts
+ * taken by the others, two callers at once). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,8 +129,101 @@ static void test_after_fork(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- the pool ------------------------------------------------------------------ */
+
+struct pool_count {
+    atomic_int runs[64];   /* per part: times run */
+    atomic_int bad_thread; /* a part ran on a thread index out of range */
+    int threads, parts;
+};
+
+static void pool_count_part(void *arg, int p, int thread)
+{
+    struct pool_count *c = arg;
+    if (p < 0 || p >= c->parts || thread < 0 || thread >= c->threads || thread >= c->parts)
+        atomic_store(&c->bad_thread, 1);
+    else
+        atomic_fetch_add(&c->runs[p], 1);
+}
+
+/* Every part runs exactly once, on thread indices below both the threads
+ * asked for and the parts, for 1 to 6 threads and 0 to 64 parts. */
+static void test_pool_parts(void **state)
+{
+    (void)state;
+    for (int threads = 1; threads <= 6; threads++)
+        for (int parts = 0; parts <= 64; parts += parts < 10 ? 1 : 9) {
+            struct pool_count c = {.threads = threads, .parts = parts};
+            cpu_pool_run(threads, parts, pool_count_part, &c);
+            assert_int_equal(atomic_load(&c.bad_thread), 0);
+            for (int p = 0; p < parts; p++)
+                if (atomic_load(&c.runs[p]) != 1)
+                    fail_msg("threads %d, parts %d: part %d ran %d times", threads, parts, p,
+                             atomic_load(&c.runs[p]));
+        }
+}
+
+/* Parts go to whichever thread is free: while the calling thread is held
+ * in the first part it takes, the other thread must take and finish every
+ * other part (with parts dealt out in fixed shares it would wait for the
+ * caller's share, and the bounded wait below would fail). */
+struct pool_hold {
+    atomic_int done;       /* parts finished */
+    atomic_int held_first; /* the caller's first part saw all others done */
+    int parts;
+};
+
+static void pool_hold_part(void *arg, int p, int thread)
+{
+    struct pool_hold *h = arg;
+    (void)p;
+    if (thread == 0 && atomic_load(&h->done) == 0) {
+        /* wait (bounded, polling the state) for the other parts */
+        for (long spin = 0; spin < 1000000000L && atomic_load(&h->done) < h->parts - 1; spin++)
+            if (spin % 1024 == 0)
+                sched_yield();
+        atomic_store(&h->held_first, atomic_load(&h->done) == h->parts - 1);
+    }
+    atomic_fetch_add(&h->done, 1);
+}
+
+static void test_pool_takes(void **state)
+{
+    (void)state;
+    struct pool_hold h = {.parts = 12};
+    cpu_pool_run(2, h.parts, pool_hold_part, &h);
+    assert_int_equal(atomic_load(&h.done), h.parts);
+    assert_int_equal(atomic_load(&h.held_first), 1);
+}
+
+/* Two threads calling the pool at once: each job's parts all run, once. */
+static void *pool_caller(void *arg)
+{
+    for (int r = 0; r < 200; r++) {
+        struct pool_count c = {.threads = 3, .parts = 1 + r % 40};
+        cpu_pool_run(3, c.parts, pool_count_part, &c);
+        for (int p = 0; p < c.parts; p++)
+            if (atomic_load(&c.runs[p]) != 1 || atomic_load(&c.bad_thread))
+                return (void *)1;
+    }
+    return NULL;
+}
+
+static void test_pool_two_callers(void **state)
+{
+    (void)state;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pool_caller, NULL), 0);
+    void *mine = pool_caller(NULL), *theirs = NULL;
+    pthread_join(t, &theirs);
+    assert_null(mine);
+    assert_null(theirs);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixed_order), cmocka_unit_test(test_after_fork)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixed_order), cmocka_unit_test(test_after_fork),
+                                       cmocka_unit_test(test_pool_parts), cmocka_unit_test(test_pool_takes),
+                                       cmocka_unit_test(test_pool_two_callers)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
