@@ -122,16 +122,19 @@ static void stats_blocks_generic(struct stats_acc *a, const float *x, size_t b0,
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* f(k) as doubles, for the vector path (the product with a float is exact). */
-static double stats_dtable[STATS_PERIOD];
+/* f(k) as doubles, for the vector path (the product with a float is exact),
+ * and -f(k) after them, for windows whose sign is -1. */
+static _Alignas(64) double stats_dtable[2 * STATS_PERIOD];
 
 static const double *stats_dsigns(void)
 {
     static int ready;
     if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
         const float *t = stats_signs();
-        for (uint32_t k = 0; k < STATS_PERIOD; k++)
+        for (uint32_t k = 0; k < STATS_PERIOD; k++) {
             stats_dtable[k] = t[k];
+            stats_dtable[STATS_PERIOD + k] = -(double)t[k];
+        }
         __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
     }
     return stats_dtable;
@@ -139,7 +142,27 @@ static const double *stats_dsigns(void)
 
 /* The same with AVX-512: one block is one register of floats, two of
  * doubles. Inside a window the window sign is fixed, so the sketch update is
- * a fused add or subtract of an exact product: the same sums as above. */
+ * a fused multiply-add with the signs of the window (the table or its
+ * negation; -(t d) + s and (-t) d + s are one rounding of the same value):
+ * the same sums as above. Blocks go four at a time, each accumulator still
+ * taking them in order of b (the four only share a test for non-finite
+ * values), so that the loop's bookkeeping does not stand between the
+ * chains of additions. */
+#define STATS_ONE_BLOCK(v, tb)                                                                           \
+    do {                                                                                                 \
+        __m512d d0_ = _mm512_cvtps_pd(_mm512_castps512_ps256(v));                                        \
+        __m512d d1_ = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); \
+        sq0 = _mm512_fmadd_pd(d0_, d0_, sq0);                                                            \
+        sq1 = _mm512_fmadd_pd(d1_, d1_, sq1);                                                            \
+        sk0 = _mm512_fmadd_pd(_mm512_loadu_pd(tb), d0_, sk0);                                             \
+        sk1 = _mm512_fmadd_pd(_mm512_loadu_pd((tb) + 8), d1_, sk1);                                       \
+        mn = _mm512_min_ps(v, mn);                                                                       \
+        mx = _mm512_max_ps(v, mx);                                                                       \
+    } while (0)
+
+/* x - x is 0 exactly for finite x, NaN for Inf and NaN */
+#define STATS_FINITE(v) _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ)
+
 __attribute__((target("avx512f")))
 static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
@@ -149,46 +172,55 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
     const __m512 zero = _mm512_setzero_ps();
     const double *t = stats_dsigns();
     const size_t per = STATS_PERIOD / SK; /* blocks per window */
+    int any = a->any;
     for (size_t b = b0; b < b1;) {
         size_t wend = (b / per + 1) * per;
         if (wend > b1)
             wend = b1;
-        int neg = stats_f((uint32_t)(STATS_PERIOD + b / per)) < 0;
-        for (; b < wend; b++) {
+        const double *tw = t + (stats_f((uint32_t)(STATS_PERIOD + b / per)) < 0 ? STATS_PERIOD : 0);
+        while (b < wend) {
+            const double *tb = tw + (b * SK) % STATS_PERIOD;
+            if (b + 4 <= wend) {
+                __m512 v0 = _mm512_loadu_ps(x + b * SK), v1 = _mm512_loadu_ps(x + b * SK + SK);
+                __m512 v2 = _mm512_loadu_ps(x + b * SK + 2 * SK), v3 = _mm512_loadu_ps(x + b * SK + 3 * SK);
+                __mmask16 f = _mm512_kand(_mm512_kand(STATS_FINITE(v0), STATS_FINITE(v1)),
+                                          _mm512_kand(STATS_FINITE(v2), STATS_FINITE(v3)));
+                if (f == 0xffff) {
+                    STATS_ONE_BLOCK(v0, tb);
+                    STATS_ONE_BLOCK(v1, tb + SK);
+                    STATS_ONE_BLOCK(v2, tb + 2 * SK);
+                    STATS_ONE_BLOCK(v3, tb + 3 * SK);
+                    any = 1;
+                    b += 4;
+                    continue;
+                }
+            }
             __m512 v = _mm512_loadu_ps(x + b * SK);
-            /* x - x is 0 exactly for finite x, NaN for Inf and NaN */
-            if (_mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ) != 0xffff) {
+            if (STATS_FINITE(v) != 0xffff) {
                 _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
                 _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
                 _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
+                a->any = any;
                 stats_blocks_generic(a, x, b, b + 1);
+                any = a->any;
                 sq0 = _mm512_loadu_pd(a->sq); sq1 = _mm512_loadu_pd(a->sq + 8);
                 sk0 = _mm512_loadu_pd(a->sk); sk1 = _mm512_loadu_pd(a->sk + 8);
                 mn = _mm512_loadu_ps(a->mn); mx = _mm512_loadu_ps(a->mx);
-                continue;
-            }
-            const double *tb = t + (b * SK) % STATS_PERIOD;
-            __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-            __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-            sq0 = _mm512_fmadd_pd(d0, d0, sq0);
-            sq1 = _mm512_fmadd_pd(d1, d1, sq1);
-            if (neg) {
-                sk0 = _mm512_fnmadd_pd(_mm512_loadu_pd(tb), d0, sk0);
-                sk1 = _mm512_fnmadd_pd(_mm512_loadu_pd(tb + 8), d1, sk1);
             } else {
-                sk0 = _mm512_fmadd_pd(_mm512_loadu_pd(tb), d0, sk0);
-                sk1 = _mm512_fmadd_pd(_mm512_loadu_pd(tb + 8), d1, sk1);
+                STATS_ONE_BLOCK(v, tb);
+                any = 1;
             }
-            mn = _mm512_min_ps(v, mn);
-            mx = _mm512_max_ps(v, mx);
-            a->any = 1;
+            b++;
         }
     }
     _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
     _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
     _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
+    a->any = any;
     _mm256_zeroupper(); /* SSE code after this would otherwise run slowly */
 }
+#undef STATS_ONE_BLOCK
+#undef STATS_FINITE
 #endif
 
 static void stats_blocks(struct stats_acc *a, const float *x, size_t b0, size_t b1)

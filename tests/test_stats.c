@@ -69,8 +69,32 @@ static void st_reference(const float *x, size_t n, struct st_ref *r)
         r->min = r->max = 0;
 }
 
+/* The order stats.c sums in, written out: lane k (k = i mod 16) sums its
+ * finite elements' squares and signed values in double in order of i, and
+ * the L2 norm is the square root of the lanes' sums added in order of k.
+ * Every CPU and code path must give these bits (traces of two machines are
+ * compared), so they are held to them exactly. */
+static void st_lanes(const float *x, size_t n, double *l2, float sketch[SK])
+{
+    double sq[SK] = {0}, sk[SK] = {0};
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        if (v != v || v == INFINITY || v == -INFINITY)
+            continue;
+        sq[i % SK] += v * v;
+        sk[i % SK] += st_sign(i) * v;
+    }
+    double s = 0;
+    for (int k = 0; k < SK; k++) {
+        s += sq[k];
+        sketch[k] = (float)sk[k];
+    }
+    *l2 = sqrt(s);
+}
+
 /* stats_compute(x, n) must agree with the reference: counts, min and max
- * exactly, L2 to double rounding, each sketch value to float rounding. */
+ * exactly, L2 to double rounding, each sketch value to float rounding; and
+ * L2 and the sketch bit for bit with the lanes' order (st_lanes). */
 static void st_check(const float *x, size_t n, const char *what)
 {
     struct trace_oprec rec;
@@ -96,6 +120,13 @@ static void st_check(const float *x, size_t n, const char *what)
             fail_msg("%s (n %zu): sketch[%d] = %.9g, expected %.9g", what, n, k,
                      (double)rec.sketch[k], want);
     }
+    double lane_l2;
+    float lane_sketch[SK];
+    st_lanes(x, n, &lane_l2, lane_sketch);
+    if (memcmp(&rec.l2, &lane_l2, sizeof lane_l2) != 0)
+        fail_msg("%s (n %zu): l2 %a, the lanes' order gives %a", what, n, rec.l2, lane_l2);
+    if (memcmp(rec.sketch, lane_sketch, sizeof lane_sketch) != 0)
+        fail_msg("%s (n %zu): the sketch differs from the lanes' order", what, n);
     uint64_t h = hash_tensor(x, n * sizeof *x);
     if (rec.hash != h)
         fail_msg("%s (n %zu): hash %016llx, hash_tensor %016llx", what, n,
@@ -121,7 +152,7 @@ static void test_sign(void **state)
             fail_msg("stats_sketch_sign wrong for block %llu", (unsigned long long)b);
 }
 
-static const size_t st_lengths[] = {0, 1, 15, 16, 17, 1000, 100000};
+static const size_t st_lengths[] = {0, 1, 15, 16, 17, 67, 1000, 8193, 100000};
 #define ST_NLENGTHS (sizeof st_lengths / sizeof st_lengths[0])
 
 static float *st_random(size_t n, uint64_t *rng, double lo, double hi)
