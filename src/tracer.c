@@ -6,11 +6,6 @@
 #include "tracer.h"
 
 #include <pthread.h>
-#ifdef __linux__
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -143,14 +138,12 @@ static void *tracer_worker(void *arg)
 {
     struct tracer *t = arg;
     unsigned long long done = 0;
-#ifdef __linux__
-    /* The worker yields to the training's threads: where they take every
-     * core, the products' fork-joins wait on whichever thread the
-     * scheduler set aside, and the worker catches up while the training
-     * runs on fewer threads (autoencoder, 2 threads on 2 cores: tracing
-     * +74% -> +61%). A failure leaves the priority as it was. */
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-#endif
+    /* The worker runs at the training's priority. It once ran at nice
+     * 19, when the products' workers slept between jobs; they now yield
+     * their cores for a while first (cpu_gemm.c), and where they take every
+     * core a worker at nice 19 fell behind and was waited for: traced
+     * autoencoder, 2 threads on 2 cores, 1.65 -> 1.50 ms a step at the
+     * same priority (PredNet 323 -> 309 ms); 1 thread, 1.66 -> 1.61. */
     for (;;) {
         unsigned long long pushed = atomic_load(&t->pushed);
         if (done < pushed) {
