@@ -140,7 +140,6 @@ static void cpu_describe(void *ctx, struct trace_config *cfg)
 typedef void cpu_span_fn(const struct graph *g, const struct node *nd, float *out, const float *const *in,
                          const struct backend_step *st, size_t i0, size_t i1);
 #define CPU_SPAN_MIN 16384 /* elements a part, at least: a job costs the pool's wake-up */
-#define CPU_SPAN_PARTS 4   /* parts a thread, at most (taken one at a time: a late thread takes fewer) */
 struct cpu_span_job {
     cpu_span_fn *fn;
     const struct graph *g;
@@ -168,7 +167,7 @@ static void cpu_spans(const struct cpu_ctx *c, cpu_span_fn *fn, const struct gra
                       const struct backend_step *st, size_t n, size_t unit)
 {
     size_t align = unit == 1 ? 16 : 1, most = n * unit / CPU_SPAN_MIN;
-    size_t cap = (size_t)c->threads * CPU_SPAN_PARTS;
+    size_t cap = (size_t)c->threads * CPU_POOL_PARTS;
     int parts = most < cap ? (int)most : (int)cap;
     if (c->threads <= 1 || parts <= 1 || n < (size_t)parts * align) {
         fn(g, nd, out, in, st, 0, n);

@@ -171,13 +171,11 @@ static void cpu_conv_col2im_part(void *arg, int p, int thread)
 }
 
 /* col2im on up to `threads` threads, split by channels when there is work
- * enough (64K taps' adds a part, at most 4 parts a thread) */
+ * enough (64K taps' adds a part, at most CPU_POOL_PARTS parts a thread) */
 static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_shape *sh, int threads)
 {
     long work = (long)sh->c * sh->r * sh->s * sh->h * sh->w;
-    int parts = threads * 4;
-    if (threads <= 1)
-        parts = 1;
+    int parts = threads > 1 ? threads * CPU_POOL_PARTS : 1;
     if (parts > sh->c)
         parts = sh->c;
     if (parts > work / 65536)
@@ -206,7 +204,7 @@ static int cpu_conv_grow(float **p, size_t *cap, size_t n)
 
 /* The im2col of the fixed products' cache in parts of channels (a copy:
  * the parts change no bits), each of CPU_IM2COL_PART floats of col or
- * more, at most 4 a thread. */
+ * more, at most CPU_POOL_PARTS a thread. */
 #define CPU_IM2COL_PART 32768
 struct cpu_im2col_job {
     float *col;
@@ -247,11 +245,11 @@ static const float *cpu_conv_cols(struct cpu_conv_scratch *sc, const float *x,
     if (cpu_conv_grow(&sc->xcol, &sc->xcol_cap, ncol) < 0 || cpu_conv_grow(&sc->xkey, &sc->xkey_cap, nx) < 0)
         return NULL;
     struct cpu_im2col_job j = {.col = sc->xcol, .x = x, .sh = sh};
-    long work = (long)ncol / CPU_IM2COL_PART;
-    int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1, most = threads * 4;
-    j.per = sh->c < most ? sh->c : most; /* parts a batch item */
-    if (work < (long)j.per * sh->n)
-        j.per = work / sh->n > 1 ? (int)(work / sh->n) : 1;
+    int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1;
+    long most = (long)(ncol / CPU_IM2COL_PART) / sh->n; /* parts a batch item: the least of three */
+    if (most > (long)threads * CPU_POOL_PARTS)
+        most = (long)threads * CPU_POOL_PARTS;
+    j.per = most < 1 ? 1 : most > sh->c ? sh->c : (int)most;
     cpu_pool_run(threads, j.per * sh->n, cpu_conv_im2col_part, &j);
     memcpy(sc->xkey, x, nx * sizeof *x);
     sc->xsh = *sh;

@@ -483,11 +483,9 @@ void cpu_pool_part(size_t n, int parts, int p, size_t align, size_t *i0, size_t 
  * is smallest, of those the one with the fewest cells, and of those the
  * one that splits the rows least: every row part copies the B strips of
  * its columns for itself, so a split of the rows copies B again. Then its
- * columns are cut up to GEMM_CELLS times finer, into cells of at least
- * GEMM_CELL_WORK multiply-adds: the pool hands them out one at a time, so
- * a thread that starts late or runs slow takes fewer, and a finer column
- * split copies no more of B. */
-#define GEMM_CELLS 4
+ * columns are cut up to CPU_POOL_PARTS times finer, into cells of at least
+ * GEMM_CELL_WORK multiply-adds (a finer column split copies no more of
+ * B). */
 #define GEMM_CELL_WORK (1L << 18)
 static void gemm_grid(struct gemm_job *jb, int threads)
 {
@@ -507,8 +505,8 @@ static void gemm_grid(struct gemm_job *jb, int threads)
             }
         }
     long finer = work / GEMM_CELL_WORK / (jb->pr * jb->pc);
-    if (finer > GEMM_CELLS)
-        finer = GEMM_CELLS;
+    if (finer > CPU_POOL_PARTS)
+        finer = CPU_POOL_PARTS;
     if (finer > 1)
         jb->pc = jb->pc * finer < tiles ? jb->pc * (int)finer : tiles;
 }

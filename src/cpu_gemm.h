@@ -28,6 +28,10 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
  * time); returns when all are done. One job at a time (callers on other
  * threads wait their turn). */
 typedef void cpu_pool_fn(void *arg, int part, int thread);
+/* Parts a thread, at most, that callers cut their work into (given work
+ * enough): taken one at a time, they let a thread that starts late or runs
+ * slow take fewer. */
+#define CPU_POOL_PARTS 4
 void cpu_pool_run(int threads, int parts, cpu_pool_fn *fn, void *arg);
 
 /* Part p of `parts` of n units: [*i0, *i1), boundaries multiples of align
