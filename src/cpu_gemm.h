@@ -30,8 +30,12 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
 typedef void cpu_pool_fn(void *arg, int part, int thread);
 /* Parts a thread, at most, that callers cut their work into (given work
  * enough): taken one at a time, they let a thread that starts late or runs
- * slow take fewer. */
+ * slow take fewer. The bits are the same for any value; 2 against 4 gave
+ * no difference that a one-thread control did not show as well
+ * (tests/bench/RESULTS.md). */
+#ifndef CPU_POOL_PARTS /* -D for measurement builds */
 #define CPU_POOL_PARTS 4
+#endif
 void cpu_pool_run(int threads, int parts, cpu_pool_fn *fn, void *arg);
 
 /* Part p of `parts` of n units: [*i0, *i1), boundaries multiples of align
