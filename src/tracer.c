@@ -1,8 +1,11 @@
 /* tracer.c: trace records of every op output, optionally on a worker thread
- * (see tracer.h). The executor hands over ops in order; the worker handles
- * them in the same order, so an op's inputs always have their records when
- * the op is checked for non-finite values. The main thread waits only at the
- * end of a step (tracer_sync), before anything overwrites a traced buffer. */
+ * (see tracer.h). The executor hands over ops in order; the worker takes
+ * them in that order. At the end of a step (tracer_sync, before anything
+ * overwrites a traced buffer) the main thread takes the ops the worker has
+ * not reached from the other end of the queue, instead of waiting for it;
+ * a slot's claim decides which of the two makes a record. Once every
+ * record is made, the step's ops are checked for non-finite values in
+ * their order, so an op's inputs always have their records by then. */
 #include "tracer.h"
 
 #include <pthread.h>
@@ -57,7 +60,9 @@ struct tracer {
     pthread_cond_t wake;
     const backend_buf **buf;   /* per node: its buffer, set before it is queued */
     int *queue;                /* g->n slots: at most one step is in flight */
+    atomic_ullong *claim;      /* per slot: 1 + the push number last claimed there */
     atomic_ullong pushed, done;
+    unsigned long long first;  /* the push number of this step's first op */
     atomic_int sleeping, stop;
     size_t pending;            /* bytes queued since the worker was last woken */
     /* batch mode (a backend with trace_batch): ops of this step, in order */
@@ -125,13 +130,29 @@ static void tracer_process(struct tracer *t, int i, const backend_buf *buf)
     t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
 #endif
     t->rec[i].op = (uint32_t)i;
-    if (t->nonfinite_op < 0 && !tracer_finite(&t->rec[i])) {
-        for (int k = 0; k < nd->ninputs; k++)
-            if (!tracer_finite(&t->rec[nd->inputs[k]]))
-                return;
-        t->nonfinite_op = i;
-        t->nonfinite_step = t->step;
-    }
+}
+
+/* The non-finite watch for op i, its inputs' records made: the first op
+ * of the run to make NaN or Inf from finite inputs. */
+static void tracer_watch(struct tracer *t, int i)
+{
+    const struct node *nd = &t->g->nodes[i];
+    if (t->nonfinite_op >= 0 || tracer_finite(&t->rec[i]))
+        return;
+    for (int k = 0; k < nd->ninputs; k++)
+        if (!tracer_finite(&t->rec[nd->inputs[k]]))
+            return;
+    t->nonfinite_op = i;
+    t->nonfinite_step = t->step;
+}
+
+/* Whether the caller gets push number p's op to make its record: the
+ * worker (in order) and the main thread (from the end) may both try. */
+static int tracer_claim(struct tracer *t, unsigned long long p)
+{
+    atomic_ullong *c = &t->claim[p % (unsigned)t->g->n];
+    unsigned long long v = atomic_load(c);
+    return v != p + 1 && atomic_compare_exchange_strong(c, &v, p + 1);
 }
 
 static void *tracer_worker(void *arg)
@@ -148,7 +169,8 @@ static void *tracer_worker(void *arg)
         unsigned long long pushed = atomic_load(&t->pushed);
         if (done < pushed) {
             int i = t->queue[done % (unsigned)t->g->n];
-            tracer_process(t, i, t->buf[i]);
+            if (tracer_claim(t, done))
+                tracer_process(t, i, t->buf[i]);
             atomic_store(&t->done, ++done);
             continue;
         }
@@ -197,6 +219,9 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
     t->nonfinite_op = -1;
     t->buf = dt_calloc((size_t)g->n, sizeof *t->buf);
     t->queue = dt_calloc((size_t)g->n, sizeof *t->queue);
+    t->claim = dt_calloc((size_t)g->n, sizeof *t->claim);
+    for (int k = 0; k < g->n; k++)
+        atomic_init(&t->claim[k], 0);
     atomic_init(&t->pushed, 0);
     atomic_init(&t->done, 0);
     atomic_init(&t->sleeping, 0);
@@ -239,6 +264,7 @@ void tracer_free(struct tracer *t)
     free(t->carry[1]);
     free(t->buf);
     free(t->queue);
+    free((void *)t->claim);
     free(t->bbuf);
     free(t->bcount);
     free(t->bnode);
@@ -254,6 +280,7 @@ void tracer_begin(struct tracer *t, uint64_t step)
     t->begun = 1;
     t->step = step;
     t->rec = t->recs[step & 1];
+    t->first = atomic_load(&t->pushed);
 }
 
 int tracer_defer(struct tracer *t)
@@ -370,6 +397,7 @@ void tracer_hook(void *arg, int i, const backend_buf *buf)
     }
     if (!t->async) {
         tracer_process(t, i, buf);
+        tracer_watch(t, i);
         return;
     }
     unsigned long long p = atomic_load(&t->pushed);
@@ -410,12 +438,26 @@ void tracer_sync(struct tracer *t)
     if (t->async) {
         t->pending = 0;
         tracer_kick(t);
-        for (int spin = 0; atomic_load(&t->done) != atomic_load(&t->pushed); spin++) {
+        /* the ops the worker has not reached, from the last one back,
+         * until one it has claimed (it claims in order: so has it all
+         * before that one) */
+        unsigned long long pushed = atomic_load(&t->pushed);
+        for (unsigned long long p = pushed; p > atomic_load(&t->done);) {
+            p--;
+            if (!tracer_claim(t, p))
+                break;
+            int i = t->queue[p % (unsigned)t->g->n];
+            tracer_process(t, i, t->buf[i]);
+        }
+        for (int spin = 0; atomic_load(&t->done) != pushed; spin++) {
             if (spin < TRACER_SPIN)
                 tracer_relax();
             else
                 sched_yield(); /* the worker may be waiting for a core */
         }
+        for (unsigned long long p = t->first; p < pushed; p++)
+            tracer_watch(t, t->queue[p % (unsigned)t->g->n]);
+        t->first = pushed;
     }
     if (t->begun && t->final_step != (int64_t)t->step) {
         tracer_carry_check(t, t->step, t->rec);

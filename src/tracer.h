@@ -1,8 +1,10 @@
 /* tracer.h: the executor's hook that turns every op output into a trace
  * record (hash and statistics, computed by the backend where the tensor
  * lives) and watches for the first non-finite value. It can run on a worker
- * thread, so that tracing overlaps the next ops instead of delaying them:
- * the records are the same either way (each is a function of the bytes). */
+ * thread, so that tracing overlaps the next ops instead of delaying them
+ * (at the end of a step the caller's thread traces what the worker has not
+ * reached, from the other end): the records are the same either way (each
+ * is a function of the bytes). */
 #ifndef DT_TRACER_H
 #define DT_TRACER_H
 
