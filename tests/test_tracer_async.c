@@ -89,37 +89,15 @@ static void mk_trace(void *ctx, const backend_buf *buf, size_t count, struct tra
 static void test_main_helps(void **state)
 {
     (void)state;
-    struct idx_images im;
-    tu_real_digits(&im);
-    idx_free(&im);
     struct train_config tc;
-    train_config_defaults(&tc);
-    tc.layers = "784,16,784";
-    tc.layers_given = 1;
-    assert_int_equal(model_parse_layers(tc.layers, &tc.model), 0);
-    tc.model.batch = 10;
-    tc.steps = STEPS;
-    tc.quiet = 1;
-    tc.out = "/dev/null";
-    assert_int_equal(train_finish_config(&tc), 0);
     struct run r;
-    if (run_open(&r, &tc, 0, 0) != 0)
-        fail_msg("run_open: %s", dt_error());
+    tu_small_run(&r, &tc, STEPS);
     cpu = r.be;
     struct backend_ops mock = *cpu;
     mock.trace = mk_trace;
 
     struct exec e;
-    assert_int_equal(exec_init(&e, &r.g, &mock, r.ctx), 0);
-    for (int i = 0; i < r.g.n; i++) {
-        const struct node *nd = &r.g.nodes[i];
-        if (nd->type != OP_PARAM && nd->type != OP_STATE)
-            continue;
-        float *h = dt_malloc(nd->count * sizeof *h);
-        exec_get(&r.e, i, h);
-        exec_set(&e, i, h);
-        free(h);
-    }
+    tu_exec_like(&e, &r, &mock);
     struct tracer *tr = tracer_new(&r.g, &mock, r.ctx, 1);
     e.hook = tracer_hook;
     e.hook_arg = tr;

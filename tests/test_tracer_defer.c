@@ -115,22 +115,12 @@ struct side {
 
 static void side_open(struct side *s, struct run *r, const struct backend_ops *be)
 {
-    assert_int_equal(exec_init(&s->e, &r->g, be, r->ctx), 0);
+    tu_exec_like(&s->e, r, be); /* the run's initial leaves */
     s->tr = tracer_new(&r->g, be, r->ctx, 0);
     s->e.hook = tracer_hook;
     s->e.hook_arg = s->tr;
     s->e.before_end = tracer_before_end;
     s->e.before_end_arg = s->tr;
-    /* the run's initial leaves */
-    for (int i = 0; i < r->g.n; i++) {
-        const struct node *nd = &r->g.nodes[i];
-        if (nd->type != OP_PARAM && nd->type != OP_STATE)
-            continue;
-        float *h = dt_malloc(nd->count * sizeof *h);
-        exec_get(&r->e, i, h);
-        exec_set(&s->e, i, h);
-        free(h);
-    }
 }
 
 static void side_close(struct side *s)
@@ -174,22 +164,9 @@ static void side_inputs(struct side *s, struct run *r, uint64_t step, float *bat
 /* Counts the ops whose records differ between the two runs. */
 static int run_pair(int double_buffer)
 {
-    struct idx_images im;
-    tu_real_digits(&im);
-    idx_free(&im);
     struct train_config tc;
-    train_config_defaults(&tc);
-    tc.layers = "784,16,784";
-    tc.layers_given = 1;
-    assert_int_equal(model_parse_layers(tc.layers, &tc.model), 0);
-    tc.model.batch = 10;
-    tc.steps = STEPS;
-    tc.quiet = 1;
-    tc.out = "/dev/null";
-    assert_int_equal(train_finish_config(&tc), 0);
     struct run r;
-    if (run_open(&r, &tc, 0, 0) != 0)
-        fail_msg("run_open: %s", dt_error());
+    tu_small_run(&r, &tc, STEPS);
     cpu = r.be;
     struct backend_ops mock = *cpu;
     mock.trace_batch = mk_trace_batch;

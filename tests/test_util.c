@@ -13,7 +13,10 @@
 
 #include <cmocka.h>
 
+#include "exec.h"
 #include "idx.h"
+#include "run.h"
+#include "train.h"
 #include "util.h"
 
 #define TU_REAL_DIR "/usr/share/datasets/fashion-mnist"
@@ -113,4 +116,36 @@ void tu_real_digits(struct idx_images *im)
     assert_int_equal(idx_find_images(TU_REAL_DIR, "train", path, sizeof path), 0);
     if (idx_read_images(path, im) != 0)
         fail_msg("%s", dt_error());
+}
+
+void tu_small_run(struct run *r, struct train_config *tc, uint64_t steps)
+{
+    struct idx_images im;
+    tu_real_digits(&im);
+    idx_free(&im);
+    train_config_defaults(tc);
+    tc->layers = "784,16,784";
+    tc->layers_given = 1;
+    assert_int_equal(model_parse_layers(tc->layers, &tc->model), 0);
+    tc->model.batch = 10;
+    tc->steps = steps;
+    tc->quiet = 1;
+    tc->out = "/dev/null";
+    assert_int_equal(train_finish_config(tc), 0);
+    if (run_open(r, tc, 0, 0) != 0)
+        fail_msg("run_open: %s", dt_error());
+}
+
+void tu_exec_like(struct exec *e, struct run *r, const struct backend_ops *be)
+{
+    assert_int_equal(exec_init(e, &r->g, be, r->ctx), 0);
+    for (int i = 0; i < r->g.n; i++) {
+        const struct node *nd = &r->g.nodes[i];
+        if (nd->type != OP_PARAM && nd->type != OP_STATE)
+            continue;
+        float *h = dt_malloc(nd->count * sizeof *h);
+        exec_get(&r->e, i, h);
+        exec_set(e, i, h);
+        free(h);
+    }
 }

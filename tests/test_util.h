@@ -45,4 +45,17 @@ uint32_t tu_ulp_distance(float a, float b);
 struct idx_images;
 void tu_real_digits(struct idx_images *im);
 
+/* A small autoencoder run (784,16,784, batch 10, `steps` steps) on the cpu
+ * backend over those images, configured in *tc (which the run keeps
+ * pointing at), for tests that drive its graph themselves; skips as
+ * tu_real_digits does, fails the test when the run cannot open. */
+struct run;
+struct train_config;
+void tu_small_run(struct run *r, struct train_config *tc, uint64_t steps);
+/* A second executor *e of r's graph on backend be (with r's context),
+ * holding r's initial parameters and optimizer state. */
+struct exec;
+struct backend_ops;
+void tu_exec_like(struct exec *e, struct run *r, const struct backend_ops *be);
+
 #endif
