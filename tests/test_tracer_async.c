@@ -1,13 +1,11 @@
 /* test_tracer_async.c: the tracer's worker thread and the main thread's
  * help at the end of a step (tracer.c). The backend is cpu's with a trace
  * function that notes which thread made each record and that holds the
- * worker in the step's first op until the main thread has made a record
- * of its own: then the main thread, in tracer_sync, makes every other
- * record of the step from the last op back. Every record must still equal
+ * worker in the step's first op until the main thread, in tracer_sync,
+ * has made every other record of the step from the last op back. Every record must still equal
  * the plain cpu trace of the op's buffer, each exactly once a step; and a
  * NaN that appears at one op and flows into every later one must be
  * reported at that op, although the main thread saw the later ops first. */
-#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,9 +18,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
-#include "data.h"
 #include "exec.h"
-#include "idx.h"
 #include "run.h"
 #include "test_util.h"
 #include "train.h"
@@ -122,12 +118,7 @@ static void test_main_helps(void **state)
         atomic_store(&mk.worker_in0, 0);
         memset(mk.by_main, 0, (size_t)r.g.n * sizeof *mk.by_main);
         memset(mk.made, 0, (size_t)r.g.n * sizeof *mk.made);
-        data_batch(&r.data, step, r.tc->model.batch, batch);
-        const float *src = batch;
-        for (int k = 0; k < r.ninputs; k++) {
-            exec_set(&e, r.inputs[k], src);
-            src += r.g.nodes[r.inputs[k]].count;
-        }
+        tu_exec_inputs(&e, &r, step, batch);
         exec_step(&e, step);
         tracer_sync(tr);
         const struct trace_oprec *rec = tracer_records(tr);

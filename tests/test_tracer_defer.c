@@ -20,9 +20,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
-#include "data.h"
 #include "exec.h"
-#include "idx.h"
 #include "run.h"
 #include "test_util.h"
 #include "train.h"
@@ -151,16 +149,6 @@ static void check_carry(const struct tracer *tr, uint64_t step, int leaf)
         assert_int_equal(lv[0], leaf);
 }
 
-static void side_inputs(struct side *s, struct run *r, uint64_t step, float *batch)
-{
-    data_batch(&r->data, step, r->tc->model.batch, batch);
-    const float *src = batch;
-    for (int k = 0; k < r->ninputs; k++) {
-        exec_set(&s->e, r->inputs[k], src);
-        src += r->g.nodes[r->inputs[k]].count;
-    }
-}
-
 /* Counts the ops whose records differ between the two runs. */
 static int run_pair(int double_buffer)
 {
@@ -208,7 +196,7 @@ static int run_pair(int double_buffer)
         tracer_begin(ref.tr, step);
         if (step == DIRTY_STEP)
             side_poke(&ref, leaf);
-        side_inputs(&ref, &r, step, batch);
+        tu_exec_inputs(&ref.e, &r, step, batch);
         exec_step(&ref.e, step);
         tracer_sync(ref.tr);
         check_carry(ref.tr, step, leaf);
@@ -220,7 +208,7 @@ static int run_pair(int double_buffer)
             tracer_flush(def.tr); /* as train.c before a fault: last step's records read the leaf */
             side_poke(&def, leaf);
         }
-        side_inputs(&def, &r, step, batch);
+        tu_exec_inputs(&def.e, &r, step, batch);
         exec_step(&def.e, step);
         tracer_sync(def.tr);
         uint64_t ready[2];

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "data.h"
 #include "exec.h"
 #include "idx.h"
 #include "run.h"
@@ -147,5 +148,15 @@ void tu_exec_like(struct exec *e, struct run *r, const struct backend_ops *be)
         exec_get(&r->e, i, h);
         exec_set(e, i, h);
         free(h);
+    }
+}
+
+void tu_exec_inputs(struct exec *e, struct run *r, uint64_t step, float *batch)
+{
+    data_batch(&r->data, step, r->tc->model.batch, batch);
+    const float *src = batch;
+    for (int k = 0; k < r->ninputs; k++) {
+        exec_set(e, r->inputs[k], src);
+        src += r->g.nodes[r->inputs[k]].count;
     }
 }

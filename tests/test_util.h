@@ -57,5 +57,8 @@ void tu_small_run(struct run *r, struct train_config *tc, uint64_t steps);
 struct exec;
 struct backend_ops;
 void tu_exec_like(struct exec *e, struct run *r, const struct backend_ops *be);
+/* Step `step`'s batch of r's data (into batch, r->nbatch floats) set as
+ * the inputs of e. */
+void tu_exec_inputs(struct exec *e, struct run *r, uint64_t step, float *batch);
 
 #endif
