@@ -317,8 +317,9 @@ static struct {
     _Alignas(64) atomic_int done;      /* parts of the job finished */
     struct {
         _Alignas(64) atomic_uint gen; /* the number of the last job the worker was posted */
+        unsigned start;               /* gen when the worker was made */
     } slot[GEMM_MAX_WORKERS + 1];
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, {{0}}};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, {{0, 0}}};
 
 static pthread_mutex_t gemm_caller = PTHREAD_MUTEX_INITIALIZER;
 static unsigned pool_job; /* the last job's number (under gemm_caller) */
@@ -353,7 +354,7 @@ static void pool_take(unsigned job, int thread)
     unsigned long long t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
     for (;;) {
         if ((unsigned)(t >> 32) != job ||
-            (int)(t & 0xffffffffu) >= atomic_load_explicit(&pool.parts, memory_order_relaxed))
+            (t & 0xffffffffu) >= (unsigned)atomic_load_explicit(&pool.parts, memory_order_acquire))
             return;
         /* a job is not over while one of its parts is untaken: a successful
          * swap makes pool.fn and pool.arg that job's */
@@ -369,7 +370,8 @@ static void pool_take(unsigned job, int thread)
 static void *gemm_worker(void *arg)
 {
     int id = (int)(intptr_t)arg;
-    unsigned seen = atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire);
+    /* not gen now: the job the worker was made for may be posted already */
+    unsigned seen = pool.slot[id].start;
     for (;;) {
         double t0 = 0;
         for (int s = 0; atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen; s++) {
@@ -444,6 +446,7 @@ void cpu_pool_run(int threads, int parts, cpu_pool_fn *fn, void *arg)
     while (pool.nthreads < threads - 1 && pool.nthreads < GEMM_MAX_WORKERS) {
         pthread_t t;
         atomic_store(&pool.slot[pool.nthreads + 1].gen, pool_job);
+        pool.slot[pool.nthreads + 1].start = pool_job;
         if (pthread_create(&t, NULL, gemm_worker, (void *)(intptr_t)(pool.nthreads + 1)) != 0)
             break;
         pthread_detach(t);
@@ -452,9 +455,17 @@ void cpu_pool_run(int threads, int parts, cpu_pool_fn *fn, void *arg)
     int workers = pool.nthreads < threads - 1 ? pool.nthreads : threads - 1;
     pthread_mutex_unlock(&pool.mu);
     unsigned job = ++pool_job;
+    /* Closed to every taker before the job's fields change. A worker that
+     * read the last job's ticket once all its parts were taken, and then
+     * this job's part count (larger), would otherwise pass the test in
+     * pool_take and still win its swap on that stale ticket, running a
+     * part of this job twice, or on a thread the job did not ask for
+     * (test_cpu_gemm's test_pool_two_callers). A worker that reads the new
+     * count (release and acquire) swaps after this store and fails. */
+    atomic_store(&pool.ticket, (unsigned long long)job << 32 | 0xffffffffu);
     pool.fn = fn;
     pool.arg = arg;
-    atomic_store_explicit(&pool.parts, parts, memory_order_relaxed);
+    atomic_store_explicit(&pool.parts, parts, memory_order_release);
     atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
     atomic_store_explicit(&pool.ticket, (unsigned long long)job << 32, memory_order_release);
     for (int w = 1; w <= workers; w++)
