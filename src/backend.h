@@ -131,6 +131,12 @@ struct backend_ops {
      * transformed domain (FFT, Winograd), 0 otherwise; replay then judges
      * the op by a normwise bound (divtrace-replay(1)). */
     const char *(*op_algorithm)(void *ctx, const struct graph *g, int i, int *transform);
+    /* optional: lend the backend's threads, while they wait for its next
+     * piece of work, to fn(arg), which makes one piece of other work and
+     * returns 1, or returns 0 when there is none. Returns how many threads
+     * may call it (0: none; fn is then not lent). fn NULL withdraws it and
+     * returns once no thread is inside it. */
+    int (*lend_idle)(void *ctx, int (*fn)(void *arg), void *arg);
     backend_op_fn op[OP_COUNT];
 };
 

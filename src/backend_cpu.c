@@ -109,6 +109,17 @@ static void cpu_trace(void *ctx, const backend_buf *buf, size_t n, struct trace_
     stats_compute(buf, n, rec);
 }
 
+/* The products' pool's workers, between jobs (cpu_pool_idle). */
+static int cpu_lend_idle(void *ctx, int (*fn)(void *arg), void *arg)
+{
+    struct cpu_ctx *c = ctx;
+    if (!fn) {
+        cpu_pool_idle(NULL, arg);
+        return 0;
+    }
+    return c->threads > 1 && cpu_pool_idle(fn, arg) == 0 ? c->threads - 1 : 0;
+}
+
 static void cpu_describe(void *ctx, struct trace_config *cfg)
 {
     struct cpu_ctx *c = ctx;
@@ -730,6 +741,7 @@ const struct backend_ops backend_cpu = {
     .sync = NULL,
     .prepare = cpu_prepare,
     .op_enter = cpu_op_enter,
+    .lend_idle = cpu_lend_idle,
     .op = {
         [OP_MATMUL] = cpu_matmul,
         [OP_ADD_BIAS] = cpu_add_bias,

@@ -300,7 +300,10 @@ struct gemm_job {
  * than a few hundred yields, and a worker that slept through them came
  * late to a third of the jobs: 2 threads here, 340 -> 295 ms a step), then
  * asleep on a condition variable. The caller waits for the
- * parts under way the same way, without the sleep. */
+ * parts under way the same way, without the sleep. While it waits, a
+ * worker does the work lent to the pool (cpu_pool_idle: the tracer's
+ * records), one piece at a time, and does not go to sleep while there is
+ * some. */
 #define GEMM_MAX_WORKERS 255
 #define GEMM_PAUSES 256     /* spins before yielding */
 #define GEMM_IDLE_S 2e-3    /* seconds of yielding before sleeping */
@@ -315,11 +318,16 @@ static struct {
     atomic_int parts;        /* (read by late workers too: atomic) */
     _Alignas(64) atomic_ullong ticket; /* job number << 32 | next part */
     _Alignas(64) atomic_int done;      /* parts of the job finished */
+    /* lent work for waiting workers (cpu_pool_idle); arg is set before fn */
+    _Alignas(64) _Atomic(cpu_pool_idle_fn *) idle_fn;
+    _Atomic(void *) idle_arg;
     struct {
         _Alignas(64) atomic_uint gen; /* the number of the last job the worker was posted */
+        atomic_int inside;            /* the worker is in idle_fn */
         unsigned start;               /* gen when the worker was made */
     } slot[GEMM_MAX_WORKERS + 1];
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, {{0, 0}}};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, NULL, NULL, {{0, 0, 0}}};
+static pthread_mutex_t pool_idle_mu = PTHREAD_MUTEX_INITIALIZER; /* lending and withdrawing */
 
 static pthread_mutex_t gemm_caller = PTHREAD_MUTEX_INITIALIZER;
 static unsigned pool_job; /* the last job's number (under gemm_caller) */
@@ -367,6 +375,43 @@ static void pool_take(unsigned job, int thread)
     }
 }
 
+/* Worker id, waiting for a job: one piece of the lent work, if any (1).
+ * `inside` is raised before fn is read and fn cleared before `inside` is
+ * read back (both sequentially consistent), so a withdrawal that waits
+ * for `inside` to fall cannot miss a worker that is still to call fn. */
+static int pool_idle_work(int id)
+{
+    if (!atomic_load_explicit(&pool.idle_fn, memory_order_relaxed))
+        return 0;
+    atomic_store(&pool.slot[id].inside, 1);
+    cpu_pool_idle_fn *fn = atomic_load(&pool.idle_fn);
+    int r = fn ? fn(atomic_load(&pool.idle_arg)) : 0;
+    atomic_store_explicit(&pool.slot[id].inside, 0, memory_order_release);
+    return r;
+}
+
+int cpu_pool_idle(cpu_pool_idle_fn *fn, void *arg)
+{
+    int r = 0;
+    pthread_mutex_lock(&pool_idle_mu);
+    if (fn) {
+        if (atomic_load(&pool.idle_fn)) {
+            r = -1;
+        } else {
+            atomic_store(&pool.idle_arg, arg);
+            atomic_store(&pool.idle_fn, fn);
+        }
+    } else if (atomic_load(&pool.idle_fn) && atomic_load(&pool.idle_arg) == arg) {
+        atomic_store(&pool.idle_fn, NULL);
+        for (int w = 1; w <= GEMM_MAX_WORKERS; w++)
+            while (atomic_load(&pool.slot[w].inside))
+                gemm_pause();
+        atomic_store(&pool.idle_arg, NULL);
+    }
+    pthread_mutex_unlock(&pool_idle_mu);
+    return r;
+}
+
 static void *gemm_worker(void *arg)
 {
     int id = (int)(intptr_t)arg;
@@ -375,6 +420,10 @@ static void *gemm_worker(void *arg)
     for (;;) {
         double t0 = 0;
         for (int s = 0; atomic_load_explicit(&pool.slot[id].gen, memory_order_acquire) == seen; s++) {
+            if (pool_idle_work(id)) {
+                s = -1; /* busy, not idle: the count starts again */
+                continue;
+            }
             if (s < GEMM_PAUSES) {
                 gemm_pause();
                 continue;
@@ -420,8 +469,13 @@ static void gemm_fork_child(void)
     pthread_cond_init(&pool.go, NULL);
     pool.nthreads = 0;
     pool.sleepers = 0;
-    for (int w = 0; w <= GEMM_MAX_WORKERS; w++)
+    pthread_mutex_init(&pool_idle_mu, NULL);
+    atomic_store(&pool.idle_fn, NULL); /* the lender is the parent's */
+    atomic_store(&pool.idle_arg, NULL);
+    for (int w = 0; w <= GEMM_MAX_WORKERS; w++) {
         atomic_store(&pool.slot[w].gen, pool_job);
+        atomic_store(&pool.slot[w].inside, 0);
+    }
 }
 
 static void gemm_fork_register(void)

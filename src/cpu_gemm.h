@@ -38,6 +38,15 @@ typedef void cpu_pool_fn(void *arg, int part, int thread);
 #endif
 void cpu_pool_run(int threads, int parts, cpu_pool_fn *fn, void *arg);
 
+/* Other work for the pool's workers while they wait for a job: fn(arg)
+ * makes one piece of it and returns 1, or returns 0 when there is none (a
+ * worker that gets 1 keeps calling it, and does not sleep meanwhile). A
+ * job's parts do not wait for a worker inside fn: the other threads take
+ * them. One lender at a time: 0, or -1 when another fn is lent. fn NULL
+ * withdraws arg's fn and returns once no worker is inside it. */
+typedef int cpu_pool_idle_fn(void *arg);
+int cpu_pool_idle(cpu_pool_idle_fn *fn, void *arg);
+
 /* Part p of `parts` of n units: [*i0, *i1), boundaries multiples of align
  * but the last (parts cover 0 .. n - 1 in order, each once). */
 void cpu_pool_part(size_t n, int parts, int p, size_t align, size_t *i0, size_t *i1);

@@ -155,10 +155,11 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         return DT_ERR;
     }
 
-    /* Trace on a second thread when this process may run on a second core. */
+    /* Trace off the training's thread when this process may run on a
+     * second core. */
     cpu_set_t cpus;
     int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    r->tr = tracer_new(&r->g, r->be, r->ctx, ncpu > 1);
+    r->tr = tracer_new(&r->g, r->be, r->ctx, ncpu);
     if (traced) {
         r->e.hook = tracer_hook;
         r->e.hook_arg = r->tr;

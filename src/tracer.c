@@ -1,11 +1,13 @@
-/* tracer.c: trace records of every op output, optionally on a worker thread
- * (see tracer.h). The executor hands over ops in order; the worker takes
- * them in that order. At the end of a step (tracer_sync, before anything
- * overwrites a traced buffer) the main thread takes the ops the worker has
- * not reached from the other end of the queue, instead of waiting for it;
- * a slot's claim decides which of the two makes a record. Once every
- * record is made, the step's ops are checked for non-finite values in
- * their order, so an op's inputs always have their records by then. */
+/* tracer.c: trace records of every op output, optionally off the
+ * executor's thread (see tracer.h). The executor hands over ops in order;
+ * the takers (a worker thread of the tracer's own, and the backend's
+ * threads while they wait for its next job) take them in that order, one
+ * at a time. At the end of a step (tracer_sync, before anything
+ * overwrites a traced buffer) the main thread takes the ops none has
+ * reached from the other end of the queue, instead of waiting for them; a
+ * slot's claim decides who makes a record. Once every record is made, the
+ * step's ops are checked for non-finite values in their order, so an op's
+ * inputs always have their records by then. */
 #include "tracer.h"
 
 #include <pthread.h>
@@ -53,15 +55,26 @@ struct tracer {
     int begun;                 /* a step has begun */
     int nonfinite_op;
     uint64_t nonfinite_step;
-    /* the worker: a single-producer, single-consumer queue of ops */
-    int async;
+    /* a single-producer queue of ops, taken in order by the worker and the
+     * backend's lent threads, and from the end by the main thread at sync */
+    int async;                 /* records are made off the main thread */
+    int worker;                /* by a worker thread of the tracer's own */
+    int lent;                  /* by this many of the backend's threads */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake;
     const backend_buf **buf;   /* per node: its buffer, set before it is queued */
     int *queue;                /* g->n slots: at most one step is in flight */
     atomic_ullong *claim;      /* per slot: 1 + the push number last claimed there */
-    atomic_ullong pushed, done;
+    /* (a cache line apart: the takers poll them while the main thread
+     * pushes; the struct is not over-aligned, since calloc makes it) */
+    char pad0[64];
+    atomic_ullong pushed;
+    char pad1[64];
+    atomic_ullong next;        /* the next push number the takers take */
+    char pad2[64];
+    atomic_ullong made;        /* records made (one per push number) */
+    char pad3[64];
     unsigned long long first;  /* the push number of this step's first op */
     atomic_int sleeping, stop;
     size_t pending;            /* bytes queued since the worker was last woken */
@@ -146,19 +159,47 @@ static void tracer_watch(struct tracer *t, int i)
     t->nonfinite_step = t->step;
 }
 
-/* Whether the caller gets push number p's op to make its record: the
- * worker (in order) and the main thread (from the end) may both try. */
+/* Whether the caller gets push number p's op to make its record: a taker
+ * (in order) and the main thread (from the end) may both try. A slot's
+ * claim only grows, so a taker that took p long ago and comes to claim it
+ * only now fails once any later push in that slot was claimed. */
 static int tracer_claim(struct tracer *t, unsigned long long p)
 {
     atomic_ullong *c = &t->claim[p % (unsigned)t->g->n];
     unsigned long long v = atomic_load(c);
-    return v != p + 1 && atomic_compare_exchange_strong(c, &v, p + 1);
+    while (v < p + 1)
+        if (atomic_compare_exchange_weak(c, &v, p + 1))
+            return 1;
+    return 0;
+}
+
+/* A taker: the next op in the queue, its record made unless the main
+ * thread claimed it first. 0 when none is queued. */
+static int tracer_take(void *arg)
+{
+    struct tracer *t = arg;
+    unsigned long long p = atomic_load(&t->next);
+    do
+        if (p >= atomic_load(&t->pushed))
+            return 0;
+    while (!atomic_compare_exchange_weak(&t->next, &p, p + 1));
+    if (tracer_claim(t, p)) {
+        int i = t->queue[p % (unsigned)t->g->n];
+        tracer_process(t, i, t->buf[i]);
+        atomic_fetch_add(&t->made, 1);
+    }
+    return 1;
+}
+
+/* Nothing queued that a taker could take. */
+static int tracer_empty(struct tracer *t)
+{
+    return atomic_load(&t->pushed) == atomic_load(&t->next);
 }
 
 static void *tracer_worker(void *arg)
 {
     struct tracer *t = arg;
-    unsigned long long done = 0;
     /* The worker runs at the training's priority. It once ran at nice
      * 19, when the products' workers slept between jobs; they now yield
      * their cores for a while first (cpu_gemm.c), and where they take every
@@ -166,18 +207,12 @@ static void *tracer_worker(void *arg)
      * autoencoder, 2 threads on 2 cores, 1.65 -> 1.50 ms a step at the
      * same priority (PredNet 323 -> 309 ms); 1 thread, 1.66 -> 1.61. */
     for (;;) {
-        unsigned long long pushed = atomic_load(&t->pushed);
-        if (done < pushed) {
-            int i = t->queue[done % (unsigned)t->g->n];
-            if (tracer_claim(t, done))
-                tracer_process(t, i, t->buf[i]);
-            atomic_store(&t->done, ++done);
+        if (tracer_take(t))
             continue;
-        }
         if (atomic_load(&t->stop))
             return NULL;
         int spin = 0;
-        while (spin < TRACER_SPIN && atomic_load(&t->pushed) == done && !atomic_load(&t->stop)) {
+        while (spin < TRACER_SPIN && tracer_empty(t) && !atomic_load(&t->stop)) {
             tracer_relax();
             spin++;
         }
@@ -187,7 +222,7 @@ static void *tracer_worker(void *arg)
          * `pushed` under the lock after raising the flag closes the race. */
         pthread_mutex_lock(&t->mu);
         atomic_store(&t->sleeping, 1);
-        while (atomic_load(&t->pushed) == done && !atomic_load(&t->stop))
+        while (tracer_empty(t) && !atomic_load(&t->stop))
             pthread_cond_wait(&t->wake, &t->mu);
         atomic_store(&t->sleeping, 0);
         pthread_mutex_unlock(&t->mu);
@@ -204,7 +239,7 @@ static void tracer_kick(struct tracer *t)
 }
 
 struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, void *ctx,
-                          int async)
+                          int cores)
 {
     struct tracer *t = dt_calloc(1, sizeof *t);
     t->g = g;
@@ -223,7 +258,8 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
     for (int k = 0; k < g->n; k++)
         atomic_init(&t->claim[k], 0);
     atomic_init(&t->pushed, 0);
-    atomic_init(&t->done, 0);
+    atomic_init(&t->next, 0);
+    atomic_init(&t->made, 0);
     atomic_init(&t->sleeping, 0);
     atomic_init(&t->stop, 0);
     pthread_mutex_init(&t->mu, NULL);
@@ -237,7 +273,13 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
         t->brec = dt_calloc((size_t)g->n, sizeof *t->brec);
         return t;
     }
-    t->async = async && pthread_create(&t->thread, NULL, tracer_worker, t) == 0;
+    /* The backend's threads take ops while they wait for its work; a
+     * worker of the tracer's own as well where they leave a core free (on
+     * the cores they fill it would take time their jobs wait for). */
+    if (cores > 1 && be->lend_idle)
+        t->lent = be->lend_idle(ctx, tracer_take, t);
+    t->worker = cores > t->lent + 1 && pthread_create(&t->thread, NULL, tracer_worker, t) == 0;
+    t->async = t->worker || t->lent > 0;
     return t;
 }
 
@@ -245,7 +287,9 @@ void tracer_free(struct tracer *t)
 {
     if (!t)
         return;
-    if (t->async) {
+    if (t->lent)
+        t->be->lend_idle(t->ctx, NULL, t);
+    if (t->worker) {
         atomic_store(&t->stop, 1);
         pthread_mutex_lock(&t->mu);
         pthread_cond_signal(&t->wake);
@@ -405,7 +449,7 @@ void tracer_hook(void *arg, int i, const backend_buf *buf)
     t->queue[p % (unsigned)t->g->n] = i;
     atomic_store(&t->pushed, p + 1);
     t->pending += t->g->nodes[i].count * sizeof(float);
-    if (t->pending >= TRACER_KICK_BYTES) {
+    if (t->worker && t->pending >= TRACER_KICK_BYTES) {
         t->pending = 0;
         tracer_kick(t);
     }
@@ -437,24 +481,30 @@ void tracer_sync(struct tracer *t)
     }
     if (t->async) {
         t->pending = 0;
-        tracer_kick(t);
-        /* the ops the worker has not reached, from the last one back,
-         * until one it has claimed (it claims in order: so has it all
-         * before that one) */
+        if (t->worker)
+            tracer_kick(t);
+        /* the ops no taker has reached, from the last one back, until one
+         * a taker has claimed (they take in order: so have they all before
+         * that one) */
         unsigned long long pushed = atomic_load(&t->pushed);
-        for (unsigned long long p = pushed; p > atomic_load(&t->done);) {
+        for (unsigned long long p = pushed; p > atomic_load(&t->next);) {
             p--;
             if (!tracer_claim(t, p))
                 break;
             int i = t->queue[p % (unsigned)t->g->n];
             tracer_process(t, i, t->buf[i]);
+            atomic_fetch_add(&t->made, 1);
         }
-        for (int spin = 0; atomic_load(&t->done) != pushed; spin++) {
+        for (int spin = 0; atomic_load(&t->made) != pushed; spin++) {
             if (spin < TRACER_SPIN)
                 tracer_relax();
             else
-                sched_yield(); /* the worker may be waiting for a core */
+                sched_yield(); /* a taker may be waiting for a core */
         }
+        /* every op is made: the takers have nothing left to take */
+        unsigned long long p = atomic_load(&t->next);
+        while (p < pushed && !atomic_compare_exchange_weak(&t->next, &p, pushed))
+            ;
         for (unsigned long long p = t->first; p < pushed; p++)
             tracer_watch(t, t->queue[p % (unsigned)t->g->n]);
         t->first = pushed;

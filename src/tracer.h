@@ -1,10 +1,12 @@
 /* tracer.h: the executor's hook that turns every op output into a trace
  * record (hash and statistics, computed by the backend where the tensor
- * lives) and watches for the first non-finite value. It can run on a worker
- * thread, so that tracing overlaps the next ops instead of delaying them
- * (at the end of a step the caller's thread traces what the worker has not
- * reached, from the other end): the records are the same either way (each
- * is a function of the bytes). */
+ * lives) and watches for the first non-finite value. Records can be made
+ * off the executor's thread, so that tracing overlaps the next ops instead
+ * of delaying them: by a worker thread of the tracer's own, and by the
+ * backend's threads while they wait for its next job (backend_ops's
+ * lend_idle); at the end of a step the caller's thread traces what they
+ * have not reached, from the other end. The records are the same whoever
+ * makes them (each is a function of the bytes). */
 #ifndef DT_TRACER_H
 #define DT_TRACER_H
 
@@ -16,9 +18,11 @@
 
 struct tracer;
 
-/* async: trace on a worker thread. */
+/* cores: how many cores the process may run on. With more than one,
+ * records are made off the caller's thread: by the backend's lent threads,
+ * and by a worker of the tracer's own where those leave a core free. */
 struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, void *ctx,
-                          int async);
+                          int cores);
 void tracer_free(struct tracer *t);
 
 /* Start step `step` (before the executor runs it). */

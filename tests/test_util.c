@@ -121,6 +121,11 @@ void tu_real_digits(struct idx_images *im)
 
 void tu_small_run(struct run *r, struct train_config *tc, uint64_t steps)
 {
+    tu_small_run_threads(r, tc, steps, 1);
+}
+
+void tu_small_run_threads(struct run *r, struct train_config *tc, uint64_t steps, int threads)
+{
     struct idx_images im;
     tu_real_digits(&im);
     idx_free(&im);
@@ -129,6 +134,7 @@ void tu_small_run(struct run *r, struct train_config *tc, uint64_t steps)
     tc->layers_given = 1;
     assert_int_equal(model_parse_layers(tc->layers, &tc->model), 0);
     tc->model.batch = 10;
+    tc->threads = threads;
     tc->steps = steps;
     tc->quiet = 1;
     tc->out = "/dev/null";

@@ -52,6 +52,8 @@ void tu_real_digits(struct idx_images *im);
 struct run;
 struct train_config;
 void tu_small_run(struct run *r, struct train_config *tc, uint64_t steps);
+/* The same on `threads` threads. */
+void tu_small_run_threads(struct run *r, struct train_config *tc, uint64_t steps, int threads);
 /* A second executor *e of r's graph on backend be (with r's context),
  * holding r's initial parameters and optimizer state. */
 struct exec;
