@@ -326,7 +326,7 @@ static struct {
         atomic_int inside;            /* the worker is in idle_fn */
         unsigned start;               /* gen when the worker was made */
     } slot[GEMM_MAX_WORKERS + 1];
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, NULL, NULL, {{0, 0, 0}}};
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER}; /* the rest zero */
 static pthread_mutex_t pool_idle_mu = PTHREAD_MUTEX_INITIALIZER; /* lending and withdrawing */
 
 static pthread_mutex_t gemm_caller = PTHREAD_MUTEX_INITIALIZER;
