@@ -2,6 +2,7 @@
 #include "stats.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,18 +222,138 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
 }
 #undef STATS_ONE_BLOCK
 #undef STATS_FINITE
+
+/* The same with AVX2 and FMA (no AVX-512: AMD's Zen 2 and 3, Intel
+ * before Skylake-X): a block is two registers of floats, four of doubles,
+ * one block at a time; the same additions in the same order again. The
+ * twelve accumulators are named, not an array, so that they stay in the
+ * sixteen registers instead of memory. */
+#define STATS_HALF(v, tb, sqa, sqb, ska, skb, mnh, mxh)                      \
+    do {                                                                     \
+        __m256d da_ = _mm256_cvtps_pd(_mm256_castps256_ps128(v));            \
+        __m256d db_ = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));          \
+        sqa = _mm256_fmadd_pd(da_, da_, sqa);                                \
+        sqb = _mm256_fmadd_pd(db_, db_, sqb);                                \
+        ska = _mm256_fmadd_pd(_mm256_loadu_pd(tb), da_, ska);                \
+        skb = _mm256_fmadd_pd(_mm256_loadu_pd((tb) + 4), db_, skb);          \
+        mnh = _mm256_min_ps(v, mnh);                                         \
+        mxh = _mm256_max_ps(v, mxh);                                         \
+    } while (0)
+#define STATS_LOAD2()                                                                        \
+    do {                                                                                     \
+        sq0 = _mm256_loadu_pd(a->sq), sq1 = _mm256_loadu_pd(a->sq + 4);                      \
+        sq2 = _mm256_loadu_pd(a->sq + 8), sq3 = _mm256_loadu_pd(a->sq + 12);                 \
+        sk0 = _mm256_loadu_pd(a->sk), sk1 = _mm256_loadu_pd(a->sk + 4);                      \
+        sk2 = _mm256_loadu_pd(a->sk + 8), sk3 = _mm256_loadu_pd(a->sk + 12);                 \
+        mn0 = _mm256_loadu_ps(a->mn), mn1 = _mm256_loadu_ps(a->mn + 8);                      \
+        mx0 = _mm256_loadu_ps(a->mx), mx1 = _mm256_loadu_ps(a->mx + 8);                      \
+    } while (0)
+#define STATS_STORE2()                                                                       \
+    do {                                                                                     \
+        _mm256_storeu_pd(a->sq, sq0), _mm256_storeu_pd(a->sq + 4, sq1);                      \
+        _mm256_storeu_pd(a->sq + 8, sq2), _mm256_storeu_pd(a->sq + 12, sq3);                 \
+        _mm256_storeu_pd(a->sk, sk0), _mm256_storeu_pd(a->sk + 4, sk1);                      \
+        _mm256_storeu_pd(a->sk + 8, sk2), _mm256_storeu_pd(a->sk + 12, sk3);                 \
+        _mm256_storeu_ps(a->mn, mn0), _mm256_storeu_ps(a->mn + 8, mn1);                      \
+        _mm256_storeu_ps(a->mx, mx0), _mm256_storeu_ps(a->mx + 8, mx1);                      \
+    } while (0)
+
+__attribute__((target("avx2,fma")))
+static void stats_blocks_avx2(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+{
+    __m256d sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3;
+    __m256 mn0, mn1, mx0, mx1;
+    STATS_LOAD2();
+    const double *t = stats_dsigns();
+    const size_t per = STATS_PERIOD / SK; /* blocks per window */
+    int any = a->any;
+    for (size_t b = b0; b < b1;) {
+        size_t wend = (b / per + 1) * per;
+        if (wend > b1)
+            wend = b1;
+        const double *tw = t + (stats_f((uint32_t)(STATS_PERIOD + b / per)) < 0 ? STATS_PERIOD : 0);
+        for (; b < wend; b++) {
+            const double *tb = tw + (b * SK) % STATS_PERIOD;
+            __m256 v0 = _mm256_loadu_ps(x + b * SK), v1 = _mm256_loadu_ps(x + b * SK + 8);
+            /* x - x is 0 exactly for finite x, NaN for Inf and NaN */
+            __m256 z = _mm256_setzero_ps();
+            __m256 f = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(v0, v0), z, _CMP_EQ_OQ),
+                                     _mm256_cmp_ps(_mm256_sub_ps(v1, v1), z, _CMP_EQ_OQ));
+            if (_mm256_movemask_ps(f) != 0xff) {
+                STATS_STORE2();
+                a->any = any;
+                stats_blocks_generic(a, x, b, b + 1);
+                any = a->any;
+                STATS_LOAD2();
+                continue;
+            }
+            STATS_HALF(v0, tb, sq0, sq1, sk0, sk1, mn0, mx0);
+            STATS_HALF(v1, tb + 8, sq2, sq3, sk2, sk3, mn1, mx1);
+            any = 1;
+        }
+    }
+    STATS_STORE2();
+    a->any = any;
+    _mm256_zeroupper();
+}
+#undef STATS_HALF
+#undef STATS_LOAD2
+#undef STATS_STORE2
 #endif
+
+/* The implementations, best first; all give the same bits. */
+static const char *const stats_paths[] = {"avx512", "avx2", "generic"};
+/* the one in use (an index of stats_paths), -1 until the first call */
+static atomic_int stats_path = -1;
+
+static int stats_path_runs(int k)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (k == 0)
+        return __builtin_cpu_supports("avx512f") != 0;
+    if (k == 1)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    if (k < 2)
+        return 0;
+#endif
+    return 1;
+}
+
+int stats_use(const char *name)
+{
+    for (int k = 0; k < 3; k++)
+        if (name ? strcmp(name, stats_paths[k]) == 0 : stats_path_runs(k)) {
+            if (!stats_path_runs(k))
+                return -1;
+            atomic_store(&stats_path, k);
+            return 0;
+        }
+    return -1;
+}
+
+const char *stats_impl(void)
+{
+    if (atomic_load(&stats_path) < 0)
+        stats_use(NULL);
+    return stats_paths[atomic_load(&stats_path)];
+}
 
 static void stats_blocks(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") != 0;
+    int k = atomic_load_explicit(&stats_path, memory_order_relaxed);
+    if (k < 0) {
+        stats_use(NULL);
+        k = atomic_load(&stats_path);
     }
-    if (have) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (k == 0) {
         stats_blocks_avx512(a, x, b0, b1);
+        return;
+    }
+    if (k == 1) {
+        stats_blocks_avx2(a, x, b0, b1);
         return;
     }
 #endif

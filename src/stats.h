@@ -19,6 +19,12 @@
 /* Fill every field of rec except rec->op. Deterministic: a fixed order of
  * accumulation, independent of threads. */
 void stats_compute(const float *x, size_t n, struct trace_oprec *rec);
+/* Which implementation of the statistics runs: "avx512", "avx2" or
+ * "generic" (all give the same bits; the best the CPU runs by default).
+ * stats_use(NULL) picks the best; 0, or -1 when the CPU cannot run the one
+ * named (tests run each). */
+int stats_use(const char *name);
+const char *stats_impl(void);
 
 /* The sign applied to element i in the sketch (+1 or -1). */
 float stats_sketch_sign(size_t i);

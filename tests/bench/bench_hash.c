@@ -10,6 +10,7 @@
 #include <xxhash.h> /* the shared library's XXH3, the outside yardstick */
 
 #include "hash.h"
+#include "stats.h"
 #include "util.h"
 #include "bench_util.h"
 
@@ -44,6 +45,14 @@ static uint64_t bench_lib_tree(const void *data, size_t nbytes)
 static uint64_t bench_lib_bytes(const void *data, size_t nbytes)
 {
     return XXH3_64bits(data, nbytes);
+}
+
+/* A trace record of the buffer as floats: statistics, sketch and hash. */
+static uint64_t bench_record(const void *data, size_t nbytes)
+{
+    struct trace_oprec r;
+    stats_compute(data, nbytes / sizeof(float), &r);
+    return r.hash ^ (uint64_t)r.l2;
 }
 
 /* Push the large buffer out of the (possibly huge, shared) last-level cache
@@ -138,6 +147,30 @@ int main(int argc, char **argv)
     printf("\nGB/s (1e9 bytes/s), one core, median of %d; the 256 MiB buffer is flushed "
            "from cache before each repetition.\n", reps);
     hash_set_impl("auto");
+
+    /* the whole record of an op output (stats_compute: statistics and
+     * sketch, then the hash, leaf by leaf), per statistics implementation,
+     * with the best hash; the buffer's bytes as floats, each float's top
+     * byte masked so that its sign is + and its exponent below 128: all
+     * finite, the statistics' usual path */
+    for (size_t i = 3; i < BENCH_LARGE_BYTES; i += 4)
+        large[i] &= 0x3f;
+    memcpy(small, large, BENCH_SMALL_BYTES);
+    static const char *const spaths[] = { "avx512", "avx2", "generic" };
+    printf("\n| statistics | 64 KiB record | 256 MiB record |\n|---|---:|---:|\n");
+    for (size_t k = 0; k < sizeof spaths / sizeof spaths[0]; k++) {
+        if (stats_use(spaths[k]) != 0) {
+            printf("| %s | n/a | n/a |\n", spaths[k]);
+            continue;
+        }
+        printf("| %s | %.1f | %.1f |\n", spaths[k],
+               bench_run(bench_record, small, BENCH_SMALL_BYTES, small_iters / 4, reps, 0),
+               bench_run(bench_record, large, BENCH_LARGE_BYTES, 1, reps, 1));
+        fflush(stdout);
+    }
+    printf("\nGB/s of float32 data made into a trace record (stats_compute), one core, "
+           "median of %d.\n", reps);
+    stats_use(NULL);
     free(small);
     free(large);
     return 0;
