@@ -141,6 +141,15 @@ static const double *stats_dsigns(void)
     return stats_dtable;
 }
 
+/* Block b's window: where it ends (b1 at most), and the signs of its
+ * blocks (the table, or its negation where the window's sign is -1). */
+static const double *stats_window(const double *t, size_t b, size_t b1, size_t *wend)
+{
+    const size_t per = STATS_PERIOD / SK; /* blocks per window */
+    *wend = (b / per + 1) * per < b1 ? (b / per + 1) * per : b1;
+    return t + (stats_f((uint32_t)(STATS_PERIOD + b / per)) < 0 ? STATS_PERIOD : 0);
+}
+
 /* The same with AVX-512: one block is one register of floats, two of
  * doubles. Inside a window the window sign is fixed, so the sketch update is
  * a fused multiply-add with the signs of the window (the table or its
@@ -172,13 +181,10 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
     __m512 mn = _mm512_loadu_ps(a->mn), mx = _mm512_loadu_ps(a->mx);
     const __m512 zero = _mm512_setzero_ps();
     const double *t = stats_dsigns();
-    const size_t per = STATS_PERIOD / SK; /* blocks per window */
     int any = a->any;
     for (size_t b = b0; b < b1;) {
-        size_t wend = (b / per + 1) * per;
-        if (wend > b1)
-            wend = b1;
-        const double *tw = t + (stats_f((uint32_t)(STATS_PERIOD + b / per)) < 0 ? STATS_PERIOD : 0);
+        size_t wend;
+        const double *tw = stats_window(t, b, b1, &wend);
         while (b < wend) {
             const double *tb = tw + (b * SK) % STATS_PERIOD;
             if (b + 4 <= wend) {
@@ -265,13 +271,10 @@ static void stats_blocks_avx2(struct stats_acc *a, const float *x, size_t b0, si
     __m256 mn0, mn1, mx0, mx1;
     STATS_LOAD2();
     const double *t = stats_dsigns();
-    const size_t per = STATS_PERIOD / SK; /* blocks per window */
     int any = a->any;
     for (size_t b = b0; b < b1;) {
-        size_t wend = (b / per + 1) * per;
-        if (wend > b1)
-            wend = b1;
-        const double *tw = t + (stats_f((uint32_t)(STATS_PERIOD + b / per)) < 0 ? STATS_PERIOD : 0);
+        size_t wend;
+        const double *tw = stats_window(t, b, b1, &wend);
         for (; b < wend; b++) {
             const double *tb = tw + (b * SK) % STATS_PERIOD;
             __m256 v0 = _mm256_loadu_ps(x + b * SK), v1 = _mm256_loadu_ps(x + b * SK + 8);

@@ -62,6 +62,20 @@ static int mk_node(const backend_buf *buf)
     return -1;
 }
 
+/* Node i's record, the planted NaNs in it, and who made it. */
+static void mk_record(void *ctx, const backend_buf *buf, size_t count, struct trace_oprec *rec, int i,
+                      int on_main)
+{
+    cpu->trace(ctx, buf, count, rec);
+    if (mk.step >= NAN_STEP && i >= mk.nan_op)
+        rec->nan = 1;
+    mk.made[i]++;
+    if (on_main) {
+        mk.by_main[i] = 1;
+        atomic_fetch_add(&mk.main_made, 1);
+    }
+}
+
 static void mk_trace(void *ctx, const backend_buf *buf, size_t count, struct trace_oprec *rec)
 {
     int i = mk_node(buf), on_main = pthread_equal(pthread_self(), mk.main);
@@ -83,14 +97,7 @@ static void mk_trace(void *ctx, const backend_buf *buf, size_t count, struct tra
         while (!atomic_load(&mk.worker_in0) && !atomic_load(&mk.gave_up))
             if (dt_now() - t0 > 60)
                 atomic_store(&mk.gave_up, 1);
-    cpu->trace(ctx, buf, count, rec);
-    if (mk.step >= NAN_STEP && i >= mk.nan_op)
-        rec->nan = 1;
-    mk.made[i]++;
-    if (on_main) {
-        mk.by_main[i] = 1;
-        atomic_fetch_add(&mk.main_made, 1);
-    }
+    mk_record(ctx, buf, count, rec, i, on_main);
 }
 
 /* An op with an op after it, half-way through the step. */
@@ -128,6 +135,43 @@ static void check_step(struct exec *e, struct run *r, struct tracer *tr, uint64_
     }
 }
 
+/* The mock's state for a run of r's graph on e, traced by tr. */
+static void mk_start(struct exec *e, struct run *r, struct tracer *tr)
+{
+    e->hook = tracer_hook;
+    e->hook_arg = tr;
+    mk.e = e;
+    mk.n = r->g.n;
+    mk.by_main = dt_calloc((size_t)r->g.n, sizeof *mk.by_main);
+    mk.made = dt_calloc((size_t)r->g.n, sizeof *mk.made);
+    mk.nan_op = nan_op_of(&r->g);
+}
+
+/* Step `step`, its records made and checked (check_step). */
+static void mk_step(struct exec *e, struct run *r, struct tracer *tr, uint64_t step, float *batch)
+{
+    tracer_begin(tr, step);
+    mk.step = step;
+    atomic_store(&mk.main_made, 0);
+    atomic_store(&mk.worker_in0, 0);
+    atomic_store(&mk.others, 0);
+    memset(mk.by_main, 0, (size_t)r->g.n * sizeof *mk.by_main);
+    memset(mk.made, 0, (size_t)r->g.n * sizeof *mk.made);
+    tu_exec_inputs(e, r, step, batch);
+    exec_step(e, step);
+    tracer_sync(tr);
+    check_step(e, r, tr, step);
+}
+
+static void mk_end(struct exec *e, struct run *r, struct tracer *tr)
+{
+    free(mk.by_main);
+    free(mk.made);
+    tracer_free(tr);
+    exec_free(e);
+    run_close(r);
+}
+
 static void test_main_helps(void **state)
 {
     (void)state;
@@ -141,28 +185,13 @@ static void test_main_helps(void **state)
     struct exec e;
     tu_exec_like(&e, &r, &mock);
     struct tracer *tr = tracer_new(&r.g, &mock, r.ctx, 2);
-    e.hook = tracer_hook;
-    e.hook_arg = tr;
     memset(&mk, 0, sizeof mk);
     mk.main = pthread_self();
-    mk.e = &e;
-    mk.n = r.g.n;
-    mk.by_main = dt_calloc((size_t)r.g.n, sizeof *mk.by_main);
-    mk.made = dt_calloc((size_t)r.g.n, sizeof *mk.made);
-    mk.nan_op = nan_op_of(&r.g);
+    mk_start(&e, &r, tr);
 
     float *batch = dt_malloc(r.nbatch * sizeof *batch);
     for (uint64_t step = 0; step < STEPS; step++) {
-        tracer_begin(tr, step);
-        mk.step = step;
-        atomic_store(&mk.main_made, 0);
-        atomic_store(&mk.worker_in0, 0);
-        memset(mk.by_main, 0, (size_t)r.g.n * sizeof *mk.by_main);
-        memset(mk.made, 0, (size_t)r.g.n * sizeof *mk.made);
-        tu_exec_inputs(&e, &r, step, batch);
-        exec_step(&e, step);
-        tracer_sync(tr);
-        check_step(&e, &r, tr, step);
+        mk_step(&e, &r, tr, step, batch);
         int main_made = 0;
         for (int i = 0; i < r.g.n; i++)
             main_made += mk.by_main[i];
@@ -173,11 +202,7 @@ static void test_main_helps(void **state)
     }
     assert_int_equal(atomic_load(&mk.held), STEPS);
     free(batch);
-    free(mk.by_main);
-    free(mk.made);
-    tracer_free(tr);
-    exec_free(&e);
-    run_close(&r);
+    mk_end(&e, &r, tr);
 }
 
 static void lt_noop(void *arg, int part, int thread)
@@ -215,18 +240,13 @@ static void lt_trace(void *ctx, const backend_buf *buf, size_t count, struct tra
             if (dt_now() - t0 > 60)
                 atomic_store(&mk.gave_up, 1);
         }
-    cpu->trace(ctx, buf, count, rec);
-    if (mk.step >= NAN_STEP && i >= mk.nan_op)
-        rec->nan = 1;
-    mk.made[i]++;
-    if (on_main) {
-        mk.by_main[i] = 1;
-        atomic_fetch_add(&mk.main_made, 1);
-    } else if (pthread_equal(pthread_self(), mk.pool_worker)) {
+    mk_record(ctx, buf, count, rec, i, on_main);
+    if (on_main)
+        return;
+    if (pthread_equal(pthread_self(), mk.pool_worker))
         atomic_fetch_add(&mk.others, 1);
-    } else {
+    else
         atomic_fetch_add(&mk.strangers, 1);
-    }
 }
 
 static void test_lent_threads(void **state)
@@ -250,26 +270,11 @@ static void test_lent_threads(void **state)
     cpu_pool_run(2, 2, lt_who, &seen);
     assert_true(atomic_load(&seen));
     struct tracer *tr = tracer_new(&r.g, &mock, r.ctx, 2);
-    e.hook = tracer_hook;
-    e.hook_arg = tr;
-    mk.e = &e;
-    mk.n = r.g.n;
-    mk.by_main = dt_calloc((size_t)r.g.n, sizeof *mk.by_main);
-    mk.made = dt_calloc((size_t)r.g.n, sizeof *mk.made);
-    mk.nan_op = nan_op_of(&r.g);
+    mk_start(&e, &r, tr);
 
     float *batch = dt_malloc(r.nbatch * sizeof *batch);
     for (uint64_t step = 0; step < STEPS; step++) {
-        tracer_begin(tr, step);
-        mk.step = step;
-        atomic_store(&mk.main_made, 0);
-        atomic_store(&mk.others, 0);
-        memset(mk.by_main, 0, (size_t)r.g.n * sizeof *mk.by_main);
-        memset(mk.made, 0, (size_t)r.g.n * sizeof *mk.made);
-        tu_exec_inputs(&e, &r, step, batch);
-        exec_step(&e, step);
-        tracer_sync(tr);
-        check_step(&e, &r, tr, step);
+        mk_step(&e, &r, tr, step, batch);
         /* the pool's worker made records; no worker of the tracer's own
          * ran (two threads of training fill the two cores) */
         assert_false(atomic_load(&mk.gave_up));
@@ -278,11 +283,7 @@ static void test_lent_threads(void **state)
         exec_advance(&e);
     }
     free(batch);
-    free(mk.by_main);
-    free(mk.made);
-    tracer_free(tr);
-    exec_free(&e);
-    run_close(&r);
+    mk_end(&e, &r, tr);
 }
 
 int main(void)
