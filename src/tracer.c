@@ -502,8 +502,8 @@ void tracer_sync(struct tracer *t)
                 sched_yield(); /* a taker may be waiting for a core */
         }
         /* every op is made: the takers have nothing left to take */
-        unsigned long long p = atomic_load(&t->next);
-        while (p < pushed && !atomic_compare_exchange_weak(&t->next, &p, pushed))
+        unsigned long long nx = atomic_load(&t->next);
+        while (nx < pushed && !atomic_compare_exchange_weak(&t->next, &nx, pushed))
             ;
         for (unsigned long long p = t->first; p < pushed; p++)
             tracer_watch(t, t->queue[p % (unsigned)t->g->n]);
