@@ -4,7 +4,8 @@
 # the CUDA, cuBLAS, cuDNN, OpenBLAS, MPFR and GMP run-time libraries, but no
 # compiler toolchain for this project, no CMocka and no data set). Writes the
 # whole log and one file per test under OUTDIR, and prints a summary table
-# last. Usage: tests/gpu/run-all.sh [PACKED [OUTDIR]]
+# last, then a line of counts; exits 1 when a check failed.
+# Usage: tests/gpu/run-all.sh [PACKED [OUTDIR]]
 #   (on the device tool: tests/gpu/run-all.sh build-gpu "$OUT")
 # ONLY=REGEX runs only the checks whose names match (grep -E), for a
 # short call that tries a few of them again.
@@ -312,3 +313,9 @@ echo "| --- | --- | --- |"
 cat "$SUMMARY"
 tar -C "$T" -czf "$O/logs.tar.gz" logs
 rm -rf "$T"
+# a failed check is a finding: say how many, and exit 1 (the device tool
+# returns only a few files, so the count must reach its output)
+nfail=$(grep -c '| FAIL' "$SUMMARY")
+npass=$(grep -c '| PASS' "$SUMMARY")
+echo "run-all: $npass passed, $nfail failed"
+[ "$nfail" -eq 0 ] || exit 1
