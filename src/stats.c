@@ -326,7 +326,7 @@ static int stats_path_runs(int k)
 
 int stats_use(const char *name)
 {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < (int)(sizeof stats_paths / sizeof stats_paths[0]); k++)
         if (name ? strcmp(name, stats_paths[k]) == 0 : stats_path_runs(k)) {
             if (!stats_path_runs(k))
                 return -1;
@@ -336,20 +336,25 @@ int stats_use(const char *name)
     return -1;
 }
 
-const char *stats_impl(void)
-{
-    if (atomic_load(&stats_path) < 0)
-        stats_use(NULL);
-    return stats_paths[atomic_load(&stats_path)];
-}
-
-static void stats_blocks(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+/* The implementation in use, the best one until stats_use says otherwise. */
+static int stats_current(void)
 {
     int k = atomic_load_explicit(&stats_path, memory_order_relaxed);
     if (k < 0) {
         stats_use(NULL);
         k = atomic_load(&stats_path);
     }
+    return k;
+}
+
+const char *stats_impl(void)
+{
+    return stats_paths[stats_current()];
+}
+
+static void stats_blocks(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+{
+    int k = stats_current();
 #if defined(__x86_64__) && defined(__GNUC__)
     if (k == 0) {
         stats_blocks_avx512(a, x, b0, b1);

@@ -173,6 +173,14 @@ static int tracer_claim(struct tracer *t, unsigned long long p)
     return 0;
 }
 
+/* The record of push number p's op, which the caller has claimed. */
+static void tracer_make(struct tracer *t, unsigned long long p)
+{
+    int i = t->queue[p % (unsigned)t->g->n];
+    tracer_process(t, i, t->buf[i]);
+    atomic_fetch_add(&t->made, 1);
+}
+
 /* A taker: the next op in the queue, its record made unless the main
  * thread claimed it first. 0 when none is queued. */
 static int tracer_take(void *arg)
@@ -183,11 +191,8 @@ static int tracer_take(void *arg)
         if (p >= atomic_load(&t->pushed))
             return 0;
     while (!atomic_compare_exchange_weak(&t->next, &p, p + 1));
-    if (tracer_claim(t, p)) {
-        int i = t->queue[p % (unsigned)t->g->n];
-        tracer_process(t, i, t->buf[i]);
-        atomic_fetch_add(&t->made, 1);
-    }
+    if (tracer_claim(t, p))
+        tracer_make(t, p);
     return 1;
 }
 
@@ -491,9 +496,7 @@ void tracer_sync(struct tracer *t)
             p--;
             if (!tracer_claim(t, p))
                 break;
-            int i = t->queue[p % (unsigned)t->g->n];
-            tracer_process(t, i, t->buf[i]);
-            atomic_fetch_add(&t->made, 1);
+            tracer_make(t, p);
         }
         for (int spin = 0; atomic_load(&t->made) != pushed; spin++) {
             if (spin < TRACER_SPIN)
