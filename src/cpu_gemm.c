@@ -147,8 +147,71 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
             MSTORE(C + (size_t)(i + r) * ldc + j, m, acc[r]);                                   \
     }
 
+/* A product of at most GEMM_STREAM_ROWS rows of C with B as stored (K x N):
+ * B's rows read in order, GEMM_KB of them at a time, across every column of
+ * the part (NV vectors of R rows' accumulators), C kept in cache between
+ * the blocks of k. The tiles above would read B a cache line a row at a
+ * time, rows a page or more apart, with too little arithmetic per line to
+ * hide it, and copying B into strips reads it as slowly (a convolution of
+ * one output channel: 2.8 MB of B for 1.4 MFLOP). The order inside each
+ * element is the same: C holds acc between blocks, exactly, as float. Four
+ * or more rows have the arithmetic; there the tiles are as fast or faster
+ * (bench_gemm with these as -D values: 4 rows as two streams of 2 ran as
+ * fast as the tile of 4, 6 rows half as fast as the tile of 6). */
+#ifndef GEMM_KB
+#define GEMM_KB 8
+#endif
+#ifndef GEMM_STREAM_ROWS
+#define GEMM_STREAM_ROWS 3
+#endif
+#define GEMM_STREAM(NAME, TARGET, VW, R, NV, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,   \
+                    MSTORE)                                                                     \
+    TARGET static void NAME(int i, int j0, int j1, int K, const float *A, int lda,              \
+                            const float *B, int ldb, int beta, float *C, int ldc)              \
+    {                                                                                           \
+        for (int k0 = 0; k0 < K; k0 += GEMM_KB) {                                               \
+            int k1 = K - k0 < GEMM_KB ? K : k0 + GEMM_KB, fresh = k0 == 0 && !beta;             \
+            int j = j0;                                                                         \
+            for (; j + NV * VW <= j1; j += NV * VW) {                                           \
+                V acc[R][NV];                                                                   \
+                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                           \
+                    _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                      \
+                        acc[r][v] = fresh ? ZERO() : LOAD(C + (size_t)(i + r) * ldc + j + v * VW); \
+                for (int k = k0; k < k1; k++) {                                                 \
+                    const float *b = B + (size_t)k * ldb + j;                                   \
+                    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                       \
+                    {                                                                           \
+                        V a = SET1(A[(size_t)(i + r) * lda + k]);                               \
+                        _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                  \
+                            acc[r][v] = FMA(a, LOAD(b + v * VW), acc[r][v]);                    \
+                    }                                                                           \
+                }                                                                               \
+                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                           \
+                    _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                      \
+                        STORE(C + (size_t)(i + r) * ldc + j + v * VW, acc[r][v]);               \
+            }                                                                                   \
+            for (; j < j1; j += VW) {                                                           \
+                MT m = MASK(j1 - j < VW ? j1 - j : VW);                                         \
+                V acc[R];                                                                       \
+                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                           \
+                    acc[r] = fresh ? ZERO() : MLOAD(C + (size_t)(i + r) * ldc + j, m);          \
+                for (int k = k0; k < k1; k++) {                                                 \
+                    V b = MLOAD(B + (size_t)k * ldb + j, m);                                    \
+                    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                       \
+                        acc[r] = FMA(SET1(A[(size_t)(i + r) * lda + k]), b, acc[r]);            \
+                }                                                                               \
+                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                           \
+                    MSTORE(C + (size_t)(i + r) * ldc + j, m, acc[r]);                           \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
 #define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,      \
                     MSTORE)                                                                     \
+    GEMM_STREAM(NAME##_s2, TARGET, VW, 2, 4, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
+                MSTORE)                                                                         \
+    GEMM_STREAM(NAME##_s1, TARGET, VW, 1, 8, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
+                MSTORE)                                                                         \
     GEMM_TILE(NAME##_tile, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
     GEMM_TILE(NAME##_four, TARGET, VW, 4, V, LOAD, STORE, SET1, FMA, ZERO)                      \
     GEMM_TILE(NAME##_two, TARGET, VW, 2, V, LOAD, STORE, SET1, FMA, ZERO)                       \
@@ -158,6 +221,14 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
     TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda,     \
                             const float *B, int ldb, int tb, int beta, float *C, int ldc)      \
     {                                                                                           \
+        if (!tb && K > 0 && i1 - i0 <= GEMM_STREAM_ROWS) { /* B's rows in order (GEMM_STREAM) */ \
+            int i = i0;                                                                         \
+            for (; i + 2 <= i1; i += 2)                                                         \
+                NAME##_s2(i, j0, j1, K, A, lda, B, ldb, beta, C, ldc);                          \
+            for (; i < i1; i++)                                                                 \
+                NAME##_s1(i, j0, j1, K, A, lda, B, ldb, beta, C, ldc);                          \
+            return;                                                                             \
+        }                                                                                       \
         int j = j0, pack = tb || i1 - i0 > MR;                                                  \
         float *strip = pack ? gemm_strip((size_t)K * 2 * VW) : NULL;                            \
         for (; j + 2 * VW <= j1; j += 2 * VW) {                                                 \

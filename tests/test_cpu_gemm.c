@@ -3,7 +3,8 @@
  * b, acc) for k = 0 .. K-1. Every shape class (whole tiles, edge rows and
  * columns, K = 0, transposes, beta 1), signed zeros and wide exponents, on
  * every kernel this CPU runs (DIVTRACE_CPU_GEMM_ISA) and 1 to 7 threads
- * (rows and columns split between them; leftover rows in tiles of 4, 2, 1):
+ * (rows and columns split between them; leftover rows in tiles of 4, 2, 1;
+ * products of 1 to 3 rows with B's rows read in blocks of k):
  * bitwise equal to the definition, hence to each other; products on
  * several threads in a child made by fork(); and the pool that runs them
  * (every part once, on no more threads than asked, a busy thread's parts
@@ -93,7 +94,8 @@ static void test_fixed_order(void **state)
     static const int shapes[][3] = {{1, 1, 1},   {3, 5, 0},    {6, 16, 7},  {8, 32, 9},
                                     {9, 33, 17}, {13, 70, 31}, {4, 129, 5}, {40, 96, 60},
                                     {17, 250, 3}, {15, 40, 23}, {30, 20, 50}, {64, 64, 64},
-                                    {100, 128, 33}};
+                                    {100, 128, 33}, {1, 300, 40},  {2, 77, 19},  {3, 200, 35},
+                                    {1, 45, 9},     {3, 19, 8},    {2, 520, 171}};
     for (int s = 0; s < 3; s++) {
         if (strcmp(isas[s], "any") == 0)
             unsetenv("DIVTRACE_CPU_GEMM_ISA");

@@ -43,6 +43,7 @@ int main(int argc, char **argv)
         {"autoencoder enc1 forward (batch 100)", 100, 128, 784},
         {"autoencoder enc1 weight gradient", 128, 784, 100},
         {"PredNet L0 gate conv (1 x 4096 x 171)", 1, 4096, 171},
+        {"PredNet L0 gates as one product (4 x 4096 x 171)", 4, 4096, 171},
         {"PredNet L1 gate conv (16 x 1024 x 720)", 16, 1024, 720},
         {"PredNet L2 gate conv (32 x 256 x 1440)", 32, 256, 1440},
         {"PredNet L3 gate conv (64 x 64 x 1728)", 64, 64, 1728},
