@@ -36,7 +36,8 @@ struct backend_options {
                              * default when NULL) or "atomic" (atomicAdd: bias
                              * gradients, losses and norms in arrival order) */
     const char *cudnn_algo; /* cudnn: "deterministic" (default when NULL),
-                             * "fastest" or an algorithm number */
+                             * "deterministic-fast", "fastest" or an
+                             * algorithm number */
     const char *cudnn_algos; /* cudnn: the algorithm of each convolution and
                              * direction, in the form of the trace header's
                              * cudnn_algos (a replay's); NULL: chosen anew */

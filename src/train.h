@@ -29,7 +29,8 @@ struct train_config {
     const char *cpu_gemm;       /* cpu: "fixed" (divtrace's order) or NULL (OpenBLAS) */
     long precision;             /* mpfr backend: bits (0: its default) */
     const char *reduce;         /* cuda, cudnn: "tree" or "atomic" (NULL: tree) */
-    const char *cudnn_algo;     /* cudnn: "deterministic", "fastest" or a number (NULL: deterministic) */
+    const char *cudnn_algo;     /* cudnn: "deterministic", "deterministic-fast", "fastest" or a number
+                                 * (NULL: deterministic) */
     const char *cudnn_algos;    /* cudnn: a recording's algorithms, used as they are (replay); NULL */
     int device;                 /* cuda, cudnn: GPU index */
     int no_graph;               /* cuda, cudnn: --cuda-graph off */

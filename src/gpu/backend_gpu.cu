@@ -102,13 +102,16 @@ static int gpu_init_common(void **ctxp, const struct backend_options *opt, int d
     const char *algo = opt->cudnn_algo ? opt->cudnn_algo : "deterministic";
     if (strcmp(algo, "deterministic") == 0) {
         c->algo_mode = GPU_ALGO_DETERMINISTIC;
+    } else if (strcmp(algo, "deterministic-fast") == 0) {
+        c->algo_mode = GPU_ALGO_DETERMINISTIC_FAST;
     } else if (strcmp(algo, "fastest") == 0) {
         c->algo_mode = GPU_ALGO_FASTEST;
     } else {
         char *end;
         long v = strtol(algo, &end, 10);
         if (*algo == 0 || *end || v < 0 || v > 64) {
-            dt_error_set("--cudnn-algo '%s': expected deterministic, fastest or an algorithm number", algo);
+            dt_error_set("--cudnn-algo '%s': expected deterministic, deterministic-fast, fastest or an "
+                         "algorithm number", algo);
             free(c);
             return DT_ERR;
         }
@@ -452,8 +455,9 @@ static void gpu_describe(void *ctx, struct trace_config *cfg)
         size_t v = cudnnGetVersion();
         trace_config_setf(cfg, "cudnn", "%zu.%zu.%zu", v / 10000, v % 10000 / 100, v % 100);
         trace_config_set(cfg, "cudnn_algo",
-                         c->algo_mode == GPU_ALGO_DETERMINISTIC ? "deterministic"
-                         : c->algo_mode == GPU_ALGO_FASTEST     ? "fastest" : "number");
+                         c->algo_mode == GPU_ALGO_DETERMINISTIC        ? "deterministic"
+                         : c->algo_mode == GPU_ALGO_DETERMINISTIC_FAST ? "deterministic-fast"
+                         : c->algo_mode == GPU_ALGO_FASTEST            ? "fastest" : "number");
         if (c->algo_mode == GPU_ALGO_NUMBER)
             trace_config_setf(cfg, "cudnn_algo_number", "%d", c->algo_number);
         gpu_dnn_describe(c, cfg);

@@ -17,7 +17,7 @@ extern "C" {
 struct gpu_trace;    /* gpu_trace.cu; its kernels: gpu_trace_kern.cuh */
 struct gpu_dnn_plan; /* gpu_dnn.cu */
 
-enum gpu_algo_mode { GPU_ALGO_DETERMINISTIC, GPU_ALGO_FASTEST, GPU_ALGO_NUMBER };
+enum gpu_algo_mode { GPU_ALGO_DETERMINISTIC, GPU_ALGO_DETERMINISTIC_FAST, GPU_ALGO_FASTEST, GPU_ALGO_NUMBER };
 
 #define GPU_MAX_ADAM 4
 #define GPU_BLAS_WORKSPACE ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */

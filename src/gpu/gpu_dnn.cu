@@ -204,6 +204,14 @@ void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv)
 cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
                             int algo, void *ws, size_t ws_bytes, const void *a, const void *b, void *out)
 {
+    if (algo == DNN_ALGO_ENGINE) { /* the engine's x, w, y */
+        DT_ASSERT(cv->eng[d], "cudnn: %s: no engine", dnn_dir_name[d]);
+        switch (d) {
+        case DNN_FWD: return dnn_engine_exec(c, cv->eng[d], ws, a, b, out);
+        case DNN_BWD_DATA: return dnn_engine_exec(c, cv->eng[d], ws, out, b, a);
+        default: return dnn_engine_exec(c, cv->eng[d], ws, a, out, b);
+        }
+    }
     switch (d) {
     case DNN_FWD:
         return cudnnConvolutionForward(c->dnn_handle, &dnn_one, cv->x, a, cv->f, b, cv->conv,
@@ -359,30 +367,67 @@ static cudnnStatus_t dnn_conv_try(struct gpu_ctx *c, const struct gpu_dnn_conv *
 static int dnn_math_ok(cudnnMathType_t m) { return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH; }
 
 /* In a list of the trace header's cudnn_algos form ("fwd 1x19x64x64 k1
- * 3x3 IMPLICIT_GEMM det; bwd_data ..."), the algorithm of direction d of
- * the convolution of this shape and whether it was recorded deterministic:
- * its number, or -1 (no entry, or a name this cuDNN does not have). */
-int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det)
+ * 3x3 IMPLICIT_GEMM det; bwd_data ..."), the entry of direction d of the
+ * convolution of this shape: its algorithm's name and whether it was
+ * recorded deterministic. */
+int dnn_algos_entry(const char *list, enum dnn_dir d, const char *shape, const char **name, size_t *len,
+                    int *det)
 {
     char key[128];
     int nk = snprintf(key, sizeof key, "%s %s ", dnn_dir_name[d], shape);
     for (const char *e = list; e && *e;) {
         while (*e == ' ' || *e == ';')
             e++;
-        size_t len = strcspn(e, ";");
-        if (len > (size_t)nk && strncmp(e, key, (size_t)nk) == 0) {
-            const char *name = e + nk;
-            size_t nn = strcspn(name, " ;");
-            const char *tail = name + nn;
-            *det = strncmp(tail, " det", 4) == 0;
-            for (int a = 0; a < dnn_algo_count[d]; a++)
-                if (strlen(dnn_algo_names[d][a]) == nn && strncmp(name, dnn_algo_names[d][a], nn) == 0)
-                    return a;
-            return -1;
+        size_t el = strcspn(e, ";");
+        if (el > (size_t)nk && strncmp(e, key, (size_t)nk) == 0) {
+            *name = e + nk;
+            *len = strcspn(*name, " ;");
+            *det = strncmp(*name + *len, " det", 4) == 0;
+            return 1;
         }
-        e += len;
+        e += el;
     }
+    return 0;
+}
+
+/* The legacy algorithm such an entry names: its number, or -1 (no entry, an
+ * engine, or a name this cuDNN does not have). */
+int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det)
+{
+    const char *name;
+    size_t nn;
+    if (!dnn_algos_entry(list, d, shape, &name, &nn, det))
+        return -1;
+    for (int a = 0; a < dnn_algo_count[d]; a++)
+        if (strlen(dnn_algo_names[d][a]) == nn && strncmp(name, dnn_algo_names[d][a], nn) == 0)
+            return a;
     return -1;
+}
+
+const char *dnn_cv_algo_name(const struct gpu_dnn_conv *cv, enum dnn_dir d)
+{
+    return cv->algo[d] == DNN_ALGO_ENGINE && cv->eng[d] ? dnn_engine_name(cv->eng[d]) : dnn_algo_name(d, cv->algo[d]);
+}
+
+/* Engine e as direction d's choice (cv takes it), if it runs on the trial
+ * buffers; 1, or 0 (e freed). */
+static int dnn_engine_take(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_dir d, const struct dnn_trial *t,
+                           struct dnn_engine *e)
+{
+    size_t ws = dnn_engine_ws(e);
+    /* x, w, y whatever the direction: the trial's zeros */
+    if (dnn_engine_exec(c, e, gpu_scratch(c, ws), t->x, t->f, t->y) != CUDNN_STATUS_SUCCESS) {
+        dnn_engine_free(e);
+        return 0;
+    }
+    GPU_CHECK(cudaStreamSynchronize(c->stream)); /* a kernel's error surfaces here */
+    dnn_engine_free(cv->eng[d]);
+    cv->eng[d] = e;
+    cv->algo[d] = DNN_ALGO_ENGINE;
+    cv->ws[d] = ws;
+    cv->det[d] = !dnn_engine_nondet(e);
+    cv->time[d] = 0;
+    return 1;
 }
 
 /* Direction d of cv with the algorithm c->algos names for it (a replay
@@ -391,6 +436,20 @@ static int dnn_conv_recorded(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dn
                              const struct dnn_trial *t, const char *shape)
 {
     int det = 0;
+    const char *name;
+    size_t nn;
+    if (dnn_algos_entry(c->algos, d, shape, &name, &nn, &det) && nn > 6 && strncmp(name, "ENGINE", 6) == 0) {
+        struct dnn_engine *e = dnn_engine_named(c, cv, d, name, nn, DNN_WORKSPACE_MAX);
+        if (!e)
+            return DT_ERR;
+        if (!dnn_engine_take(c, cv, d, t, e)) {
+            dt_error_set("cudnn: the recorded %s engine %.*s for %s does not run here", dnn_dir_name[d], (int)nn,
+                         name, shape);
+            return DT_ERR;
+        }
+        cv->det[d] = det;
+        return DT_OK;
+    }
     int a = dnn_algos_find(c->algos, d, shape, &det);
     if (a < 0) {
         dt_error_set("cudnn: the recorded algorithms (cudnn_algos) name none of this cuDNN's %s "
@@ -413,7 +472,16 @@ static int dnn_conv_recorded(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dn
 
 /* Choose the algorithm of direction d of cv (--cudnn-algo):
  * deterministic: the first of cuDNN's heuristic ranking that cuDNN reports
- *   deterministic, that fits DNN_WORKSPACE_MAX and that runs;
+ *   deterministic, that is not an FFT or Winograd transform, that fits
+ *   DNN_WORKSPACE_MAX and that runs;
+ * deterministic-fast: the first engine configuration of the heuristic
+ *   ranking of cuDNN's backend API (gpu_dnn_engine.cu) that cuDNN does not
+ *   call nondeterministic, that fits and that runs, transforms included
+ *   (where none does, the first such legacy algorithm): no timing either,
+ *   so every run chooses the same. Its filter gradients run a Winograd
+ *   engine that cuDNN's notes do not mark as one (ENGINE17 on the H200 with
+ *   cuDNN 9.14: nonzero results where every product is zero), so a replay
+ *   holds every engine to the normwise bound (gpu_dnn_op_algorithm);
  * fastest: the first of cuDNN's timed ranking that fits and runs, whatever
  *   its determinism (as frameworks' autotuners do: the choice itself may
  *   change from run to run);
@@ -459,7 +527,19 @@ static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
         cv->det[d] = det;
         return DT_OK;
     }
-    int timed = c->algo_mode == GPU_ALGO_FASTEST;
+    int timed = c->algo_mode == GPU_ALGO_FASTEST, fast = c->algo_mode == GPU_ALGO_DETERMINISTIC_FAST;
+    if (fast) {
+        struct dnn_engine *e[DNN_MAX_CANDIDATES];
+        int ne = dnn_engine_rank(c, cv, d, DNN_WORKSPACE_MAX, e, DNN_MAX_CANDIDATES), took = 0;
+        for (int i = 0; i < ne; i++) {
+            if (took || dnn_engine_nondet(e[i]))
+                dnn_engine_free(e[i]);
+            else
+                took = dnn_engine_take(c, cv, d, t, e[i]); /* frees it when it does not run */
+        }
+        if (took)
+            return DT_OK;
+    }
     int n = dnn_conv_rank(c, cv, d, timed, cand);
     if (n < 0)
         return DT_ERR;
@@ -469,7 +549,7 @@ static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
             k->algo < 0 || k->algo >= dnn_algo_count[d])
             continue;
         if (!timed && (k->det != CUDNN_DETERMINISTIC || dnn_algo_documented_nondet(d, k->algo) ||
-                       dnn_algo_transform(d, k->algo)))
+                       (!fast && dnn_algo_transform(d, k->algo))))
             continue;
         if (dnn_conv_try(c, cv, d, k->algo, t, &ws) != CUDNN_STATUS_SUCCESS)
             continue;
@@ -480,7 +560,7 @@ static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
         return DT_OK;
     }
     dt_error_set("--cudnn-algo %s: cuDNN offers no %s%s algorithm for %s within a %zu MiB workspace "
-                 "(%d ranked)", timed ? "fastest" : "deterministic",
+                 "(%d ranked)", timed ? "fastest" : fast ? "deterministic-fast" : "deterministic",
                  timed ? "" : "deterministic ", dnn_dir_name[d], shape, DNN_WORKSPACE_MAX >> 20, n);
     return DT_ERR;
 }
@@ -499,7 +579,7 @@ static void dnn_conv_report(struct gpu_ctx *c, const struct gpu_dnn_conv *cv)
         struct dnn_cand cand[DNN_MAX_CANDIDATES];
         int n = dnn_conv_rank(c, cv, (enum dnn_dir)d, 1, cand);
         fprintf(stderr, "cudnn-report: %s %s: chosen %s;", dnn_dir_name[d], shape,
-                dnn_algo_name((enum dnn_dir)d, cv->algo[d]));
+                dnn_cv_algo_name(cv, (enum dnn_dir)d));
         for (int i = 0; i < n; i++)
             if (cand[i].status == CUDNN_STATUS_SUCCESS)
                 fprintf(stderr, " %s %.4f%s%s", dnn_algo_name((enum dnn_dir)d, cand[i].algo), cand[i].time,
@@ -551,6 +631,8 @@ void gpu_dnn_free(struct gpu_ctx *c)
     if (!p)
         return;
     for (int i = 0; i < p->nconv; i++) {
+        for (int d = 0; d < DNN_NDIR; d++)
+            dnn_engine_free(p->conv[i].eng[d]);
         if (p->conv[i].f)
             GPU_DNN(cudnnDestroyFilterDescriptor(p->conv[i].f));
         if (p->conv[i].conv)
@@ -706,7 +788,7 @@ void gpu_dnn_describe(struct gpu_ctx *c, struct trace_config *cfg)
         for (int d = 0; d < DNN_NDIR; d++)
             if (cv->used[d])
                 dnn_str_addf(&b, "%s%s %s %s %s", b.n ? "; " : "", dnn_dir_name[d], shape,
-                             dnn_algo_name((enum dnn_dir)d, cv->algo[d]), cv->det[d] ? "det" : "nondet");
+                             dnn_cv_algo_name(cv, (enum dnn_dir)d), cv->det[d] ? "det" : "nondet");
     }
     trace_config_set(cfg, "cudnn_algos", b.n ? b.s : p ? "none (no convolutions)" : "none (not prepared)");
     int nset[DNN_NDIR] = {0, 0, 0};
@@ -750,8 +832,9 @@ const char *gpu_dnn_op_algorithm(struct gpu_ctx *c, const struct graph *g, int i
     const struct gpu_dnn_conv *cv = &p->conv[ci];
     if (!cv->used[d] || cv->algo[d] < 0)
         return NULL;
-    *transform = dnn_algo_transform(d, cv->algo[d]);
-    return dnn_algo_name(d, cv->algo[d]);
+    /* an engine's rounding is not known to be a summation's (dnn_conv_choose) */
+    *transform = cv->algo[d] == DNN_ALGO_ENGINE || dnn_algo_transform(d, cv->algo[d]);
+    return dnn_cv_algo_name(cv, d);
 }
 
 /* ---- the op kernels ---------------------------------------------------------------- */

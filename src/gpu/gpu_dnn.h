@@ -11,6 +11,13 @@ enum dnn_dir { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_NDIR };
 extern const char *const dnn_dir_name[DNN_NDIR];
 const char *dnn_algo_name(enum dnn_dir d, int algo);
 
+/* An engine configuration of cuDNN's backend API with its execution plan
+ * (gpu_dnn_engine.cu). */
+struct dnn_engine;
+#define DNN_ENGINE_NAME 192 /* "ENGINE<global index>.K<knob>=<choice>..." */
+/* cv->algo[d] of a direction that runs cv->eng[d] */
+#define DNN_ALGO_ENGINE 1000
+
 /* One convolution shape and the algorithm chosen for each direction the
  * graph uses. */
 struct gpu_dnn_conv {
@@ -20,7 +27,8 @@ struct gpu_dnn_conv {
     cudnnFilterDescriptor_t f;          /* (K,C,R,S) */
     cudnnConvolutionDescriptor_t conv;
     int used[DNN_NDIR];
-    int algo[DNN_NDIR];
+    int algo[DNN_NDIR];                 /* a legacy algorithm, or DNN_ALGO_ENGINE */
+    struct dnn_engine *eng[DNN_NDIR];   /* DNN_ALGO_ENGINE: the engine (owned) */
     size_t ws[DNN_NDIR];                /* workspace bytes of the chosen algorithm */
     int det[DNN_NDIR];                  /* cuDNN reports the choice deterministic */
     float time[DNN_NDIR];               /* fastest: cuDNN's measured ms of the choice; else 0 */
@@ -92,6 +100,34 @@ cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, en
                             void *ws, size_t ws_bytes, const void *a, const void *b, void *out);
 /* The algorithm a cudnn_algos list names for direction d of shape, or -1. */
 int dnn_algos_find(const char *list, enum dnn_dir d, const char *shape, int *det);
+
+/* The name of direction d's choice: the legacy algorithm's or the engine's. */
+const char *dnn_cv_algo_name(const struct gpu_dnn_conv *cv, enum dnn_dir d);
+/* The recorded name of direction d of shape in a cudnn_algos list: 1 with
+ * *name, *len and *det set, or 0 (no entry). */
+int dnn_algos_entry(const char *list, enum dnn_dir d, const char *shape, const char **name, size_t *len,
+                    int *det);
+
+/* gpu_dnn_engine.cu. The engine configurations cuDNN's heuristics rank for
+ * direction d of cv (mode A, then FALLBACK; the first ENG_MAX_CFGS of
+ * each), best first, without those that use tensor cores or convert their
+ * inputs down, those whose plan does not finalize and those whose
+ * workspace is over ws_max: at most max into out, owned by the caller;
+ * the count, or -1 with dt_error set. */
+int dnn_engine_rank(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d, size_t ws_max,
+                    struct dnn_engine **out, int max);
+/* The engine configuration a trace named, built again, or NULL with
+ * dt_error set. */
+struct dnn_engine *dnn_engine_named(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
+                                    const char *name, size_t len, size_t ws_max);
+/* One call on c's current handle: x, w, y as the direction has them (the
+ * output among them); the status. */
+cudnnStatus_t dnn_engine_exec(struct gpu_ctx *c, const struct dnn_engine *e, void *ws, const void *x,
+                              const void *w, const void *y);
+const char *dnn_engine_name(const struct dnn_engine *e);
+size_t dnn_engine_ws(const struct dnn_engine *e);
+int dnn_engine_nondet(const struct dnn_engine *e); /* cuDNN's NONDETERMINISTIC note */
+void dnn_engine_free(struct dnn_engine *e);
 
 /* gpu_dnn_fuse.cu. Group the convolutions of p's graph that can run as one
  * (not with DIVTRACE_CUDNN_FUSE=0, nor in a replay whose recorded

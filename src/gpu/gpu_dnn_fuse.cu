@@ -39,9 +39,11 @@ static int fuse_add(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct grap
                                    : dnn_conv_find(p, cv.n, cv.c, cv.h, cv.w, cv.k * m, cv.r, cv.s);
     if (c->algos) {
         char shape[96];
+        const char *name;
+        size_t len;
         int det;
         dnn_shape_str(shape, sizeof shape, &p->conv[ci]);
-        if (dnn_algos_find(c->algos, gr->d, shape, &det) < 0)
+        if (!dnn_algos_entry(c->algos, gr->d, shape, &name, &len, &det))
             return -1;
     }
     p->conv[ci].used[gr->d] = 1;

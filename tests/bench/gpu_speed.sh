@@ -7,14 +7,17 @@
 # turn:
 #   1. bench_gpu_step CONF: divtrace's cuda and cudnn (deterministic) backends,
 #      tracing off and at trace level op, rounds alternating;
-#   2. bench_gpu_step --backend cudnn --cudnn-algo fastest CONF: the same
+#   2. bench_gpu_step --backend cudnn --cudnn-algo deterministic-fast CONF:
+#      the same with cuDNN's backend API engines (deterministic, transforms
+#      included);
+#   3. bench_gpu_step --backend cudnn --cudnn-algo fastest CONF: the same
 #      with cuDNN's timed (possibly nondeterministic) algorithms;
-#   3. torch_models.py --config NAME --mode det,nondet --no-eager: PyTorch's
+#   4. torch_models.py --config NAME --mode det,nondet --no-eager: PyTorch's
 #      whole step in a CUDA graph, the gates fused into one convolution, once
 #      deterministic (cudnn.deterministic, use_deterministic_algorithms, no NaN
 #      fill) and once with cudnn.benchmark.
-# Deterministic divtrace is compared with the deterministic PyTorch, divtrace's
-# fastest with the nondeterministic one. Each divtrace cell is "ms (ratio)", the
+# Deterministic divtrace (both deterministic modes) is compared with the
+# deterministic PyTorch, divtrace's fastest with the nondeterministic one. Each divtrace cell is "ms (ratio)", the
 # ratio over that PyTorch; "ratio, best backend" takes the faster of cuda and
 # cudnn. divtrace's ms is the wall clock of `divtrace record`'s loop over the
 # steps after the first three (median of the rounds; a new batch every step,
@@ -26,7 +29,7 @@
 #           lib/, data/, and torch_models.py (beside this script or in PACKED)
 #   OUTDIR  default $OUT, else /tmp/divtrace-gpu: gets gpu_speed.md (the
 #           table), gpu_speed-log.txt (everything printed) and
-#           gpu_speed-CONF-{divtrace,fastest,torch}.md (each program's output)
+#           gpu_speed-CONF-{divtrace,detfast,fastest,torch}.md (each program's output)
 #   (on the device tool, after tests/gpu/pack.sh here:
 #    bash build-gpu/gpu_speed.sh build-gpu "$OUT")
 # Environment: PYTHON (default python3); ROUNDS (divtrace's alternating
@@ -169,8 +172,10 @@ FIRST_RUN="$first divtrace"
 for c in $CONFS; do
     D=$O/gpu_speed-$c-divtrace.md
     F=$O/gpu_speed-$c-fastest.md
+    E=$O/gpu_speed-$c-detfast.md
     M=$O/gpu_speed-$c-torch.md
     run "$c divtrace" "$D" "$BENCH" "${BQ[@]}" --no-streams1 "$c"
+    run "$c deterministic-fast" "$E" "$BENCH" "${BQ[@]}" --no-streams1 --backend cudnn --cudnn-algo deterministic-fast "$c"
     run "$c fastest" "$F" "$BENCH" "${BQ[@]}" --no-streams1 --backend cudnn --cudnn-algo fastest "$c"
     if [ "$QUICK" = 1 ]; then steps=(); elif [ "$c" = ae ]; then steps=(--steps 200); else steps=(--steps 50); fi
     run "$c torch" "$M" "$PY" "$TM" --config "$(torch_name "$c")" --mode det,nondet --no-eager \
@@ -182,17 +187,18 @@ for c in $CONFS; do
     dn_off=$(cell "$D" 3 cudnn 4) dn_op=$(cell "$D" 3 cudnn 5)
     du_off=$(cell "$D" 3 cuda 4) du_op=$(cell "$D" 3 cuda 5)
     fa_off=$(cell "$F" 3 "cudnn fastest" 4) fa_op=$(cell "$F" 3 "cudnn fastest" 5)
+    de_off=$(cell "$E" 3 "cudnn deterministic-fast" 4) de_op=$(cell "$E" 3 "cudnn deterministic-fast" 5)
     t_det=$(cell "$M" 3 det 6) t_nd=$(cell "$M" 3 nondet 6)
     [ -n "$t_det" ] || t_det=n/a
     [ -n "$t_nd" ] || t_nd=n/a
-    b_off=$(ratio "$(min "$dn_off" "$du_off")" "$t_det")
-    b_op=$(ratio "$(min "$dn_op" "$du_op")" "$t_det")
+    b_off=$(ratio "$(min "$(min "$dn_off" "$du_off")" "$de_off")" "$t_det")
+    b_op=$(ratio "$(min "$(min "$dn_op" "$du_op")" "$de_op")" "$t_det")
     f_off=$(ratio "$fa_off" "$t_nd") f_op=$(ratio "$fa_op" "$t_nd")
     RATIOS+=("$(ratio "$dn_off" "$t_det")" "$(ratio "$dn_op" "$t_det")" "$(ratio "$du_off" "$t_det")"
-        "$(ratio "$du_op" "$t_det")" "$f_off" "$f_op")
-    printf '| %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s / %s |\n' "$what" \
+        "$(ratio "$du_op" "$t_det")" "$(ratio "$de_off" "$t_det")" "$(ratio "$de_op" "$t_det")" "$f_off" "$f_op")
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s / %s |\n' "$what" \
         "$(show "$dn_off" "$t_det")" "$(show "$dn_op" "$t_det")" "$(show "$du_off" "$t_det")" \
-        "$(show "$du_op" "$t_det")" "$t_det" "$b_off" "$b_op" \
+        "$(show "$du_op" "$t_det")" "$(show "$de_off" "$t_det")" "$(show "$de_op" "$t_det")" "$t_det" "$b_off" "$b_op" \
         "$(show "$fa_off" "$t_nd")" "$(show "$fa_op" "$t_nd")" "$t_nd" "$f_off" "$f_op" >>"$ROWS"
 done
 
@@ -207,13 +213,14 @@ done
     echo "divtrace: \`bench_gpu_step$([ "$QUICK" = 1 ] && echo ' --quick' || echo " --rounds $ROUNDS")\`," \
         "wall clock of the steps after the first three, median of the alternating rounds; off = tracing" \
         "off, op = trace level op; deterministic = cudnn's deterministic algorithms and cuda's fixed-order" \
-        "tree, fastest = \`--cudnn-algo fastest\`. PyTorch: \`torch_models.py --no-eager\`, fused gate" \
+        "tree, deterministic-fast = \`--cudnn-algo deterministic-fast\` (cuDNN's engines, Winograd included)," \
+        "fastest = \`--cudnn-algo fastest\`. PyTorch: \`torch_models.py --no-eager\`, fused gate" \
         "convolution, median CUDA-event time of a graph replay; det = cudnn.deterministic and" \
         "use_deterministic_algorithms without the NaN fill, nondet = cudnn.benchmark. TF32 off everywhere." \
         "Each divtrace cell: ms (ratio over the PyTorch of its mode)."
     echo
-    echo "| configuration | divtrace cudnn, off | cudnn, op | divtrace cuda, off | cuda, op | PyTorch det | ratio, best backend (off / op) | divtrace cudnn fastest, off | fastest, op | PyTorch nondet | ratio, fastest (off / op) |"
-    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| configuration | divtrace cudnn, off | cudnn, op | divtrace cuda, off | cuda, op | cudnn deterministic-fast, off | deterministic-fast, op | PyTorch det | ratio, best deterministic (off / op) | divtrace cudnn fastest, off | fastest, op | PyTorch nondet | ratio, fastest (off / op) |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     cat "$ROWS"
     echo
     echo "Ratios over 1.00 (of the $(( ${#RATIOS[@]} )) per backend, mode and trace level): $(over1 "${RATIOS[@]}")."

@@ -51,7 +51,7 @@ check() {
 # its header records (cuDNN's report of each choice against cudnn_algos)
 same_algos() {
     DIVTRACE_CUDNN_REPORT=1 "$DT" replay "$1" --step "$2" -q 2>"$T/algos.err"
-    grep -o '^cudnn-report: [a-z_]* [^:]*: chosen [A-Z_0-9]*' "$T/algos.err" |
+    grep -o '^cudnn-report: [a-z_]* [^:]*: chosen [A-Za-z_0-9.=-]*' "$T/algos.err" |
         sed 's/^cudnn-report: //; s/: chosen / /' | sort >"$T/algos.replay"
     "$DT" show --summary "$1" | sed -n 's/^# cudnn_algos = //p' | tr ';' '\n' |
         sed 's/^ *//; s/ det$//; s/ nondet$//' | sort >"$T/algos.rec"
@@ -81,6 +81,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 R="$DT record -q --data $DIVTRACE_DATA"
 
 # --- unit tests of the GPU code (CMocka, built here, run there)
+# the CPU kernels under every instruction set this CPU runs (AVX-512 here)
+check test_cpu_gemm 0 -- "$P/bin/test_cpu_gemm"
+check test_stats 0 -- "$P/bin/test_stats"
 check test_gpu_trace 0 -- "$P/bin/test_gpu_trace"
 check test_gpu_trace_paths 0 -- "$P/bin/test_gpu_trace_paths"
 check test_gpu_ops_cuda 0 -- env DIVTRACE_GPU_BACKEND=cuda "$P/bin/test_gpu_ops"
@@ -262,11 +265,28 @@ grep_in pn_cudnn_transform_replay " 0 SEMANTIC" "no SEMANTIC op"
 check pn_cudnn_transform_inject 1 -- "$DT" replay "$T/pt.dtr" --step 5 --against mpfr --inject L1.t05.conv_i:scale:1.1
 grep_in pn_cudnn_transform_inject "^ +[0-9]+  L1\.t05\.conv_i +conv2d .* SEMANTIC \(normwise bound: FFT_TILING\)$" "the planted op is SEMANTIC"
 grep_in pn_cudnn_transform_inject "summary: .* 1 SEMANTIC$" "and no other"
+# --cudnn-algo deterministic-fast (cuDNN's backend API engines, chosen by
+# its heuristics): the same bits every run; a replay rebuilds the recorded
+# engines, holds their ops to the normwise bound (the filter gradients'
+# engine is a Winograd one that cuDNN's notes do not mark), finds no
+# SEMANTIC op, and still finds a planted fault
+check pn_cudnn_detfast_a 0 -- $Q --backend cudnn --cudnn-algo deterministic-fast -o "$T/pe1.dtr"
+check pn_cudnn_detfast_b 0 -- $Q --backend cudnn --cudnn-algo deterministic-fast -o "$T/pe2.dtr"
+check pn_cudnn_detfast_identical 0 -- "$DT" diff "$T/pe1.dtr" "$T/pe2.dtr"
+check pn_cudnn_detfast_header 0 -- sh -c "'$DT' show --summary '$T/pe1.dtr' | grep -E '^# cudnn_algos = .*ENGINE[0-9]+[^;]* det'"
+check pn_cudnn_detfast_algos 0 -- same_algos "$T/pe1.dtr" 5
+check pn_cudnn_detfast_replay 0 -- "$DT" replay "$T/pe1.dtr" --step 5 --against mpfr --all
+grep_in pn_cudnn_detfast_replay "conv2d_bwd_filter .*\(normwise bound: ENGINE[0-9]" "engine ops marked"
+grep_in pn_cudnn_detfast_replay " 0 SEMANTIC" "no SEMANTIC op"
+check pn_cudnn_detfast_inject 1 -- "$DT" replay "$T/pe1.dtr" --step 5 --against mpfr --inject L1.t05.conv_i:scale:1.1
+grep_in pn_cudnn_detfast_inject "^ +[0-9]+  L1\.t05\.conv_i +conv2d .* SEMANTIC" "the planted op is SEMANTIC"
 
 # explain on PredNet: cpu against cudnn, two fastest runs, state carried
 # across sequences on cudnn, Adam's moments through a truncating copy on cuda
 check ex_pn_cpu_vs_cudnn 0 -- "$DT" explain "$T/pcpu.dtr" "$T/pd1.dtr"
 grep_in ex_pn_cpu_vs_cudnn "^rounding only: .*backend cpu \| cudnn" "rounding only, the backend named"
+check ex_pn_cpu_vs_detfast 0 -- "$DT" explain "$T/pcpu.dtr" "$T/pe1.dtr"
+grep_in ex_pn_cpu_vs_detfast "^rounding only" "rounding only"
 check ex_pn_cuda_vs_cudnn 0 -- "$DT" explain "$T/pc1.dtr" "$T/pd1.dtr"
 grep_in ex_pn_cuda_vs_cudnn "^rounding only: .*backend cuda \| cudnn" "rounding only"
 check ex_pn_fastest 0 -- "$DT" explain "$T/pf1.dtr" "$T/pf2.dtr"
@@ -303,6 +323,7 @@ else
     check bench_gpu_fused_hash 0 -- "$P/bin/bench_gpu_fused_hash"
     check bench_gpu_step 0 -- "$P/bin/bench_gpu_step"
     check bench_lib_step 0 -- "$P/bin/bench_lib_step"
+    check bench_cudnn_engines 0 -- "$P/bin/bench_cudnn_engines"
     check torch_compare 0 -- sh "$P/torch_compare.sh" "$O/torch_compare.md"
 fi
 

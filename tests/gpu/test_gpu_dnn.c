@@ -3,7 +3,9 @@
  * backward ops on PredNet's layer shapes under each --cudnn-algo mode, the
  * repeatability of the deterministic mode, the nondeterminism of
  * BWD_FILTER_ALGO_0 (counted and printed, not required), and the pooling,
- * bias and activation kernels. Skips (77) without a GPU.
+ * bias and activation kernels; the deterministic mode's engines (cuDNN's
+ * backend API) built again from the names a trace records. Skips (77)
+ * without a GPU.
  * Dimension letters: N batch, C input channels, K output channels, H x W
  * image, R x S kernel. */
 #include <setjmp.h>
@@ -318,7 +320,7 @@ static void gd_case_str(char *buf, size_t size, int i)
 /* The algorithm the description names for case i, direction d ("?" if none). */
 static const char *gd_algo(const char *algos, int i, int d)
 {
-    static char name[64];
+    static char name[192];
     char key[128];
     gd_case_str(key, sizeof key - 32, i);
     char pat[160];
@@ -327,7 +329,7 @@ static const char *gd_algo(const char *algos, int i, int d)
     /* the key must start an entry: at the string's start or after "; " */
     while ((p = strstr(p, pat)) && p != algos && !(p >= algos + 2 && p[-2] == ';' && p[-1] == ' '))
         p++;
-    if (!p || sscanf(p + strlen(pat), "%63s", name) != 1)
+    if (!p || sscanf(p + strlen(pat), "%191s", name) != 1)
         snprintf(name, sizeof name, "?");
     return name;
 }
@@ -340,7 +342,7 @@ static int gd_is_transform(const char *algo) { return strstr(algo, "FFT") || str
  * algorithms; for transform algorithms the error is printed in bounds. */
 static void gd_conv_check(struct gd_run *r, const char *mode, float *out[GD_NCASE][GD_NDIR])
 {
-    char algos[4096];
+    char algos[16384];
     snprintf(algos, sizeof algos, "%s", gd_config(r, "cudnn_algos"));
     for (int i = 0; i < GD_NCASE; i++)
         for (int d = 0; d < GD_NDIR; d++) {
@@ -472,7 +474,7 @@ static void test_conv_algo0(void **state)
     struct gd_run r;
     if (gd_start(&r, &gd_conv, &backend_cudnn, "0") < 0)
         fail_msg("--cudnn-algo 0: %s", dt_error());
-    char algos[4096];
+    char algos[16384];
     snprintf(algos, sizeof algos, "%s", gd_config(&r, "cudnn_algos"));
     printf("--cudnn-algo 0: cudnn_algos = %s\n", algos);
     uint64_t h[GD_NCASE][GD_NDIR][GD_RUNS];
@@ -540,7 +542,7 @@ static void test_conv_recorded(void **state)
     struct gd_run r;
     if (gd_start(&r, &gd_conv, &backend_cudnn, "0") < 0)
         fail_msg("--cudnn-algo 0: %s", dt_error());
-    static char rec[4096];
+    static char rec[16384];
     snprintf(rec, sizeof rec, "%s", gd_config(&r, "cudnn_algos"));
     gd_stop(&r);
     assert_non_null(strstr(rec, "ALGO_0 nondet"));
@@ -569,6 +571,57 @@ static void test_conv_recorded(void **state)
     }
     printf("recorded algorithms, one missing: refused: %s\n", dt_error());
     assert_non_null(strstr(dt_error(), "name none of"));
+}
+
+/* --cudnn-algo deterministic-fast (cuDNN's backend API engines): twice the
+ * same choice and bitwise the same outputs; the recorded names (global
+ * index and knobs) build the same engines again in a context whose own
+ * mode (deterministic) would choose legacy algorithms, with the same
+ * outputs; every engine is reported for the normwise bound, and the default
+ * mode runs no engine. */
+static void test_conv_recorded_engines(void **state)
+{
+    struct gd_run r;
+    float *a[GD_NCASE][GD_NDIR];
+    static char rec[16384];
+    assert_int_equal(gd_start(&r, &gd_conv, &backend_cudnn, "deterministic-fast"), 0);
+    snprintf(rec, sizeof rec, "%s", gd_config(&r, "cudnn_algos"));
+    printf("deterministic-fast: cudnn_algos = %s\n", rec);
+    assert_non_null(strstr(rec, "ENGINE"));
+    assert_null(strstr(rec, "nondet"));
+    exec_step(&r.e, 0);
+    for (int i = 0; i < GD_NCASE; i++)
+        for (int d = 0; d < GD_NDIR; d++)
+            a[i][d] = gd_get(&r, &gd_conv, gd_conv_op[i][d]);
+    gd_stop(&r);
+    assert_int_equal(gd_start(&r, &gd_conv, &backend_cudnn, "deterministic"), 0);
+    assert_null(strstr(gd_config(&r, "cudnn_algos"), "ENGINE"));
+    gd_stop(&r);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: a fresh choice; pass 1: the recorded names */
+        if (pass == 0 ? gd_start(&r, &gd_conv, &backend_cudnn, "deterministic-fast") < 0
+                      : gd_start_with(&r, &gd_conv, &backend_cudnn, "deterministic", rec) < 0)
+            fail_msg("deterministic-fast, pass %d: %s", pass, dt_error());
+        assert_string_equal(gd_config(&r, "cudnn_algos"), rec);
+        exec_step(&r.e, 0);
+        for (int i = 0; i < GD_NCASE; i++)
+            for (int d = 0; d < GD_NDIR; d++) {
+                int k = gd_conv_op[i][d], transform = -1;
+                size_t n = gd_conv.g.nodes[gd_conv.op[k]].count;
+                const char *name = r.be->op_algorithm(r.ctx, &gd_conv.g, gd_conv.op[k], &transform);
+                assert_non_null(name);
+                if (strncmp(name, "ENGINE", 6) == 0)
+                    assert_int_equal(transform, 1);
+                float *c = gd_get(&r, &gd_conv, k);
+                for (size_t j = 0; j < n; j++)
+                    if (gd_bits(a[i][d][j]) != gd_bits(c[j]))
+                        fail_msg("deterministic-fast, pass %d: %s differs at [%zu]: 0x%08x, 0x%08x", pass,
+                                 gd_conv.g.nodes[gd_conv.op[k]].name, j, gd_bits(a[i][d][j]), gd_bits(c[j]));
+                free(c);
+            }
+        gd_stop(&r);
+    }
+    gd_conv_out_free(a);
 }
 
 /* ---- pooling, bias and activations on (N,C,H,W) ---------------------------------- */
@@ -644,6 +697,7 @@ int main(void)
         cmocka_unit_test(test_conv_algo0),
         cmocka_unit_test(test_conv_algo_invalid),
         cmocka_unit_test(test_conv_recorded),
+        cmocka_unit_test(test_conv_recorded_engines),
     };
     const struct CMUnitTest image[] = {
         cmocka_unit_test(test_image_ops_deterministic),
