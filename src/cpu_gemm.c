@@ -653,25 +653,36 @@ static void gemm_grid(struct gemm_job *jb, int threads)
 static _Thread_local float *at_p;
 static _Thread_local size_t at_n;
 
-/* rows i0 .. i1 - 1 of the transpose of A (K x M, stride lda) into at
- * (stride K), for k0 .. k1 - 1: 8 x 8 blocks through AVX2 registers, the
- * edges one element at a time */
-__attribute__((target("avx2"))) static void gemm_at_avx2(float *at, const float *A, int lda, int K,
-                                                         int i0, int i1, int k0, int k1)
+/* The 8 x 8 blocks of rows i0 .. i1 - 1 of the transpose of A (K x M,
+ * stride lda) into at (stride K), for k0 .. k1 - 1, through AVX2 registers;
+ * *i8 and *k8: where the whole blocks end (gemm_at copies the edges). */
+__attribute__((target("avx2"))) static void gemm_at_avx2(float *at, const float *A, int lda, int K, int i0,
+                                                         int i1, int k0, int k1, int *i8, int *k8)
 {
-    int i8 = i0 + (i1 - i0) / 8 * 8, k8 = k0 + (k1 - k0) / 8 * 8;
-    for (int i = i0; i < i8; i += 8)
-        for (int k = k0; k < k8; k += 8)
+    *i8 = i0 + (i1 - i0) / 8 * 8;
+    *k8 = k0 + (k1 - k0) / 8 * 8;
+    for (int i = i0; i < *i8; i += 8)
+        for (int k = k0; k < *k8; k += 8)
             gemm_t8(at + (size_t)i * K + k, (size_t)K, A + (size_t)k * lda + i, (size_t)lda);
+}
+
+/* The same block of the transpose, whole: in 8 x 8 blocks when vec, the
+ * rest one element at a time. */
+static void gemm_at(float *at, const float *A, int lda, int K, int i0, int i1, int k0, int k1, int vec)
+{
+    int i8 = i0, k8 = k0;
+    if (vec)
+        gemm_at_avx2(at, A, lda, K, i0, i1, k0, k1, &i8, &k8);
     for (int k = k0; k < k1; k++)
         for (int i = k < k8 ? i8 : i0; i < i1; i++)
             at[(size_t)i * K + k] = A[(size_t)k * lda + i];
 }
 
 /* op(A) as M x K row-major: A as it is, or, transposed (ta: stored as K x M
- * with stride lda), copied (in blocks that stay in cache on both sides;
- * vec: with AVX2, which the vector kernels imply). A copy, no arithmetic: the data gradient's transposed filters, which one
- * element at a time took 7% of PredNet's step here. */
+ * with stride lda), copied in blocks that stay in cache on both sides (vec:
+ * through AVX2 registers, which the vector kernels imply). A copy, no
+ * arithmetic: the data gradient's transposed filters, which one element at
+ * a time took 7% of PredNet's step here. */
 static const float *gemm_a(int ta, const float *A, int lda, int M, int K, int vec, int *ld)
 {
     *ld = lda;
@@ -685,16 +696,8 @@ static const float *gemm_a(int ta, const float *A, int lda, int M, int K, int ve
     }
     enum { TB = 32 };
     for (int i0 = 0; i0 < M; i0 += TB)
-        for (int k0 = 0; k0 < K; k0 += TB) {
-            int i1 = i0 + TB < M ? i0 + TB : M, k1 = k0 + TB < K ? k0 + TB : K;
-            if (vec) {
-                gemm_at_avx2(at_p, A, lda, K, i0, i1, k0, k1);
-                continue;
-            }
-            for (int k = k0; k < k1; k++)
-                for (int i = i0; i < i1; i++)
-                    at_p[(size_t)i * K + k] = A[(size_t)k * lda + i];
-        }
+        for (int k0 = 0; k0 < K; k0 += TB)
+            gemm_at(at_p, A, lda, K, i0, i0 + TB < M ? i0 + TB : M, k0, k0 + TB < K ? k0 + TB : K, vec);
     *ld = K;
     return at_p;
 }
