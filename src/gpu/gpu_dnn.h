@@ -1,6 +1,7 @@
 /* gpu_dnn.h: the cudnn backend's plan, shared by gpu_dnn.cu (descriptors,
- * algorithms, the op kernels) and gpu_dnn_fuse.cu (convolutions that share
- * an input, run as one). Only .cu files include it. */
+ * algorithms, the op kernels), gpu_dnn_fuse.cu (convolutions that share
+ * an input, run as one), gpu_dnn_engine.cu (the backend API's engines) and
+ * gpu_dnn_names.cu (the choices as text). Only .cu files include it. */
 #ifndef DT_GPU_DNN_H
 #define DT_GPU_DNN_H
 
@@ -8,8 +9,15 @@
 
 enum dnn_dir { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_NDIR };
 
+/* gpu_dnn_names.cu: the legacy algorithms' names and what cuDNN's
+ * documentation says of them. */
 extern const char *const dnn_dir_name[DNN_NDIR];
+extern const int dnn_algo_count[DNN_NDIR];
 const char *dnn_algo_name(enum dnn_dir d, int algo);
+/* Documented as not bitwise reproducible run to run (atomics). */
+int dnn_algo_documented_nondet(enum dnn_dir d, int algo);
+/* An FFT or Winograd transform, not a summation of the products. */
+int dnn_algo_transform(enum dnn_dir d, int algo);
 
 /* An engine configuration of cuDNN's backend API with its execution plan
  * (gpu_dnn_engine.cu). */
@@ -93,7 +101,12 @@ int dnn_conv_find(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, ui
  * sums over C / groups input channels into K / groups output channels. */
 int dnn_conv_find_grouped(struct gpu_dnn_plan *p, uint32_t n, uint32_t c, uint32_t h, uint32_t w,
                           uint32_t k, uint32_t r, uint32_t s, uint32_t groups);
-/* "NxCxHxW kK RxS" */
+/* gpu_dnn.cu's policy, which the description reports: cuDNN's bias
+ * gradient and its max-pooling gradient run (the fastest mode), or the
+ * cuda backend's kernels. */
+int dnn_bias_grad_is_cudnn(const struct gpu_ctx *c);
+int dnn_pool_bwd_is_cudnn(const struct gpu_ctx *c);
+/* "NxCxHxW kK RxS" (gpu_dnn_names.cu) */
 void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv);
 /* One convolution with algorithm algo (see gpu_dnn.cu); the status. */
 cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d, int algo,
