@@ -15,7 +15,7 @@
 
 #include "gpu_dnn.h"
 
-#define ENG_MAX_KNOBS 32
+#define ENG_MAX_KNOBS CUDNN_KNOB_TYPE_COUNTS /* a choice for each knob type at most */
 #define ENG_MAX_CFGS 64 /* configurations taken from each heuristics mode */
 
 /* The descriptors of one convolution's operation graph, shared by the
@@ -167,7 +167,7 @@ static struct dnn_engine *eng_from_cfg(struct gpu_ctx *c, struct dnn_egraph *g, 
                                        size_t ws_max)
 {
     cudnnBackendDescriptor_t e = NULL, plan = NULL, knob[ENG_MAX_KNOBS] = {NULL};
-    int64_t n = 0, gidx = -1, nk = 0, wsb = 0;
+    int64_t n = 0, gidx = -1, wsb = 0;
     struct dnn_engine *out = NULL;
     if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e) != CUDNN_STATUS_SUCCESS ||
         cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, ENG_DESC, 1, &n, &e) != CUDNN_STATUS_SUCCESS ||
@@ -196,27 +196,34 @@ static struct dnn_engine *eng_from_cfg(struct gpu_ctx *c, struct dnn_egraph *g, 
     out->nondet = eng_note(e, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
     {
         int len = snprintf(out->name, sizeof out->name, "ENGINE%lld", (long long)gidx);
-        if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, ENG_DESC, 0, &nk, NULL) ==
-                CUDNN_STATUS_SUCCESS &&
-            nk > 0 && nk <= ENG_MAX_KNOBS) {
-            int64_t got = 0;
-            for (int64_t i = 0; i < nk; i++)
-                cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &knob[i]);
-            if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, ENG_DESC, nk, &got, knob) ==
-                CUDNN_STATUS_SUCCESS)
-                for (int64_t i = 0; i < got; i++) {
-                    cudnnBackendKnobType_t type;
-                    int64_t val = 0;
-                    if (cudnnBackendGetAttribute(knob[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
-                                                 &n, &type) == CUDNN_STATUS_SUCCESS &&
-                        cudnnBackendGetAttribute(knob[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
-                                                 &n, &val) == CUDNN_STATUS_SUCCESS &&
-                        len >= 0 && (size_t)len < sizeof out->name)
-                        len += snprintf(out->name + len, sizeof out->name - (size_t)len, ".K%d=%lld", (int)type,
-                                        (long long)val);
-                }
+        /* cuDNN fills knob choices only into descriptors made beforehand; a
+         * query with no array does not give their count. So ask for as many
+         * as there are knob types and take the count it returns. */
+        int64_t got = 0;
+        int made = 1;
+        for (int i = 0; i < ENG_MAX_KNOBS; i++)
+            made = made && cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &knob[i]) ==
+                               CUDNN_STATUS_SUCCESS;
+        if (!made || cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, ENG_DESC, ENG_MAX_KNOBS, &got,
+                                              knob) != CUDNN_STATUS_SUCCESS)
+            len = -1; /* knobs that cannot be read make a name that may not build the same engine */
+        for (int64_t i = 0; len >= 0 && i < got && i < ENG_MAX_KNOBS; i++) {
+            cudnnBackendKnobType_t type;
+            int64_t val = 0;
+            if (cudnnBackendGetAttribute(knob[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n,
+                                         &type) != CUDNN_STATUS_SUCCESS ||
+                cudnnBackendGetAttribute(knob[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n,
+                                         &val) != CUDNN_STATUS_SUCCESS) {
+                len = -1;
+                break;
+            }
+            if ((size_t)len < sizeof out->name)
+                len += snprintf(out->name + len, sizeof out->name - (size_t)len, ".K%d=%lld", (int)type,
+                                (long long)val);
         }
-        if (len < 0 || (size_t)len >= sizeof out->name) { /* a name cut short could not be built again */
+        if (got > ENG_MAX_KNOBS)
+            len = -1;
+        if (len < 0 || (size_t)len >= sizeof out->name) { /* a name cut short or unread could not be built again */
             dnn_engine_free(out);
             out = NULL;
         }
