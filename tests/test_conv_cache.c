@@ -230,9 +230,54 @@ static void test_data_blocks(void **state)
             cc_backward(&shapes[i], threads, 1, i);
 }
 
+/* One output channel (K = 1), whose data gradient adds each product to dx
+ * without the col: values from a small set, so that products are exact
+ * zeros of both signs and sums cancel exactly, against the definition bit
+ * for bit; small shapes run on one thread, the 64x64 ones in parts. */
+static void test_data_one_channel(void **state)
+{
+    (void)state;
+    static const float vals[] = {-0.0f, 0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.0f, -2.0f, 0x1p-140f, -0x1p-140f};
+    const struct cpu_conv_shape shapes[] = {
+        {.n = 2, .c = 5, .h = 7, .w = 9, .k = 1, .r = 3, .s = 3},
+        {.n = 1, .c = 3, .h = 6, .w = 5, .k = 1, .r = 5, .s = 5},
+        {.n = 2, .c = 8, .h = 64, .w = 64, .k = 1, .r = 3, .s = 3},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int threads = 1; threads <= 3; threads++) {
+            const struct cpu_conv_shape *sh = &shapes[i];
+            struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
+            struct cpu_conv_scratch sc = {.gemm = &fixed};
+            size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->h * sh->w;
+            size_t nw = (size_t)sh->c * sh->r * sh->s;
+            float *dx = malloc(nx * sizeof *dx), *ref = malloc(nx * sizeof *ref), *dy = malloc(ny * sizeof *dy),
+                  *w = malloc(nw * sizeof *w);
+            assert_true(dx && ref && dy && w);
+            for (size_t j = 0; j < ny; j++)
+                dy[j] = vals[((uint32_t)(j + i) * 2654435761u >> 13) % (sizeof vals / sizeof *vals)];
+            for (size_t j = 0; j < nw; j++)
+                w[j] = vals[((uint32_t)j * 2246822519u >> 11) % (sizeof vals / sizeof *vals)];
+            cpu_conv_bwd_data(&sc, dx, dy, w, sh);
+            cc_data_def(ref, dy, w, sh);
+            size_t zeros = 0;
+            for (size_t j = 0; j < nx; j++)
+                zeros += ref[j] == 0.0f;
+            if (zeros == 0 || zeros == nx) /* the set makes zero sums, but not only those */
+                fail_msg("shape %zu: %zu zero sums of %zu", i, zeros, nx);
+            char what[96];
+            snprintf(what, sizeof what, "one-channel data gradient, shape %zu, %d threads", i, threads);
+            cc_same_bits(dx, ref, nx, what);
+            cpu_conv_scratch_free(&sc);
+            free(dx);
+            free(ref);
+            free(dy);
+            free(w);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_reuse), cmocka_unit_test(test_filter_forms),
-                                       cmocka_unit_test(test_data_blocks)};
+                                       cmocka_unit_test(test_data_blocks), cmocka_unit_test(test_data_one_channel)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
