@@ -13,6 +13,7 @@
 #include "conv_sets.h"
 #include "cpu_blas.h"
 #include "cpu_conv.h"
+#include "cpu_maxpool.h"
 #include "cpu_vmath.h"
 #include "stats.h"
 #include "util.h"
@@ -172,12 +173,14 @@ static void cpu_span_part(void *arg, int p, int thread)
 }
 
 /* fn over n units: elements (unit 1; parts of whole 16-element blocks), or
- * rows, planes or columns of `unit` elements */
-static void cpu_spans(const struct cpu_ctx *c, cpu_span_fn *fn, const struct graph *g,
-                      const struct node *nd, float *out, const float *const *in,
-                      const struct backend_step *st, size_t n, size_t unit)
+ * rows, planes or columns of `unit` elements; an element costing `cost`
+ * times an addition's (tanh, a pooling window), so that a part is worth a
+ * wake-up of the pool */
+static void cpu_spans_cost(const struct cpu_ctx *c, cpu_span_fn *fn, const struct graph *g,
+                           const struct node *nd, float *out, const float *const *in,
+                           const struct backend_step *st, size_t n, size_t unit, size_t cost)
 {
-    size_t align = unit == 1 ? 16 : 1, most = n * unit / CPU_SPAN_MIN;
+    size_t align = unit == 1 ? 16 : 1, most = n * unit * cost / CPU_SPAN_MIN;
     size_t cap = (size_t)c->threads * CPU_POOL_PARTS;
     int parts = most < cap ? (int)most : (int)cap;
     if (c->threads <= 1 || parts <= 1 || n < (size_t)parts * align) {
@@ -188,15 +191,23 @@ static void cpu_spans(const struct cpu_ctx *c, cpu_span_fn *fn, const struct gra
     cpu_pool_run(c->threads, parts, cpu_span_part, &j);
 }
 
-/* An elementwise op: its kernel over [i0, i1) of nd->count elements. */
-#define CPU_MAP(fn)                                                                              \
+static void cpu_spans(const struct cpu_ctx *c, cpu_span_fn *fn, const struct graph *g, const struct node *nd,
+                      float *out, const float *const *in, const struct backend_step *st, size_t n, size_t unit)
+{
+    cpu_spans_cost(c, fn, g, nd, out, in, st, n, unit, 1);
+}
+
+/* An elementwise op: its kernel over [i0, i1) of nd->count elements, each
+ * costing `cost` additions (CPU_MAP: one). */
+#define CPU_MAP_COST(fn, cost)                                                                   \
     static cpu_span_fn fn##_range;                                                                \
     CPU_OP(fn)                                                                                   \
     {                                                                                            \
-        cpu_spans(ctx, fn##_range, g, nd, out, in, st, nd->count, 1);                             \
+        cpu_spans_cost(ctx, fn##_range, g, nd, out, in, st, nd->count, 1, cost);                  \
     }                                                                                            \
     static void fn##_range(const struct graph *g, const struct node *nd, float *out,              \
                           const float *const *in, const struct backend_step *st, size_t i0, size_t i1)
+#define CPU_MAP(fn) CPU_MAP_COST(fn, 1)
 
 CPU_OP(cpu_matmul)
 {
@@ -281,7 +292,7 @@ CPU_MAP(cpu_sigmoid_bwd)
         out[i] = in[1][i] * in[0][i] * (1.0f - in[0][i]);
 }
 
-CPU_MAP(cpu_tanh)
+CPU_MAP_COST(cpu_tanh, 16) /* the C library's tanhf: about 20 additions' time an element */
 {
     for (size_t i = i0; i < i1; i++)
         out[i] = tanhf(in[0][i]);
@@ -543,47 +554,34 @@ CPU_OP(cpu_conv2d_bwd_filter)
     cpu_conv_bwd_filter(&ctx->conv, out, in[0], in[1], &sh);
 }
 
-/* MAXPOOL2's j* of the window at x (row stride w): 0..3 in row-major window
- * order; the first NaN, else the first element equal to the maximum. */
-static int cpu_maxpool2_pick(const float *x, size_t w)
+/* planes [p0, p1) of (N*C) */
+static void cpu_maxpool2_span(const struct graph *g, const struct node *nd, float *out, const float *const *in,
+                              const struct backend_step *st, size_t p0, size_t p1)
 {
-    const float v[4] = {x[0], x[1], x[w], x[w + 1]};
-    int best = 0;
-    for (int j = 1; j < 4 && !isnan(v[best]); j++)
-        if (isnan(v[j]) || v[j] > v[best])
-            best = j;
-    return best;
+    size_t oh = nd->shape[2], ow = nd->shape[3];
+    cpu_maxpool2_planes(CPU_VMATH_BEST, out + p0 * oh * ow, in[0] + p0 * 4 * oh * ow, p1 - p0, oh, ow);
 }
-
-static size_t cpu_maxpool2_offset(int j, size_t w) { return (size_t)(j >> 1) * w + (size_t)(j & 1); }
 
 CPU_OP(cpu_maxpool2)
 {
     /* in: x (N,C,H,W); out (N,C,H/2,W/2), the chosen element copied bit for bit */
-    size_t planes = (size_t)nd->shape[0] * nd->shape[1], w = IN_SHAPE(0, 3);
-    size_t oh = nd->shape[2], ow = nd->shape[3];
-    for (size_t p = 0; p < planes; p++)
-        for (size_t i = 0; i < oh; i++)
-            for (size_t j = 0; j < ow; j++) {
-                const float *win = in[0] + (p * 2 * oh + 2 * i) * w + 2 * j;
-                size_t o = cpu_maxpool2_offset(cpu_maxpool2_pick(win, w), w);
-                memcpy(&out[(p * oh + i) * ow + j], &win[o], sizeof *out);
-            }
+    cpu_spans_cost(ctx, cpu_maxpool2_span, g, nd, out, in, st, (size_t)nd->shape[0] * nd->shape[1],
+                   (size_t)nd->shape[2] * nd->shape[3], 4);
+}
+
+static void cpu_maxpool2_bwd_span(const struct graph *g, const struct node *nd, float *out,
+                                  const float *const *in, const struct backend_step *st, size_t p0, size_t p1)
+{
+    size_t oh = IN_SHAPE(1, 2), ow = IN_SHAPE(1, 3);
+    cpu_maxpool2_bwd_planes(CPU_VMATH_BEST, out + p0 * 4 * oh * ow, in[0] + p0 * 4 * oh * ow, in[1] + p0 * oh * ow,
+                            p1 - p0, oh, ow);
 }
 
 CPU_OP(cpu_maxpool2_bwd)
 {
     /* in: x (N,C,H,W), dy (N,C,H/2,W/2); out (N,C,H,W): dy at each j*, +0 elsewhere */
-    size_t planes = (size_t)nd->shape[0] * nd->shape[1], w = nd->shape[3];
-    size_t oh = IN_SHAPE(1, 2), ow = IN_SHAPE(1, 3);
-    memset(out, 0, nd->count * sizeof *out);
-    for (size_t p = 0; p < planes; p++)
-        for (size_t i = 0; i < oh; i++)
-            for (size_t j = 0; j < ow; j++) {
-                size_t base = (p * 2 * oh + 2 * i) * w + 2 * j;
-                size_t o = cpu_maxpool2_offset(cpu_maxpool2_pick(in[0] + base, w), w);
-                memcpy(&out[base + o], &in[1][(p * oh + i) * ow + j], sizeof *out);
-            }
+    cpu_spans_cost(ctx, cpu_maxpool2_bwd_span, g, nd, out, in, st, (size_t)nd->shape[0] * nd->shape[1],
+                   (size_t)nd->shape[2] * nd->shape[3], 2);
 }
 
 CPU_OP(cpu_upsample2)

@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "cpu_maxpool.h"
+#include "cpu_vmath.h"
 #include "exec.h"
 #include "graph.h"
 #include "test_util.h"
@@ -533,6 +535,54 @@ static int ct_pick(const float v[4])
             return j;
     fail_msg("no maximum");
     return -1;
+}
+
+/* The pooling kernels' forms one by one (the vector form takes 8 windows
+ * at a time, the rest one at a time): every case window at every lane of a
+ * vector and in the tail, the pooled values and the gradient against the
+ * picks, bit for bit. */
+static void test_maxpool2_forms(void **state)
+{
+    (void)state;
+    enum { P = 3, OH = 3, OW = 21, W = 2 * OW };
+    size_t nwin = (size_t)P * OH * OW, nx = 4 * nwin;
+    float *x = malloc(nx * sizeof *x), *dy = malloc(nwin * sizeof *dy), *out = malloc(nwin * sizeof *out);
+    float *dx = malloc(nx * sizeof *dx), *want = malloc(nx * sizeof *want), *wantp = malloc(nwin * sizeof *wantp);
+    assert_true(x && dy && out && dx && want && wantp);
+    uint64_t rng = 77;
+    memset(want, 0, nx * sizeof *want);
+    for (size_t q = 0; q < nwin; q++) {
+        size_t p = q / (OH * OW), i = q / OW % OH, j = q % OW;
+        float v[4];
+        for (int e = 0; e < 4; e++) {
+            /* case (q + q / OW) % (cases + 1): each case at lanes that move from row to row */
+            size_t c = (q + q / OW) % (CT_NWINDOWS + 1);
+            v[e] = c < CT_NWINDOWS ? tu_bits_float(ct_windows[c].v[e]) : (float)tu_rand_uniform(&rng, -1, 1);
+            x[(p * 2 * OH + 2 * i + (size_t)(e / 2)) * W + 2 * j + (size_t)(e % 2)] = v[e];
+        }
+        int pick = ct_pick(v);
+        size_t at = (p * 2 * OH + 2 * i + (size_t)(pick / 2)) * W + 2 * j + (size_t)(pick % 2);
+        dy[q] = q % 5 == 0 ? tu_bits_float(q % 10 ? CT_NZ : CT_QNANP) : (float)tu_rand_uniform(&rng, -1, 1);
+        memcpy(&wantp[q], &x[at], sizeof *x);
+        memcpy(&want[at], &dy[q], sizeof *x);
+    }
+    const int forms[] = {CPU_VMATH_SCALAR, CPU_VMATH_AVX2, CPU_VMATH_BEST};
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        if (forms[f] == CPU_VMATH_AVX2 && !cpu_vmath_has(CPU_VMATH_AVX2))
+            continue;
+        memset(out, 0xff, nwin * sizeof *out);
+        memset(dx, 0xff, nx * sizeof *dx);
+        cpu_maxpool2_planes(forms[f], out, x, P, OH, OW);
+        cpu_maxpool2_bwd_planes(forms[f], dx, x, dy, P, OH, OW);
+        ct_expect_bits("maxpool2 form", out, wantp, nwin);
+        ct_expect_bits("maxpool2_bwd form", dx, want, nx);
+    }
+    free(x);
+    free(dy);
+    free(out);
+    free(dx);
+    free(want);
+    free(wantp);
 }
 
 static void test_maxpool2(void **state)
@@ -1064,6 +1114,7 @@ int main(void)
         cmocka_unit_test(test_conv2d_integer),
         cmocka_unit_test(test_conv2d_repeat),
         cmocka_unit_test(test_maxpool2),
+        cmocka_unit_test(test_maxpool2_forms),
         cmocka_unit_test(test_upsample2),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_slice),
