@@ -98,9 +98,14 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
  * tile is MR rows by two vectors of VW columns (the rows past the last
  * whole tile in tiles of 4, 2 and 1 rows); the columns past the last whole
  * tile a vector at a time, masked (each lane rounds as fmaf does). */
+/* Element (row r, k) of op(A) from A as stored: M x K (AT 0) or, transposed,
+ * K x M (AT 1, where a tile's rows at one k lie side by side); AT is a
+ * constant, so each kernel is compiled for one layout. */
+#define GEMM_AIX(AT, r, k, lda) ((AT) ? (size_t)(k) * (size_t)(lda) + (size_t)(r) : (size_t)(r) * (size_t)(lda) + (size_t)(k))
+
 /* The tile of rows i .. i + R - 1, R a constant: its loops over rows
  * unrolled, so that the accumulators live in registers. */
-#define GEMM_TILE(NAME, TARGET, VW, R, V, LOAD, STORE, SET1, FMA, ZERO)                         \
+#define GEMM_TILE(NAME, TARGET, AT, VW, R, V, LOAD, STORE, SET1, FMA, ZERO)                     \
     TARGET static void NAME(int i, int j, int K, const float *A, int lda, const float *bp,      \
                             int ldb, int beta, float *C, int ldc)                              \
     {                                                                                           \
@@ -110,12 +115,12 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
             acc[r][0] = beta ? LOAD(C + (size_t)(i + r) * ldc + j) : ZERO();                    \
             acc[r][1] = beta ? LOAD(C + (size_t)(i + r) * ldc + j + VW) : ZERO();               \
         }                                                                                       \
-        const float *a0 = A + (size_t)i * lda;                                                  \
+        const float *a0 = AT ? A + i : A + (size_t)i * lda;                                     \
         for (int k = 0; k < K; k++) {                                                           \
             V b0 = LOAD(bp + (size_t)k * ldb), b1 = LOAD(bp + (size_t)k * ldb + VW);            \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                               \
             {                                                                                   \
-                V a = SET1(a0[(size_t)r * lda + k]);                                            \
+                V a = SET1(a0[GEMM_AIX(AT, r, k, lda)]);                                        \
                 acc[r][0] = FMA(a, b0, acc[r][0]);                                              \
                 acc[r][1] = FMA(a, b1, acc[r][1]);                                              \
             }                                                                                   \
@@ -130,18 +135,18 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
 /* The columns past the last two-vector tile: one vector of them at a time,
  * its lanes past the matrix masked off (loaded as zeros, never stored), R
  * rows at a time. */
-#define GEMM_NTILE(NAME, TARGET, R, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                     \
+#define GEMM_NTILE(NAME, TARGET, AT, R, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                 \
     TARGET static void NAME(int i, int j, int K, const float *A, int lda, const float *bp,      \
                             int ldb, int beta, float *C, int ldc, MT m)                        \
     {                                                                                           \
         V acc[R];                                                                               \
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                   \
             acc[r] = beta ? MLOAD(C + (size_t)(i + r) * ldc + j, m) : ZERO();                   \
-        const float *a0 = A + (size_t)i * lda;                                                  \
+        const float *a0 = AT ? A + i : A + (size_t)i * lda;                                     \
         for (int k = 0; k < K; k++) {                                                           \
             V b = MLOAD(bp + (size_t)k * ldb, m);                                               \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                               \
-                acc[r] = FMA(SET1(a0[(size_t)r * lda + k]), b, acc[r]);                         \
+                acc[r] = FMA(SET1(a0[GEMM_AIX(AT, r, k, lda)]), b, acc[r]);                     \
         }                                                                                       \
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                   \
             MSTORE(C + (size_t)(i + r) * ldc + j, m, acc[r]);                                   \
@@ -164,7 +169,7 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
 #ifndef GEMM_STREAM_ROWS
 #define GEMM_STREAM_ROWS 3
 #endif
-#define GEMM_STREAM(NAME, TARGET, VW, R, NV, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,   \
+#define GEMM_STREAM(NAME, TARGET, AT, VW, R, NV, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD, \
                     MSTORE)                                                                     \
     TARGET static void NAME(int i, int j0, int j1, int K, const float *A, int lda,              \
                             const float *B, int ldb, int beta, float *C, int ldc)              \
@@ -181,7 +186,7 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
                     const float *b = B + (size_t)k * ldb + j;                                   \
                     _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                       \
                     {                                                                           \
-                        V a = SET1(A[(size_t)(i + r) * lda + k]);                               \
+                        V a = SET1(A[GEMM_AIX(AT, i + r, k, lda)]);                             \
                         _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                  \
                             acc[r][v] = FMA(a, LOAD(b + v * VW), acc[r][v]);                    \
                     }                                                                           \
@@ -198,7 +203,7 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
                 for (int k = k0; k < k1; k++) {                                                 \
                     V b = MLOAD(B + (size_t)k * ldb + j, m);                                    \
                     _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                       \
-                        acc[r] = FMA(SET1(A[(size_t)(i + r) * lda + k]), b, acc[r]);            \
+                        acc[r] = FMA(SET1(A[GEMM_AIX(AT, i + r, k, lda)]), b, acc[r]);          \
                 }                                                                               \
                 _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                           \
                     MSTORE(C + (size_t)(i + r) * ldc + j, m, acc[r]);                           \
@@ -206,18 +211,18 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
         }                                                                                       \
     }
 
-#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,      \
+#define GEMM_KERNEL_AT(NAME, TARGET, AT, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,      \
                     MSTORE)                                                                     \
-    GEMM_STREAM(NAME##_s2, TARGET, VW, 2, 4, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
+    GEMM_STREAM(NAME##_s2, TARGET, AT, VW, 2, 4, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
                 MSTORE)                                                                         \
-    GEMM_STREAM(NAME##_s1, TARGET, VW, 1, 8, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
+    GEMM_STREAM(NAME##_s1, TARGET, AT, VW, 1, 8, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
                 MSTORE)                                                                         \
-    GEMM_TILE(NAME##_tile, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
-    GEMM_TILE(NAME##_four, TARGET, VW, 4, V, LOAD, STORE, SET1, FMA, ZERO)                      \
-    GEMM_TILE(NAME##_two, TARGET, VW, 2, V, LOAD, STORE, SET1, FMA, ZERO)                       \
-    GEMM_TILE(NAME##_row, TARGET, VW, 1, V, LOAD, STORE, SET1, FMA, ZERO)                       \
-    GEMM_NTILE(NAME##_ntile, TARGET, MR, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                 \
-    GEMM_NTILE(NAME##_nrow, TARGET, 1, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                   \
+    GEMM_TILE(NAME##_tile, TARGET, AT, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO)                     \
+    GEMM_TILE(NAME##_four, TARGET, AT, VW, 4, V, LOAD, STORE, SET1, FMA, ZERO)                      \
+    GEMM_TILE(NAME##_two, TARGET, AT, VW, 2, V, LOAD, STORE, SET1, FMA, ZERO)                       \
+    GEMM_TILE(NAME##_row, TARGET, AT, VW, 1, V, LOAD, STORE, SET1, FMA, ZERO)                       \
+    GEMM_NTILE(NAME##_ntile, TARGET, AT, MR, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                 \
+    GEMM_NTILE(NAME##_nrow, TARGET, AT, 1, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                   \
     TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda,     \
                             const float *B, int ldb, int tb, int beta, float *C, int ldc)      \
     {                                                                                           \
@@ -268,9 +273,23 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
         }                                                                                       \
     }
 
+/* The kernel for both layouts of A: NAME(..., A, lda, ta, ...). */
+#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD, MSTORE) \
+    GEMM_KERNEL_AT(NAME##_n, TARGET, 0, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,    \
+                   MSTORE)                                                                         \
+    GEMM_KERNEL_AT(NAME##_t, TARGET, 1, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,    \
+                   MSTORE)                                                                         \
+    TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda, int ta,    \
+                            const float *B, int ldb, int tb, int beta, float *C, int ldc)         \
+    {                                                                                              \
+        if (ta)                                                                                    \
+            NAME##_t(i0, i1, j0, j1, K, A, lda, B, ldb, tb, beta, C, ldc);                         \
+        else                                                                                       \
+            NAME##_n(i0, i1, j0, j1, K, A, lda, B, ldb, tb, beta, C, ldc);                         \
+    }
 
 /* the scalar form: any CPU, slow (fmaf in software where there is no FMA) */
-static void gemm_scalar(int i0, int i1, int j0, int j1, int K, const float *A, int lda,
+static void gemm_scalar(int i0, int i1, int j0, int j1, int K, const float *A, int lda, int ta,
                         const float *B, int ldb, int tb, int beta, float *C, int ldc)
 {
     size_t sk = tb ? 1 : (size_t)ldb, sj = tb ? (size_t)ldb : 1; /* op(B)'s strides */
@@ -278,7 +297,7 @@ static void gemm_scalar(int i0, int i1, int j0, int j1, int K, const float *A, i
         for (int i = i0; i < i1; i++) {
             float acc = beta ? C[(size_t)i * ldc + j] : 0.0f;
             for (int k = 0; k < K; k++)
-                acc = fmaf(A[(size_t)i * lda + k], B[(size_t)k * sk + (size_t)j * sj], acc);
+                acc = fmaf(A[GEMM_AIX(ta, i, k, lda)], B[(size_t)k * sk + (size_t)j * sj], acc);
             C[(size_t)i * ldc + j] = acc;
         }
 }
@@ -316,7 +335,7 @@ GEMM_KERNEL(gemm_avx512, __attribute__((target("avx512f"))), 16, 8, __m512, _mm5
             _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, __mmask16,
             gemm_mask512, gemm_load512, gemm_store512)
 
-typedef void gemm_fn(int, int, int, int, int, const float *, int, const float *, int, int, int,
+typedef void gemm_fn(int, int, int, int, int, const float *, int, int, const float *, int, int, int,
                      float *, int);
 
 /* The widest kernel this CPU runs; DIVTRACE_CPU_GEMM_ISA=scalar or avx2
@@ -347,7 +366,7 @@ static gemm_fn *gemm_pick(int *width, int *rtile)
  * whichever part computes it). */
 struct gemm_job {
     gemm_fn *fn;
-    int M, N, K, lda, ldb, tb, ldc, beta, width, rtile;
+    int M, N, K, lda, ta, ldb, tb, ldc, beta, width, rtile;
     int pr, pc; /* the grid: pr row blocks by pc column blocks */
     const float *A, *B;
     float *C;
@@ -424,7 +443,7 @@ static void gemm_part(void *arg, int p, int thread)
     if (j1 > jb->N)
         j1 = jb->N;
     if (i0 < i1 && j0 < j1)
-        jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->B, jb->ldb, jb->tb, jb->beta, jb->C, jb->ldc);
+        jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->ta, jb->B, jb->ldb, jb->tb, jb->beta, jb->C, jb->ldc);
 }
 
 /* Take and run parts of job `job` until none is left or the job is over. */
@@ -649,59 +668,6 @@ static void gemm_grid(struct gemm_job *jb, int threads)
 
 /* ---- the entry ------------------------------------------------------------------ */
 
-/* the calling thread's copy of a transposed A */
-static _Thread_local float *at_p;
-static _Thread_local size_t at_n;
-
-/* The 8 x 8 blocks of rows i0 .. i1 - 1 of the transpose of A (K x M,
- * stride lda) into at (stride K), for k0 .. k1 - 1, through AVX2 registers;
- * *i8 and *k8: where the whole blocks end (gemm_at copies the edges). */
-__attribute__((target("avx2"))) static void gemm_at_avx2(float *at, const float *A, int lda, int K, int i0,
-                                                         int i1, int k0, int k1, int *i8, int *k8)
-{
-    *i8 = i0 + (i1 - i0) / 8 * 8;
-    *k8 = k0 + (k1 - k0) / 8 * 8;
-    for (int i = i0; i < *i8; i += 8)
-        for (int k = k0; k < *k8; k += 8)
-            gemm_t8(at + (size_t)i * K + k, (size_t)K, A + (size_t)k * lda + i, (size_t)lda);
-}
-
-/* The same block of the transpose, whole: in 8 x 8 blocks when vec, the
- * rest one element at a time. */
-static void gemm_at(float *at, const float *A, int lda, int K, int i0, int i1, int k0, int k1, int vec)
-{
-    int i8 = i0, k8 = k0;
-    if (vec)
-        gemm_at_avx2(at, A, lda, K, i0, i1, k0, k1, &i8, &k8);
-    for (int k = k0; k < k1; k++)
-        for (int i = k < k8 ? i8 : i0; i < i1; i++)
-            at[(size_t)i * K + k] = A[(size_t)k * lda + i];
-}
-
-/* op(A) as M x K row-major: A as it is, or, transposed (ta: stored as K x M
- * with stride lda), copied in blocks that stay in cache on both sides (vec:
- * through AVX2 registers, which the vector kernels imply). A copy, no
- * arithmetic: the data gradient's transposed filters, which one element at
- * a time took 7% of PredNet's step here. */
-static const float *gemm_a(int ta, const float *A, int lda, int M, int K, int vec, int *ld)
-{
-    *ld = lda;
-    if (!ta)
-        return A;
-    size_t n = (size_t)M * K + 1;
-    if (at_n < n) {
-        free(at_p);
-        at_p = dt_malloc(n * sizeof *at_p);
-        at_n = n;
-    }
-    enum { TB = 32 };
-    for (int i0 = 0; i0 < M; i0 += TB)
-        for (int k0 = 0; k0 < K; k0 += TB)
-            gemm_at(at_p, A, lda, K, i0, i0 + TB < M ? i0 + TB : M, k0, k0 + TB < K ? k0 + TB : K, vec);
-    *ld = K;
-    return at_p;
-}
-
 void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const float *A, int lda,
                     const float *B, int ldb, int beta, float *C, int ldc)
 {
@@ -709,9 +675,11 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
         return;
     struct gemm_job jb = {.M = M, .N = N, .K = K, .ldc = ldc, .beta = beta, .C = C};
     jb.fn = gemm_pick(&jb.width, &jb.rtile);
-    /* op(A) as M x K (a copy when transposed); op(B) as stored, transposed
-     * where the kernels copy its strips */
-    jb.A = gemm_a(ta, A, lda, M, K, jb.fn != gemm_scalar, &jb.lda);
+    /* A and B as stored: the kernels read A either way round (GEMM_AIX),
+     * and copy B's strips, transposed where tb */
+    jb.A = A;
+    jb.lda = lda;
+    jb.ta = ta;
     jb.B = B;
     jb.ldb = ldb;
     jb.tb = tb;

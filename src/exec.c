@@ -5,6 +5,52 @@
 
 #include "util.h"
 
+#ifdef DT_PROFILE_OPS
+/* A measurement build (-DDT_PROFILE_OPS) sums each node's kernel time and
+ * the hooks' over the steps of one exec, and exec_free prints the sums by
+ * op type and the 40 costliest nodes (every node with DT_PROFILE_OPS_ALL
+ * set) on stderr, in ms a step. */
+#include <stdio.h>
+#include <string.h>
+static double *prof_t, prof_hook;
+static int prof_n;
+static uint64_t prof_steps;
+
+static int prof_cmp(const void *a, const void *b)
+{
+    double x = prof_t[*(const int *)a], y = prof_t[*(const int *)b];
+    return (x < y) - (x > y);
+}
+
+static void prof_print(const struct graph *g)
+{
+    if (!prof_t || !prof_steps || prof_n != g->n)
+        return;
+    double type[OP_COUNT] = {0}, all = 0, k = 1e3 / (double)prof_steps;
+    int cnt[OP_COUNT] = {0};
+    for (int i = 0; i < g->n; i++) {
+        type[g->nodes[i].type] += prof_t[i];
+        cnt[g->nodes[i].type]++;
+        all += prof_t[i];
+    }
+    fprintf(stderr, "profile-ops %d nodes, %llu steps: ops %.3f ms/step, hooks %.3f\n", g->n,
+            (unsigned long long)prof_steps, all * k, prof_hook * k);
+    for (int t = 0; t < OP_COUNT; t++)
+        if (type[t] > 0)
+            fprintf(stderr, "profile-ops type %-22s %5d nodes %9.3f ms/step %5.1f%%\n", op_type_name((enum op_type)t),
+                    cnt[t], type[t] * k, 100 * type[t] / all);
+    int *ord = dt_calloc((size_t)g->n, sizeof *ord);
+    for (int i = 0; i < g->n; i++)
+        ord[i] = i;
+    qsort(ord, (size_t)g->n, sizeof *ord, prof_cmp);
+    int show = getenv("DT_PROFILE_OPS_ALL") ? g->n : 40; /* every node, or the costliest */
+    for (int j = 0; j < show && j < g->n; j++)
+        fprintf(stderr, "profile-ops node %-40s %-20s %8.3f ms/step %zu\n", g->nodes[ord[j]].name,
+                op_type_name(g->nodes[ord[j]].type), prof_t[ord[j]] * k, g->nodes[ord[j]].count);
+    free(ord);
+}
+#endif
+
 /* Node i's storage could not be had: say how much the step needs, release
  * what was allocated, and fail. */
 static int exec_oom(struct exec *e, int i, const char *what)
@@ -55,6 +101,13 @@ void exec_free(struct exec *e)
 {
     if (!e->buf)
         return;
+#ifdef DT_PROFILE_OPS
+    prof_print(e->g);
+    free(prof_t);
+    prof_t = NULL;
+    prof_steps = 0;
+    prof_hook = 0;
+#endif
     for (int i = 0; i < e->g->n; i++) {
         if (e->buf[i]) /* NULL past an allocation that failed */
             e->be->release(e->ctx, e->buf[i]);
@@ -123,6 +176,16 @@ void exec_step(struct exec *e, uint64_t step)
         e->be->step_end(e->ctx, step, arr);
         return;
     }
+#ifdef DT_PROFILE_OPS
+    if (!prof_t || prof_n != e->g->n) {
+        free(prof_t);
+        prof_t = dt_calloc((size_t)e->g->n, sizeof *prof_t);
+        prof_n = e->g->n;
+        prof_steps = 0;
+        prof_hook = 0;
+    }
+    prof_steps++;
+#endif
     for (int i = 0; i < e->g->n; i++) {
         const struct node *nd = &e->g->nodes[i];
         if (nd->type != OP_INPUT && nd->type != OP_PARAM && nd->type != OP_STATE) {
@@ -131,14 +194,26 @@ void exec_step(struct exec *e, uint64_t step)
             backend_op_fn fn = e->override[i] ? e->override[i] : e->be->op[nd->type];
             if (e->be->op_enter)
                 e->be->op_enter(e->ctx, e->g, i);
+#ifdef DT_PROFILE_OPS
+            double t0 = dt_now();
+#endif
             fn(e->ctx, e->g, nd, e->buf[i], in, &st);
+#ifdef DT_PROFILE_OPS
+            prof_t[i] += dt_now() - t0;
+#endif
             if (e->be->op_leave)
                 e->be->op_leave(e->ctx, e->g, i);
             if (e->corrupt)
                 e->corrupt(e->corrupt_arg, i, e->buf[i]);
         }
+#ifdef DT_PROFILE_OPS
+        double th = dt_now();
+#endif
         if (e->hook)
             e->hook(e->hook_arg, i, e->buf[i]);
+#ifdef DT_PROFILE_OPS
+        prof_hook += dt_now() - th;
+#endif
     }
     if (whole) {
         if (e->before_end)
