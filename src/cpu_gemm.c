@@ -328,10 +328,18 @@ __attribute__((target("avx512f"))) static inline void gemm_store512(float *p, __
     _mm512_mask_storeu_ps(p, m, v);
 }
 
-GEMM_KERNEL(gemm_avx2, __attribute__((target("avx2,fma"))), 8, 6, __m256, _mm256_loadu_ps,
+/* rows a tile (the accumulators: twice as many vectors); -D for measuring
+ * builds, the bits the same for any */
+#ifndef GEMM_MR256
+#define GEMM_MR256 6
+#endif
+#ifndef GEMM_MR512
+#define GEMM_MR512 8
+#endif
+GEMM_KERNEL(gemm_avx2, __attribute__((target("avx2,fma"))), 8, GEMM_MR256, __m256, _mm256_loadu_ps,
             _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps, __m256i,
             gemm_mask256, gemm_load256, gemm_store256)
-GEMM_KERNEL(gemm_avx512, __attribute__((target("avx512f"))), 16, 8, __m512, _mm512_loadu_ps,
+GEMM_KERNEL(gemm_avx512, __attribute__((target("avx512f"))), 16, GEMM_MR512, __m512, _mm512_loadu_ps,
             _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, __mmask16,
             gemm_mask512, gemm_load512, gemm_store512)
 
@@ -346,12 +354,12 @@ static gemm_fn *gemm_pick(int *width, int *rtile)
     const char *cap = getenv("DIVTRACE_CPU_GEMM_ISA");
     int scalar = cap && strcmp(cap, "scalar") == 0, avx2 = cap && strcmp(cap, "avx2") == 0;
     *width = 16;
-    *rtile = 6;
+    *rtile = GEMM_MR256;
     if (scalar)
         return gemm_scalar;
     if (!avx2 && __builtin_cpu_supports("avx512f")) {
         *width = 32;
-        *rtile = 8;
+        *rtile = GEMM_MR512;
         return gemm_avx512;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
