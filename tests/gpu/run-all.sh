@@ -84,6 +84,8 @@ R="$DT record -q --data $DIVTRACE_DATA"
 # the CPU kernels under every instruction set this CPU runs (AVX-512 here)
 check test_cpu_gemm 0 -- "$P/bin/test_cpu_gemm"
 check test_stats 0 -- "$P/bin/test_stats"
+check test_conv_cache 0 -- "$P/bin/test_conv_cache"
+check test_conv 0 -- "$P/bin/test_conv"
 check test_gpu_trace 0 -- "$P/bin/test_gpu_trace"
 check test_gpu_trace_paths 0 -- "$P/bin/test_gpu_trace_paths"
 check test_gpu_ops_cuda 0 -- env DIVTRACE_GPU_BACKEND=cuda "$P/bin/test_gpu_ops"
