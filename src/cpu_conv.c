@@ -129,9 +129,22 @@ void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_
 /* dx[c] += col row (c, r, s) shifted back by (dr, ds), for c = c0 .. c1-1
  * and every r, s in that order: each dx element gets its taps in row-major
  * (r, s) order, and only from its own channel's rows (so channels may run
- * on different threads). */
-static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const float *restrict col,
-                                     /* (C*R*S, H*W) */ const struct cpu_conv_shape *sh, int c0, int c1)
+ * on different threads).
+ *
+ * With wt set (the fixed products' data gradient of a convolution of one
+ * output channel, K = 1: PredNet's layer 0), src is dy and the col is not
+ * made: its row (c, r, s) would be the products fma(wt[c, r, s], dy, +0),
+ * and each is added where and when it would be. w * dy differs from
+ * fma(w, dy, +0) only in the sign of an exact zero, and dx, which starts at
+ * +0 and only ever has products added to it, is never -0, so adding a zero
+ * of either sign leaves it as it is: the same bits (test_conv_cache's
+ * test_data_one_channel holds it to the definition, zeros of both signs and
+ * exact cancellations included). The product and the sum are two
+ * statements: never one fused multiply-add. The col was 36 floats written
+ * and read back for every 4 multiply-adds there. */
+static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const float *restrict src,
+                                     /* (C*R*S, H*W), or dy (H,W) */ const float *restrict wt, /* NULL, or (1,C,R,S) */
+                                     const struct cpu_conv_shape *sh, int c0, int c1)
 {
     size_t W = (size_t)sh->w, HW = (size_t)sh->h * W;
     memset(dx + (size_t)c0 * HW, 0, (size_t)(c1 - c0) * HW * sizeof *dx);
@@ -140,39 +153,51 @@ static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const flo
         for (int r = 0; r < sh->r; r++)
             for (int s = 0; s < sh->s; s++) {
                 size_t row = ((size_t)c * (size_t)sh->r + (size_t)r) * (size_t)sh->s + (size_t)s;
-                const float *restrict src = col + row * HW;
+                const float *restrict rs = wt ? src : src + row * HW;
+                float wv = wt ? wt[row] : 0.0f;
                 int dr = r - sh->r / 2, ds = s - sh->s / 2;
                 int h_lo = dr < 0 ? -dr : 0, h_hi = dr > 0 ? sh->h - dr : sh->h;
                 int w_lo = ds < 0 ? -ds : 0, w_hi = ds > 0 ? sh->w - ds : sh->w;
                 for (int h = h_lo; h < h_hi; h++) {
                     float *restrict d = dc + (size_t)(h + dr) * W + (size_t)(w_lo + ds);
-                    const float *restrict t = src + (size_t)h * W + (size_t)w_lo;
-                    for (int j = 0; j < w_hi - w_lo; j++)
-                        d[j] += t[j];
+                    const float *restrict t = rs + (size_t)h * W + (size_t)w_lo;
+                    if (wt)
+                        for (int j = 0; j < w_hi - w_lo; j++) {
+                            float p = wv * t[j];
+                            d[j] += p;
+                        }
+                    else
+                        for (int j = 0; j < w_hi - w_lo; j++)
+                            d[j] += t[j];
                 }
             }
     }
 }
 
-struct cpu_col2im_job {
+/* A data gradient's sums into dx in parts of channels: col2im of a col, or
+ * (wt set) the one-output-channel gradient of dy. */
+struct cpu_channels_job {
     float *dx;
-    const float *col;
+    const float *src;             /* the col, or dy */
+    const float *wt;              /* NULL: col2im */
     const struct cpu_conv_shape *sh;
     int parts;
 };
 
-static void cpu_conv_col2im_part(void *arg, int p, int thread)
+static void cpu_conv_channels_part(void *arg, int p, int thread)
 {
-    const struct cpu_col2im_job *j = arg;
+    const struct cpu_channels_job *j = arg;
     (void)thread;
     size_t c0, c1;
     cpu_pool_part((size_t)j->sh->c, j->parts, p, 1, &c0, &c1);
-    cpu_conv_col2im_channels(j->dx, j->col, j->sh, (int)c0, (int)c1);
+    cpu_conv_col2im_channels(j->dx, j->src, j->wt, j->sh, (int)c0, (int)c1);
 }
 
-/* col2im on up to `threads` threads, split by channels when there is work
- * enough (64K taps' adds a part, at most CPU_POOL_PARTS parts a thread) */
-static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_shape *sh, int threads)
+/* col2im (or with wt, the one-output-channel gradient of dy = src) on up
+ * to `threads` threads, split by channels when there is work enough (64K
+ * taps' adds a part, at most CPU_POOL_PARTS parts a thread) */
+static void cpu_conv_col2im(float *dx, const float *src, const float *wt, const struct cpu_conv_shape *sh,
+                            int threads)
 {
     long work = (long)sh->c * sh->r * sh->s * sh->h * sh->w;
     int parts = threads > 1 ? threads * CPU_POOL_PARTS : 1;
@@ -181,11 +206,11 @@ static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_s
     if (parts > work / 65536)
         parts = (int)(work / 65536);
     if (parts <= 1) {
-        cpu_conv_col2im_channels(dx, col, sh, 0, sh->c);
+        cpu_conv_col2im_channels(dx, src, wt, sh, 0, sh->c);
         return;
     }
-    struct cpu_col2im_job j = {dx, col, sh, parts};
-    cpu_pool_run(threads, parts, cpu_conv_col2im_part, &j);
+    struct cpu_channels_job j = {dx, src, wt, sh, parts};
+    cpu_pool_run(threads, parts, cpu_conv_channels_part, &j);
 }
 
 /* *p with room for n floats (*cap of them allocated); -1 when there is
@@ -326,61 +351,7 @@ static void cpu_conv_bwd_data_part(void *arg, int b, int thread)
                    col, hw);
     struct cpu_conv_shape sub = *sh;
     sub.c = c1 - c0;
-    cpu_conv_col2im_channels(j->dx + (size_t)c0 * (size_t)hw, col, &sub, 0, sub.c);
-}
-
-/* The fixed products' data gradient of a convolution of one output channel
- * (K = 1: PredNet's layer 0), channels [c0, c1) of one batch item, without
- * the col: each col element would be the one product fma(w, dy, +0), and
- * col2im would add it to dx tap by tap; here each product is added where
- * and when col2im adds it. w * dy differs from fma(w, dy, +0) only in the
- * sign of an exact zero, and dx, which starts at +0 and only ever has
- * products added to it, is never -0, so adding a zero of either sign leaves
- * it as it is: the same bits (test_conv_cache's test_data_one_channel holds
- * it to the definition, zeros of both signs and exact cancellations
- * included). The product and the sum are two statements: never one fused
- * multiply-add. The col was 36 floats written and read back for every 4
- * multiply-adds here. */
-static void cpu_conv_bwd_data_k1(float *restrict dx, /* (C,H,W) */ const float *restrict dy, /* (H,W) */
-                                 const float *restrict wt, /* (1,C,R,S) */ const struct cpu_conv_shape *sh,
-                                 int c0, int c1)
-{
-    size_t W = (size_t)sh->w, HW = (size_t)sh->h * W;
-    memset(dx + (size_t)c0 * HW, 0, (size_t)(c1 - c0) * HW * sizeof *dx);
-    for (int c = c0; c < c1; c++) {
-        float *restrict dc = dx + (size_t)c * HW;
-        for (int r = 0; r < sh->r; r++)
-            for (int s = 0; s < sh->s; s++) {
-                float wv = wt[((size_t)c * (size_t)sh->r + (size_t)r) * (size_t)sh->s + (size_t)s];
-                int dr = r - sh->r / 2, ds = s - sh->s / 2;
-                int h_lo = dr < 0 ? -dr : 0, h_hi = dr > 0 ? sh->h - dr : sh->h;
-                int w_lo = ds < 0 ? -ds : 0, w_hi = ds > 0 ? sh->w - ds : sh->w;
-                for (int h = h_lo; h < h_hi; h++) {
-                    float *restrict d = dc + (size_t)(h + dr) * W + (size_t)(w_lo + ds);
-                    const float *restrict t = dy + (size_t)h * W + (size_t)w_lo;
-                    for (int j = 0; j < w_hi - w_lo; j++) {
-                        float p = wv * t[j];
-                        d[j] += p;
-                    }
-                }
-            }
-    }
-}
-
-struct cpu_bwd_data_k1_job {
-    float *dx;
-    const float *dy, *wt;
-    const struct cpu_conv_shape *sh;
-    int parts;
-};
-
-static void cpu_conv_bwd_data_k1_part(void *arg, int p, int thread)
-{
-    const struct cpu_bwd_data_k1_job *j = arg;
-    (void)thread;
-    size_t c0, c1;
-    cpu_pool_part((size_t)j->sh->c, j->parts, p, 1, &c0, &c1);
-    cpu_conv_bwd_data_k1(j->dx, j->dy, j->wt, j->sh, (int)c0, (int)c1);
+    cpu_conv_col2im_channels(j->dx + (size_t)c0 * (size_t)hw, col, NULL, &sub, 0, sub.c);
 }
 
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
@@ -388,21 +359,10 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
                        const struct cpu_conv_shape *sh)
 {
     int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
-    if (sc->gemm && sc->gemm->fixed && sh->k == 1) {
-        int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1;
-        long work = (long)sh->c * sh->r * sh->s * hw; /* multiply-adds an item: 64K a part at least */
-        int parts = threads > 1 ? threads * CPU_POOL_PARTS : 1;
-        parts = parts > sh->c ? sh->c : parts;
-        parts = parts > work / 65536 ? (int)(work / 65536) : parts;
-        struct cpu_bwd_data_k1_job j = {.wt = wt, .sh = sh, .parts = parts < 1 ? 1 : parts};
-        for (int n = 0; n < sh->n; n++) {
-            j.dx = dx + (size_t)n * (size_t)sh->c * (size_t)hw;
-            j.dy = dy + (size_t)n * (size_t)hw;
-            if (j.parts <= 1)
-                cpu_conv_bwd_data_k1(j.dx, j.dy, wt, sh, 0, sh->c);
-            else
-                cpu_pool_run(threads, j.parts, cpu_conv_bwd_data_k1_part, &j);
-        }
+    if (sc->gemm && sc->gemm->fixed && sh->k == 1) { /* no col (cpu_conv_col2im_channels) */
+        for (int n = 0; n < sh->n; n++)
+            cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, dy + (size_t)n * (size_t)hw, wt, sh,
+                            sc->gemm->threads);
         return;
     }
     if (sc->gemm && sc->gemm->fixed) {
@@ -425,7 +385,7 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
     for (int n = 0; n < sh->n; n++) {
         cpu_gemm(sc->gemm, 1, 0, crs, hw, sh->k, wt, crs,
                  dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, 0, col, hw);
-        cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, sh,
+        cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, NULL, sh,
                         sc->gemm ? sc->gemm->threads : 1);
     }
 }
