@@ -93,15 +93,19 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
             strip[(size_t)k * sw + cc] = B[(size_t)(j + cc) * ldb + k];
 }
 
-/* C[i0..i1) x [j0..j1) of the product: A (M x K, row stride lda), B (K x N,
- * row stride ldb), C (row stride ldc), each step acc = fma(a, b, acc). A
- * tile is MR rows by two vectors of VW columns (the rows past the last
- * whole tile in tiles of 4, 2 and 1 rows); the columns past the last whole
- * tile a vector at a time, masked (each lane rounds as fmaf does). */
-/* Element (row r, k) of op(A) from A as stored: M x K (AT 0) or, transposed,
- * K x M (AT 1, where a tile's rows at one k lie side by side); AT is a
- * constant, so each kernel is compiled for one layout. */
-#define GEMM_AIX(AT, r, k, lda) ((AT) ? (size_t)(k) * (size_t)(lda) + (size_t)(r) : (size_t)(r) * (size_t)(lda) + (size_t)(k))
+/* C[i0..i1) x [j0..j1) of the product: op(A) (M x K, A stored with row
+ * stride lda as M x K, or as K x M when transposed), B (K x N, row stride
+ * ldb), C (row stride ldc), each step acc = fma(a, b, acc). A tile is MR
+ * rows by two vectors of VW columns (the rows past the last whole tile in
+ * tiles of 4, 2 and 1 rows); the columns past the last whole tile a vector
+ * at a time, masked (each lane rounds as fmaf does).
+ *
+ * GEMM_AIX: where element (row r, k) of op(A) lies in A as stored, M x K
+ * (AT 0) or K x M (AT 1, a tile's rows at one k side by side, so no
+ * transposed copy is made); AT is a constant in each kernel, which is
+ * compiled once for each layout. */
+#define GEMM_AIX(AT, r, k, lda)                                                                 \
+    ((AT) ? (size_t)(k) * (size_t)(lda) + (size_t)(r) : (size_t)(r) * (size_t)(lda) + (size_t)(k))
 
 /* The tile of rows i .. i + R - 1, R a constant: its loops over rows
  * unrolled, so that the accumulators live in registers. */
