@@ -2,12 +2,14 @@
  * executor's thread (see tracer.h). The executor hands over ops in order;
  * the takers (a worker thread of the tracer's own, and the backend's
  * threads while they wait for its next job) take them in that order, one
- * at a time. At the end of a step (tracer_sync, before anything
- * overwrites a traced buffer) the main thread takes the ops none has
- * reached from the other end of the queue, instead of waiting for them; a
- * slot's claim decides who makes a record. Once every record is made, the
- * step's ops are checked for non-finite values in their order, so an op's
- * inputs always have their records by then. */
+ * at a time. When a step's records are due (tracer_sync; deferred, before
+ * the next step's first update of a leaf, which overwrites a buffer the
+ * records read) the main thread takes the ops none has reached from the
+ * other end of that step's ops, instead of waiting for them; a slot's
+ * claim decides who makes a record. Once every record is made, the step's
+ * ops are checked for non-finite values in their order, so an op's inputs
+ * always have their records by then. Each queue slot keeps its buffer and
+ * its step's parity, so that two steps can be in flight. */
 #include "tracer.h"
 
 #include <pthread.h>
@@ -30,6 +32,12 @@
  * end of the step), not for every op: PredNet's step has thousands of small
  * ops, and a wake-up per op cost the training thread a system call each. */
 #define TRACER_KICK_BYTES (1u << 20)
+/* Deferred records on the cpu backend keep a second copy of a step's op
+ * outputs (exec_double) in host memory: only up to this much. Below it a
+ * step is short, and its last ops' records (made after its last op when
+ * not deferred) are a large part of it: the autoencoder's 4 MB. PredNet's
+ * 1.5 GB at 64x64 showed no gain from deferring (300 ms steps). */
+#define TRACER_DEFER_HOST_BYTES ((size_t)256 << 20)
 
 static inline void tracer_relax(void)
 {
@@ -63,8 +71,12 @@ struct tracer {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake;
-    const backend_buf **buf;   /* per node: its buffer, set before it is queued */
-    int *queue;                /* g->n slots: at most one step is in flight */
+    const backend_buf **buf;   /* per node: its buffer (batch mode) */
+    /* 2 g->n slots: at most two steps are in flight (one when not deferred) */
+    int nslots;
+    int *queue;                /* per slot: the node */
+    const backend_buf **qbuf;  /* per slot: its buffer when it was queued */
+    unsigned char *qpar;       /* per slot: its step's parity (which records) */
     atomic_ullong *claim;      /* per slot: 1 + the push number last claimed there */
     /* (a cache line apart: the takers poll them while the main thread
      * pushes; the struct is not over-aligned, since calloc makes it) */
@@ -73,9 +85,17 @@ struct tracer {
     char pad1[64];
     atomic_ullong next;        /* the next push number the takers take */
     char pad2[64];
-    atomic_ullong made;        /* records made (one per push number) */
+    atomic_int made[2];        /* records made of the step of each parity */
     char pad3[64];
     unsigned long long first;  /* the push number of this step's first op */
+    /* the step whose ops are all queued and whose records are not final
+     * yet (tracer_async_finish makes them so): its ops are the push
+     * numbers [afirst, aend); deferred, it may be the step before the
+     * current one, until the current one is about to write a leaf */
+    int apending;
+    uint64_t astep;
+    unsigned long long afirst, aend;
+    unsigned char *upd;        /* per node: 1 when it is a leaf's update (the step writes a leaf's buffer) */
     atomic_int sleeping, stop;
     size_t pending;            /* bytes queued since the worker was last woken */
     /* batch mode (a backend with trace_batch): ops of this step, in order */
@@ -125,38 +145,39 @@ static void tracer_carry_check(struct tracer *t, uint64_t step, const struct tra
     t->carry_have = 1;
 }
 
-static void tracer_process(struct tracer *t, int i, const backend_buf *buf)
+static void tracer_process(struct tracer *t, int i, const backend_buf *buf, struct trace_oprec *rec)
 {
     const struct node *nd = &t->g->nodes[i];
 #if defined(DT_PROFILE_TRACER_NONE) || defined(DT_PROFILE_TRACER_HASH)
     /* measuring builds: what tracing costs without reading the outputs at
      * all, and with only their hash (no statistics); the carry check then
      * finds faults, which the benchmarks print and go on */
-    memset(&t->rec[i], 0, sizeof t->rec[i]);
+    memset(&rec[i], 0, sizeof rec[i]);
 #ifdef DT_PROFILE_TRACER_HASH
-    t->rec[i].hash = hash_bytes(buf, nd->count * sizeof(float));
+    rec[i].hash = hash_bytes(buf, nd->count * sizeof(float));
 #else
-    t->rec[i].hash = (uint64_t)i;
+    rec[i].hash = (uint64_t)i;
 #endif
     (void)buf;
 #else
-    t->be->trace(t->ctx, buf, nd->count, &t->rec[i]);
+    t->be->trace(t->ctx, buf, nd->count, &rec[i]);
 #endif
-    t->rec[i].op = (uint32_t)i;
+    rec[i].op = (uint32_t)i;
 }
 
-/* The non-finite watch for op i, its inputs' records made: the first op
- * of the run to make NaN or Inf from finite inputs. */
-static void tracer_watch(struct tracer *t, int i)
+/* The non-finite watch for op i of step `step` (records rec), its
+ * inputs' records made: the first op of the run to make NaN or Inf from
+ * finite inputs. */
+static void tracer_watch(struct tracer *t, const struct trace_oprec *rec, uint64_t step, int i)
 {
     const struct node *nd = &t->g->nodes[i];
-    if (t->nonfinite_op >= 0 || tracer_finite(&t->rec[i]))
+    if (t->nonfinite_op >= 0 || tracer_finite(&rec[i]))
         return;
     for (int k = 0; k < nd->ninputs; k++)
-        if (!tracer_finite(&t->rec[nd->inputs[k]]))
+        if (!tracer_finite(&rec[nd->inputs[k]]))
             return;
     t->nonfinite_op = i;
-    t->nonfinite_step = t->step;
+    t->nonfinite_step = step;
 }
 
 /* Whether the caller gets push number p's op to make its record: a taker
@@ -165,7 +186,7 @@ static void tracer_watch(struct tracer *t, int i)
  * only now fails once any later push in that slot was claimed. */
 static int tracer_claim(struct tracer *t, unsigned long long p)
 {
-    atomic_ullong *c = &t->claim[p % (unsigned)t->g->n];
+    atomic_ullong *c = &t->claim[p % (unsigned)t->nslots];
     unsigned long long v = atomic_load(c);
     while (v < p + 1)
         if (atomic_compare_exchange_weak(c, &v, p + 1))
@@ -176,9 +197,10 @@ static int tracer_claim(struct tracer *t, unsigned long long p)
 /* The record of push number p's op, which the caller has claimed. */
 static void tracer_make(struct tracer *t, unsigned long long p)
 {
-    int i = t->queue[p % (unsigned)t->g->n];
-    tracer_process(t, i, t->buf[i]);
-    atomic_fetch_add(&t->made, 1);
+    unsigned slot = (unsigned)(p % (unsigned)t->nslots);
+    int par = t->qpar[slot];
+    tracer_process(t, t->queue[slot], t->qbuf[slot], t->recs[par]);
+    atomic_fetch_add(&t->made[par], 1);
 }
 
 /* A taker: the next op in the queue, its record made unless the main
@@ -258,13 +280,21 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
         t->carry[k] = dt_calloc((size_t)g->n, sizeof *t->carry[k]);
     t->nonfinite_op = -1;
     t->buf = dt_calloc((size_t)g->n, sizeof *t->buf);
-    t->queue = dt_calloc((size_t)g->n, sizeof *t->queue);
-    t->claim = dt_calloc((size_t)g->n, sizeof *t->claim);
-    for (int k = 0; k < g->n; k++)
+    t->nslots = 2 * (g->n ? g->n : 1);
+    t->queue = dt_calloc((size_t)t->nslots, sizeof *t->queue);
+    t->qbuf = dt_calloc((size_t)t->nslots, sizeof *t->qbuf);
+    t->qpar = dt_calloc((size_t)t->nslots, 1);
+    t->claim = dt_calloc((size_t)t->nslots, sizeof *t->claim);
+    for (int k = 0; k < t->nslots; k++)
         atomic_init(&t->claim[k], 0);
+    t->upd = dt_calloc((size_t)(g->n ? g->n : 1), 1);
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].next >= 0)
+            t->upd[g->nodes[i].next] = 1;
     atomic_init(&t->pushed, 0);
     atomic_init(&t->next, 0);
-    atomic_init(&t->made, 0);
+    atomic_init(&t->made[0], 0);
+    atomic_init(&t->made[1], 0);
     atomic_init(&t->sleeping, 0);
     atomic_init(&t->stop, 0);
     pthread_mutex_init(&t->mu, NULL);
@@ -276,6 +306,10 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
         t->bcount = dt_calloc((size_t)g->n, sizeof *t->bcount);
         t->bnode = dt_calloc((size_t)g->n, sizeof *t->bnode);
         t->brec = dt_calloc((size_t)g->n, sizeof *t->brec);
+        return t;
+    }
+    if (cores < 0) { /* queued, and made by the caller's thread at sync or flush only */
+        t->async = 1;
         return t;
     }
     /* The backend's threads take ops while they wait for its work; a
@@ -313,6 +347,9 @@ void tracer_free(struct tracer *t)
     free(t->carry[1]);
     free(t->buf);
     free(t->queue);
+    free(t->qbuf);
+    free(t->qpar);
+    free(t->upd);
     free((void *)t->claim);
     free(t->bbuf);
     free(t->bcount);
@@ -330,15 +367,32 @@ void tracer_begin(struct tracer *t, uint64_t step)
     t->step = step;
     t->rec = t->recs[step & 1];
     t->first = atomic_load(&t->pushed);
+    /* the last step of this parity is final: every record of it made */
+    atomic_store(&t->made[step & 1], 0);
 }
 
 int tracer_defer(struct tracer *t)
 {
     if (t->deferred)
         return 1;
-    if (!t->batch || !t->be->trace_batch_async || !t->be->trace_defer || t->begun ||
-        t->be->trace_defer(t->ctx, 1) < 0)
+    const char *env = getenv("DIVTRACE_TRACE_DEFER");
+    if (t->begun || (env && strcmp(env, "0") == 0))
         return 0;
+    if (t->batch) {
+        if (!t->be->trace_batch_async || !t->be->trace_defer || t->be->trace_defer(t->ctx, 1) < 0)
+            return 0;
+    } else if (!t->async) {
+        return 0; /* records made by the executor's thread: nothing to overlap */
+    } else if (!(env && strcmp(env, "1") == 0)) {
+        size_t bytes = 0;
+        for (int i = 0; i < t->g->n; i++) {
+            enum op_type ty = t->g->nodes[i].type;
+            if (ty != OP_PARAM && ty != OP_STATE && !t->upd[i])
+                bytes += t->g->nodes[i].count * sizeof(float);
+        }
+        if (bytes > TRACER_DEFER_HOST_BYTES)
+            return 0;
+    }
     int n = t->g->n;
     t->recs[1] = dt_calloc((size_t)n, sizeof *t->recs[1]);
     t->dnode = dt_calloc((size_t)n, sizeof *t->dnode);
@@ -415,9 +469,52 @@ static void tracer_batch_finish(struct tracer *t)
     t->nbatch = 0;
 }
 
+/* The records of step astep, whose ops are all queued, made (by the
+ * caller's thread from the last one back, while the takers go on in
+ * order) and final: watched for non-finite values in op order and checked
+ * for carry faults. */
+static void tracer_async_finish(struct tracer *t)
+{
+    DT_PROF_MARK(t0);
+    if (t->worker)
+        tracer_kick(t);
+    unsigned long long end = t->aend;
+    int par = (int)(t->astep & 1);
+    /* the ops no taker has reached, from the last one back, until one a
+     * taker has claimed (they take in order: so have they all before it) */
+    for (unsigned long long p = end; p > atomic_load(&t->next);) {
+        p--;
+        if (!tracer_claim(t, p))
+            break;
+        tracer_make(t, p);
+    }
+    int want = (int)(end - t->afirst);
+    for (int spin = 0; atomic_load(&t->made[par]) != want; spin++) {
+        if (spin < TRACER_SPIN)
+            tracer_relax();
+        else
+            sched_yield(); /* a taker may be waiting for a core */
+    }
+    /* every op of the step is made: what the takers have not reached of it
+     * was made here */
+    unsigned long long nx = atomic_load(&t->next);
+    while (nx < end && !atomic_compare_exchange_weak(&t->next, &nx, end))
+        ;
+    for (unsigned long long p = t->afirst; p < end; p++)
+        tracer_watch(t, t->recs[par], t->astep, t->queue[p % (unsigned)t->nslots]);
+    tracer_carry_check(t, t->astep, t->recs[par]);
+    t->final_step = (int64_t)t->astep;
+    t->apending = 0;
+    DT_PROF_ADD(DT_PROF_FLUSH, t0);
+}
+
 /* A deferred step's records, if one is due. */
 void tracer_flush(struct tracer *t)
 {
+    if (t->apending) {
+        tracer_async_finish(t);
+        return;
+    }
     if (!t->dpending)
         return;
     t->dpending = 0;
@@ -445,19 +542,26 @@ void tracer_hook(void *arg, int i, const backend_buf *buf)
         return;
     }
     if (!t->async) {
-        tracer_process(t, i, buf);
-        tracer_watch(t, i);
+        tracer_process(t, i, buf, t->rec);
+        tracer_watch(t, t->rec, t->step, i);
         return;
     }
     unsigned long long p = atomic_load(&t->pushed);
-    t->buf[i] = buf;
-    t->queue[p % (unsigned)t->g->n] = i;
+    unsigned slot = (unsigned)(p % (unsigned)t->nslots);
+    t->queue[slot] = i;
+    t->qbuf[slot] = buf;
+    t->qpar[slot] = (unsigned char)(t->step & 1);
     atomic_store(&t->pushed, p + 1);
     t->pending += t->g->nodes[i].count * sizeof(float);
     if (t->worker && t->pending >= TRACER_KICK_BYTES) {
         t->pending = 0;
         tracer_kick(t);
     }
+    /* Deferred: the last step's records read its leaves' buffers, which
+     * this step's updates overwrite (its op outputs are in buffers of
+     * their own, exec_double): they are made before the first update. */
+    if (t->apending && t->astep != t->step && i + 1 < t->g->n && t->upd[i + 1])
+        tracer_async_finish(t);
 }
 
 void tracer_sync(struct tracer *t)
@@ -484,35 +588,28 @@ void tracer_sync(struct tracer *t)
         t->requested = 0;
         return;
     }
+    if (!t->begun)
+        return;
     if (t->async) {
+        if (t->apending && t->astep != t->step)
+            tracer_async_finish(t); /* the last step's: before this one queues its own */
+        if (t->final_step == (int64_t)t->step || (t->apending && t->astep == t->step))
+            return; /* final, or on its way */
+        t->apending = 1;
+        t->astep = t->step;
+        t->afirst = t->first;
+        t->aend = atomic_load(&t->pushed);
+        t->first = t->aend;
         t->pending = 0;
-        if (t->worker)
-            tracer_kick(t);
-        /* the ops no taker has reached, from the last one back, until one
-         * a taker has claimed (they take in order: so have they all before
-         * that one) */
-        unsigned long long pushed = atomic_load(&t->pushed);
-        for (unsigned long long p = pushed; p > atomic_load(&t->next);) {
-            p--;
-            if (!tracer_claim(t, p))
-                break;
-            tracer_make(t, p);
+        if (t->deferred) {
+            if (t->worker)
+                tracer_kick(t);
+        } else {
+            tracer_async_finish(t);
         }
-        for (int spin = 0; atomic_load(&t->made) != pushed; spin++) {
-            if (spin < TRACER_SPIN)
-                tracer_relax();
-            else
-                sched_yield(); /* a taker may be waiting for a core */
-        }
-        /* every op is made: the takers have nothing left to take */
-        unsigned long long nx = atomic_load(&t->next);
-        while (nx < pushed && !atomic_compare_exchange_weak(&t->next, &nx, pushed))
-            ;
-        for (unsigned long long p = t->first; p < pushed; p++)
-            tracer_watch(t, t->queue[p % (unsigned)t->g->n]);
-        t->first = pushed;
+        return;
     }
-    if (t->begun && t->final_step != (int64_t)t->step) {
+    if (t->final_step != (int64_t)t->step) {
         tracer_carry_check(t, t->step, t->rec);
         t->final_step = (int64_t)t->step;
     }

@@ -20,7 +20,9 @@ struct tracer;
 
 /* cores: how many cores the process may run on. With more than one,
  * records are made off the caller's thread: by the backend's lent threads,
- * and by a worker of the tracer's own where those leave a core free. */
+ * and by a worker of the tracer's own where those leave a core free. Below
+ * 0 (for tests): queued, but made only by the caller's thread, at
+ * tracer_sync (or, deferred, where the next step would overwrite them). */
 struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, void *ctx,
                           int cores);
 void tracer_free(struct tracer *t);
@@ -37,13 +39,20 @@ void tracer_sync(struct tracer *t);
 
 /* This step's record of every node (after tracer_sync). */
 const struct trace_oprec *tracer_records(const struct tracer *t);
-/* Deferred records (batch mode on a backend with trace_defer; call before
- * the first step; 1 when on, 0 when the backend cannot): tracer_sync then
- * leaves a step's records on their way while the next step runs; they
- * are taken (and watched for non-finite values) when the next step asks
- * for its own, at the next tracer_sync of a step that is not run as a
- * unit, or at tracer_flush. The executor's buffers must not be reused by
- * the next step meanwhile (exec_double). */
+/* Deferred records (call before the first step; 1 when on, 0 when not):
+ * tracer_sync then leaves a step's records on their way while the next
+ * step runs. The executor's buffers must not be reused by the next step
+ * meanwhile (exec_double).
+ * - Batch mode, on a backend with trace_defer: the records are taken (and
+ *   watched for non-finite values) when the next step asks for its own,
+ *   at the next tracer_sync of a step that is not run as a unit, or at
+ *   tracer_flush.
+ * - Records made off the caller's thread (the cpu backend with a second
+ *   core), when a step's op outputs take at most 256 MiB: the takers go on
+ *   with them in the next step, and the caller's thread makes what is left
+ *   in tracer_hook before the next step's first update of a leaf (which
+ *   overwrites the buffer a leaf's record reads), or at tracer_flush.
+ * DIVTRACE_TRACE_DEFER=0 turns it off; =1 lifts the 256 MiB cap. */
 int tracer_defer(struct tracer *t);
 /* Take the records still on their way, if any. */
 void tracer_flush(struct tracer *t);

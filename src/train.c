@@ -271,9 +271,11 @@ static int train_setup(struct train_state *s)
             return DT_ERR;
         s->twin = 1;
     }
-    /* Pipelined (a GPU backend running the step as a graph): a step's
-     * records are made while the next step runs, and its summary is
-     * written once the next step is under way. Not with the mpfr
+    /* Pipelined (a GPU backend running the step as a graph, or the cpu
+     * backend's tracer with a core beside the training thread and op
+     * outputs of at most 256 MiB): a step's records are made while the
+     * next step runs, and its summary is written once the next step is
+     * under way. Not with the mpfr
      * self-check, nor with --stop-on-nonfinite (the step after the one that
      * made a NaN would already have run). Before run_describe: the header
      * says so. */

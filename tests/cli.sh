@@ -20,6 +20,10 @@ if command -v taskset >/dev/null && [ "$(nproc)" -gt 1 ]; then
     expect 0 "record on one core" -- taskset -c 0 $R -o "$T/a1core.dtr"
     expect 0 "one-core and two-core traces are the same bytes" -- cmp "$T/a.dtr" "$T/a1core.dtr"
 fi
+# records made while the next step runs (the autoencoder's default with a
+# second core) or within each step: the same bytes
+expect 0 "record with each step traced within itself" -- env DIVTRACE_TRACE_DEFER=0 $R -o "$T/a_within.dtr"
+expect 0 "deferred and in-step records are the same bytes" -- cmp "$T/a.dtr" "$T/a_within.dtr"
 
 # --- thread counts: 1, 2 and 4 OpenBLAS threads give three different results,
 # each stable run to run; diff names step 0 and a matrix product as an origin.

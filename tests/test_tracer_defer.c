@@ -1,15 +1,22 @@
 /* test_tracer_defer.c: deferred trace records (tracer_defer, exec_double),
- * the way `divtrace record` pipelines a GPU run: a step's records are
- * taken while the next step runs, and its summary is written after the
- * next step has begun. The GPU backends are the ones that defer; here a
- * backend built from cpu's kernels does, and computes a step's records
- * only when they are waited for, after the next step's ops have run (as a
- * GPU's trace kernels run beside the next step). Its records must equal
- * those of the plain cpu backend traced step by step, for every op of
- * every step, with a fault (a changed leaf) in the middle, which both
- * report as a carry fault of that step and no other; and without
- * exec_double the same run must give wrong records, which shows that the
- * check can fail. */
+ * the way `divtrace record` pipelines a run: a step's records are taken
+ * while the next step runs, and its summary is written after the next
+ * step has begun.
+ * - A GPU backend defers its batch of records: here a backend built from
+ *   cpu's kernels does, and computes a step's records only when they are
+ *   waited for, after the next step's ops have run (as a GPU's trace
+ *   kernels run beside the next step).
+ * - On the cpu backend the tracer's own takers go on with a step's
+ *   records while the next step runs, and the executor's thread makes
+ *   what is left before that step's first update of a leaf. With no
+ *   takers at all (tracer_new's cores < 0) every record of a step is made
+ *   then, after the next step's forward and backward ops have run; with a
+ *   worker thread, whenever it gets to them.
+ * Either way the records must equal those of the plain cpu backend traced
+ * step by step, for every op of every step, with a fault (a changed leaf)
+ * in the middle, which both report as a carry fault of that step and no
+ * other; and without exec_double the same run must give wrong records,
+ * which shows that the check can fail. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -111,10 +118,10 @@ struct side {
     struct tracer *tr;
 };
 
-static void side_open(struct side *s, struct run *r, const struct backend_ops *be)
+static void side_open(struct side *s, struct run *r, const struct backend_ops *be, int cores)
 {
     tu_exec_like(&s->e, r, be); /* the run's initial leaves */
-    s->tr = tracer_new(&r->g, be, r->ctx, 0);
+    s->tr = tracer_new(&r->g, be, r->ctx, cores);
     s->e.hook = tracer_hook;
     s->e.hook_arg = s->tr;
     s->e.before_end = tracer_before_end;
@@ -176,8 +183,8 @@ static int run_pair(int double_buffer)
     }
 
     struct side ref, def;
-    side_open(&ref, &r, cpu);
-    side_open(&def, &r, &mock);
+    side_open(&ref, &r, cpu, 0);
+    side_open(&def, &r, &mock, 0);
     assert_int_equal(tracer_defer(def.tr), 1);
     if (double_buffer)
         exec_double(&def.e);
@@ -267,6 +274,100 @@ static int run_pair(int double_buffer)
     return bad;
 }
 
+/* The cpu backend's own deferral: a tracer whose records are made off
+ * the executor's thread (cores: -1, none but the caller's at the flush
+ * points; 4, a worker thread too) against the plain one, step by step.
+ * Counts the ops whose records differ. */
+static int run_async(int cores, int double_buffer)
+{
+    struct train_config tc;
+    struct run r;
+    tu_small_run(&r, &tc, STEPS);
+    cpu = r.be;
+    struct side ref, def;
+    side_open(&ref, &r, cpu, 0);
+    side_open(&def, &r, cpu, cores);
+    assert_int_equal(tracer_defer(def.tr), 1);
+    if (double_buffer)
+        assert_int_equal(exec_double(&def.e), 0);
+    int leaf = -1, first_update = r.g.n;
+    for (int i = 0; i < r.g.n; i++) {
+        const struct node *nd = &r.g.nodes[i];
+        if (leaf < 0 && nd->type == OP_PARAM && nd->next >= 0)
+            leaf = i;
+        if (nd->next >= 0 && nd->next < first_update)
+            first_update = nd->next;
+    }
+    assert_true(leaf >= 0 && first_update < r.g.n);
+
+    float *batch = dt_malloc(r.nbatch * sizeof *batch);
+    struct trace_oprec *want = dt_calloc((size_t)r.g.n, sizeof *want);
+    struct trace_oprec *prev = dt_calloc((size_t)r.g.n, sizeof *prev);
+    int bad = 0, compared = 0;
+    for (uint64_t step = 0; step < STEPS; step++) {
+        /* the plain tracer's records of the last step, for the comparison */
+        memcpy(prev, want, (size_t)r.g.n * sizeof *want);
+        tracer_begin(ref.tr, step);
+        if (step == DIRTY_STEP)
+            side_poke(&ref, leaf);
+        tu_exec_inputs(&ref.e, &r, step, batch);
+        exec_step(&ref.e, step);
+        tracer_sync(ref.tr);
+        check_carry(ref.tr, step, leaf);
+        memcpy(want, tracer_records_of(ref.tr, step), (size_t)r.g.n * sizeof *want);
+        exec_advance(&ref.e);
+
+        tracer_begin(def.tr, step);
+        if (step == DIRTY_STEP) {
+            tracer_flush(def.tr); /* as train.c before a fault */
+            side_poke(&def, leaf);
+        }
+        tu_exec_inputs(&def.e, &r, step, batch);
+        exec_step(&def.e, step);
+        tracer_sync(def.tr);
+        if (cores < 0) /* nothing made this step's records yet; the last step's are final */
+            assert_int_equal(tracer_done(def.tr), (int64_t)step - 1);
+        if (step > 0) {
+            assert_true(tracer_done(def.tr) >= (int64_t)step - 1);
+            if (double_buffer)
+                check_carry(def.tr, step - 1, leaf);
+            const struct trace_oprec *got = tracer_records_of(def.tr, step - 1);
+            for (int i = 0; i < r.g.n; i++, compared++)
+                bad += got[i].hash != prev[i].hash || got[i].op != prev[i].op ||
+                       memcmp(got[i].sketch, prev[i].sketch, sizeof got[i].sketch) != 0;
+        }
+        exec_advance(&def.e);
+    }
+    tracer_flush(def.tr);
+    assert_int_equal(tracer_done(def.tr), STEPS - 1);
+    const struct trace_oprec *got = tracer_records_of(def.tr, STEPS - 1);
+    for (int i = 0; i < r.g.n; i++, compared++)
+        bad += got[i].hash != want[i].hash;
+    assert_int_equal(compared, STEPS * r.g.n);
+    free(want);
+    free(prev);
+    free(batch);
+    side_close(&def);
+    side_close(&ref);
+    run_close(&r);
+    return bad;
+}
+
+static void test_cpu_deferred_records_equal(void **state)
+{
+    (void)state;
+    assert_int_equal(run_async(-1, 1), 0);
+    assert_int_equal(run_async(4, 1), 0);
+}
+
+/* Every record made in the next step's first update's place reads that
+ * step's outputs unless they are double-buffered. */
+static void test_cpu_without_double_buffer_wrong(void **state)
+{
+    (void)state;
+    assert_true(run_async(-1, 0) > 0);
+}
+
 static void test_deferred_records_equal(void **state)
 {
     (void)state;
@@ -286,6 +387,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deferred_records_equal),
         cmocka_unit_test(test_without_double_buffer_wrong),
+        cmocka_unit_test(test_cpu_deferred_records_equal),
+        cmocka_unit_test(test_cpu_without_double_buffer_wrong),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
