@@ -156,6 +156,35 @@ static void check_carry(const struct tracer *tr, uint64_t step, int leaf)
         assert_int_equal(lv[0], leaf);
 }
 
+/* One step of the plain side: its records, final, into out. */
+static void ref_step(struct side *ref, struct run *r, uint64_t step, int leaf, float *batch,
+                     struct trace_oprec *out)
+{
+    tracer_begin(ref->tr, step);
+    if (step == DIRTY_STEP)
+        side_poke(ref, leaf);
+    tu_exec_inputs(&ref->e, r, step, batch);
+    exec_step(&ref->e, step);
+    tracer_sync(ref->tr);
+    check_carry(ref->tr, step, leaf);
+    memcpy(out, tracer_records_of(ref->tr, step), (size_t)r->g.n * sizeof *out);
+    exec_advance(&ref->e);
+}
+
+/* One step of the deferring side, up to its tracer_sync (the caller
+ * advances it once it has taken the records it wants). */
+static void def_step(struct side *def, struct run *r, uint64_t step, int leaf, float *batch)
+{
+    tracer_begin(def->tr, step);
+    if (step == DIRTY_STEP) {
+        tracer_flush(def->tr); /* as train.c before a fault: last step's records read the leaf */
+        side_poke(def, leaf);
+    }
+    tu_exec_inputs(&def->e, r, step, batch);
+    exec_step(&def->e, step);
+    tracer_sync(def->tr);
+}
+
 /* Counts the ops whose records differ between the two runs. */
 static int run_pair(int double_buffer)
 {
@@ -200,24 +229,8 @@ static int run_pair(int double_buffer)
     int bad = 0, compared = 0;
     uint64_t pend = UINT64_MAX;
     for (uint64_t step = 0; step < STEPS; step++) {
-        tracer_begin(ref.tr, step);
-        if (step == DIRTY_STEP)
-            side_poke(&ref, leaf);
-        tu_exec_inputs(&ref.e, &r, step, batch);
-        exec_step(&ref.e, step);
-        tracer_sync(ref.tr);
-        check_carry(ref.tr, step, leaf);
-        memcpy(want + step * (size_t)r.g.n, tracer_records_of(ref.tr, step), (size_t)r.g.n * sizeof *want);
-        exec_advance(&ref.e);
-
-        tracer_begin(def.tr, step);
-        if (step == DIRTY_STEP) {
-            tracer_flush(def.tr); /* as train.c before a fault: last step's records read the leaf */
-            side_poke(&def, leaf);
-        }
-        tu_exec_inputs(&def.e, &r, step, batch);
-        exec_step(&def.e, step);
-        tracer_sync(def.tr);
+        ref_step(&ref, &r, step, leaf, batch, want + step * (size_t)r.g.n);
+        def_step(&def, &r, step, leaf, batch);
         uint64_t ready[2];
         int nready = 0;
         if (pend != UINT64_MAX) {
@@ -290,15 +303,11 @@ static int run_async(int cores, int double_buffer)
     assert_int_equal(tracer_defer(def.tr), 1);
     if (double_buffer)
         assert_int_equal(exec_double(&def.e), 0);
-    int leaf = -1, first_update = r.g.n;
-    for (int i = 0; i < r.g.n; i++) {
-        const struct node *nd = &r.g.nodes[i];
-        if (leaf < 0 && nd->type == OP_PARAM && nd->next >= 0)
+    int leaf = -1;
+    for (int i = 0; i < r.g.n && leaf < 0; i++)
+        if (r.g.nodes[i].type == OP_PARAM && r.g.nodes[i].next >= 0)
             leaf = i;
-        if (nd->next >= 0 && nd->next < first_update)
-            first_update = nd->next;
-    }
-    assert_true(leaf >= 0 && first_update < r.g.n);
+    assert_true(leaf >= 0);
 
     float *batch = dt_malloc(r.nbatch * sizeof *batch);
     struct trace_oprec *want = dt_calloc((size_t)r.g.n, sizeof *want);
@@ -307,24 +316,8 @@ static int run_async(int cores, int double_buffer)
     for (uint64_t step = 0; step < STEPS; step++) {
         /* the plain tracer's records of the last step, for the comparison */
         memcpy(prev, want, (size_t)r.g.n * sizeof *want);
-        tracer_begin(ref.tr, step);
-        if (step == DIRTY_STEP)
-            side_poke(&ref, leaf);
-        tu_exec_inputs(&ref.e, &r, step, batch);
-        exec_step(&ref.e, step);
-        tracer_sync(ref.tr);
-        check_carry(ref.tr, step, leaf);
-        memcpy(want, tracer_records_of(ref.tr, step), (size_t)r.g.n * sizeof *want);
-        exec_advance(&ref.e);
-
-        tracer_begin(def.tr, step);
-        if (step == DIRTY_STEP) {
-            tracer_flush(def.tr); /* as train.c before a fault */
-            side_poke(&def, leaf);
-        }
-        tu_exec_inputs(&def.e, &r, step, batch);
-        exec_step(&def.e, step);
-        tracer_sync(def.tr);
+        ref_step(&ref, &r, step, leaf, batch, want);
+        def_step(&def, &r, step, leaf, batch);
         if (cores < 0) /* nothing made this step's records yet; the last step's are final */
             assert_int_equal(tracer_done(def.tr), (int64_t)step - 1);
         if (step > 0) {
