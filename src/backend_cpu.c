@@ -266,14 +266,36 @@ static void cpu_bias_grad_cols(const struct graph *g, const struct node *nd, flo
         return;
     }
     size_t n = IN_SHAPE(0, 0), c = IN_SHAPE(0, 1), hw = (size_t)IN_SHAPE(0, 2) * IN_SHAPE(0, 3);
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = j0; k < j1; k++) {
+    for (size_t i = 0; i < n; i++) {
+        size_t k = j0;
+        /* eight channels' sums side by side, each in its own order: one
+         * chain of additions waits for each addition before it, eight
+         * chains keep the adder busy */
+        for (; k + 8 <= j1; k += 8) {
+            const float *d = in[0] + (i * c + k) * hw;
+            float s0 = out[k], s1 = out[k + 1], s2 = out[k + 2], s3 = out[k + 3];
+            float s4 = out[k + 4], s5 = out[k + 5], s6 = out[k + 6], s7 = out[k + 7];
+            for (size_t j = 0; j < hw; j++) {
+                s0 += d[j];
+                s1 += d[hw + j];
+                s2 += d[2 * hw + j];
+                s3 += d[3 * hw + j];
+                s4 += d[4 * hw + j];
+                s5 += d[5 * hw + j];
+                s6 += d[6 * hw + j];
+                s7 += d[7 * hw + j];
+            }
+            out[k] = s0, out[k + 1] = s1, out[k + 2] = s2, out[k + 3] = s3;
+            out[k + 4] = s4, out[k + 5] = s5, out[k + 6] = s6, out[k + 7] = s7;
+        }
+        for (; k < j1; k++) {
             const float *d = in[0] + (i * c + k) * hw;
             float s = out[k];
             for (size_t j = 0; j < hw; j++)
                 s += d[j];
             out[k] = s;
         }
+    }
 }
 
 CPU_OP(cpu_bias_grad)

@@ -607,7 +607,9 @@ static void test_mean(void **state)
 static void test_bias_4d(void **state)
 {
     (void)state;
-    const uint32_t N = 3, C = 4, H = 5, W = 3;
+    /* 11 channels: the gradient sums eight channels side by side, and the
+     * rest one at a time */
+    const uint32_t N = 3, C = 11, H = 5, W = 3;
     const size_t hw = (size_t)H * W, n = (size_t)N * C * hw;
     struct ct t;
     ct_init(&t, 111);
@@ -633,7 +635,7 @@ static void test_bias_4d(void **state)
                 want[(i * C + c) * hw + j] = xv[(i * C + c) * hw + j] + bv[c];
     ct_expect_bits("add_bias (N,C,H,W)", out, want, n);
     /* sum over n, then h, then w, from +0, in float32 */
-    float wb[4];
+    float wb[11];
     int order_matters = 0;
     for (size_t c = 0; c < C; c++) {
         float s = 0.0f, r = 0.0f;
