@@ -279,7 +279,6 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
     for (int k = 0; k < 2; k++)
         t->carry[k] = dt_calloc((size_t)g->n, sizeof *t->carry[k]);
     t->nonfinite_op = -1;
-    t->buf = dt_calloc((size_t)g->n, sizeof *t->buf);
     t->nslots = 2 * (g->n ? g->n : 1);
     t->queue = dt_calloc((size_t)t->nslots, sizeof *t->queue);
     t->qbuf = dt_calloc((size_t)t->nslots, sizeof *t->qbuf);
@@ -302,6 +301,7 @@ struct tracer *tracer_new(const struct graph *g, const struct backend_ops *be, v
     t->batch = be->trace_batch != NULL;
     if (t->batch) {
         /* the backend traces a whole step at once: no worker */
+        t->buf = dt_calloc((size_t)g->n, sizeof *t->buf);
         t->bbuf = dt_calloc((size_t)g->n, sizeof *t->bbuf);
         t->bcount = dt_calloc((size_t)g->n, sizeof *t->bcount);
         t->bnode = dt_calloc((size_t)g->n, sizeof *t->bnode);

@@ -275,10 +275,10 @@ static int train_setup(struct train_state *s)
      * backend's tracer with a core beside the training thread and op
      * outputs of at most 256 MiB): a step's records are made while the
      * next step runs, and its summary is written once the next step is
-     * under way. Not with the mpfr
-     * self-check, nor with --stop-on-nonfinite (the step after the one that
-     * made a NaN would already have run). Before run_describe: the header
-     * says so. */
+     * under way. Not with the mpfr self-check, nor with
+     * --stop-on-nonfinite (the step after the one that made a NaN would
+     * already have run). Before run_describe: a GPU backend's header says
+     * so. */
     s->pipe = !tc->notrace && !s->twin && !tc->stop_on_nonfinite && tracer_defer(s->r.tr);
     if (s->pipe && exec_double(&s->r.e) < 0)
         return DT_ERR;

@@ -111,7 +111,9 @@ void tu_real_digits(struct idx_images *im)
     char path[4096];
     struct stat st;
     /* where divtrace record looks too (the GPU machine has no Debian package) */
-    const char *dir = getenv("DIVTRACE_DATA") && *getenv("DIVTRACE_DATA") ? getenv("DIVTRACE_DATA") : TU_REAL_DIR;
+    const char *dir = getenv("DIVTRACE_DATA");
+    if (!dir || !*dir)
+        dir = TU_REAL_DIR;
     if (stat(dir, &st) != 0) {
         print_message("skipping: %s not present\n", dir);
         skip();
