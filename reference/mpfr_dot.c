@@ -316,24 +316,31 @@ void mpb_matmul(void *ctx, const struct graph *g, const struct node *nd, backend
 }
 
 /* ---- convolutions -----------------------------------------------------------
- * Forward and data gradient are one computation: out (N,O,H,W) from an image
- * img (N,I,H,W) and the filter, element (n,o,h,w) the sum over i, r, s of
- * img[n, i, h + d (r - R/2), w + d (s - S/2)] times the filter entry (o,i,r,s)
- * at o fo + i fi + r S + s, taps outside the image left out. Forward: img = x,
- * O = K, I = C, d = +1; data gradient: img = dy, O = C, I = K, d = -1. The
- * filter's O rows are packed once, then the W rows of taps of one output
- * row (n, h) at a time, so that the packed memory stays (O + W) I R S. */
-static void mpb_conv_taps(struct mpb_ctx *c, struct mpb_vec *out, const struct mpb_vec *img,
-                          const struct mpb_vec *filt, size_t nb, size_t no, size_t ni, size_t h,
-                          size_t w, size_t r, size_t s, size_t fo, size_t fi, long d)
+ * Forward and data gradient are one computation: out (N,O,H,W) from np pairs
+ * of an image img_j (N,I,H,W) and a filter filt_j, element (n,o,h,w) the sum
+ * over j, i, r, s of img_j[n, i, h + d (r - R/2), w + d (s - S/2)] times
+ * filt_j's entry (o,i,r,s) at o fo + i fi + r S + s, taps outside the image
+ * left out. Forward: one pair (x, w), O = K, I = C, d = +1; data gradient:
+ * the pairs (dy_j, w_j), O = C, I = K, d = -1. The pairs' terms lie side by
+ * side in one row of length np I R S, so that the sum over all pairs is one
+ * exact dot product, rounded once (op.h's definition, not a sum of np
+ * rounded ones). The filters' O rows are packed once, then the W rows of taps of one
+ * output row (n, h) at a time, so that the packed memory stays
+ * (O + W) np I R S. */
+static void mpb_conv_taps(struct mpb_ctx *c, struct mpb_vec *out, const struct mpb_vec *const *img,
+                          const struct mpb_vec *const *filt, size_t np, size_t nb, size_t no,
+                          size_t ni, size_t h, size_t w, size_t r, size_t s, size_t fo, size_t fi,
+                          long d)
 {
-    size_t len = ni * r * s;
+    size_t irs = ni * r * s, len = np * irs;
     mpb_pack_reserve(c, (no + w) * len, no + w);
     for (size_t o = 0; o < no; o++) {
         long lo = LONG_MAX, hi = LONG_MIN;
-        for (size_t i = 0; i < ni; i++)
-            for (size_t q = 0; q < r * s; q++)
-                mpb_pack1(c, o * len + i * r * s + q, X(filt, o * fo + i * fi + q), &lo, &hi);
+        for (size_t j = 0; j < np; j++)
+            for (size_t i = 0; i < ni; i++)
+                for (size_t q = 0; q < r * s; q++)
+                    mpb_pack1(c, o * len + j * irs + i * r * s + q,
+                              X(filt[j], o * fo + i * fi + q), &lo, &hi);
         c->plo[o] = lo;
         c->phi[o] = hi;
     }
@@ -343,17 +350,19 @@ static void mpb_conv_taps(struct mpb_ctx *c, struct mpb_vec *out, const struct m
             for (size_t x = 0; x < w; x++) {
                 size_t row = no + x, e = row * len;
                 long lo = LONG_MAX, hi = LONG_MIN;
-                for (size_t i = 0; i < ni; i++) {
-                    const __mpfr_struct *plane = X(img, (n * ni + i) * h * w);
-                    for (size_t a = 0; a < r; a++) {
-                        long yy = (long)y + d * ((long)a - hr);
-                        for (size_t b = 0; b < s; b++, e++) {
-                            long xx = (long)x + d * ((long)b - hs);
-                            int inside = yy >= 0 && yy < (long)h && xx >= 0 && xx < (long)w;
-                            mpb_pack1(c, e, inside ? &plane[yy * (long)w + xx] : NULL, &lo, &hi);
+                for (size_t j = 0; j < np; j++)
+                    for (size_t i = 0; i < ni; i++) {
+                        const __mpfr_struct *plane = X(img[j], (n * ni + i) * h * w);
+                        for (size_t a = 0; a < r; a++) {
+                            long yy = (long)y + d * ((long)a - hr);
+                            for (size_t b = 0; b < s; b++, e++) {
+                                long xx = (long)x + d * ((long)b - hs);
+                                int inside = yy >= 0 && yy < (long)h && xx >= 0 && xx < (long)w;
+                                mpb_pack1(c, e, inside ? &plane[yy * (long)w + xx] : NULL, &lo,
+                                          &hi);
+                            }
                         }
                     }
-                }
                 c->plo[row] = lo;
                 c->phi[row] = hi;
             }
@@ -369,19 +378,28 @@ void mpb_conv2d(void *ctx, const struct graph *g, const struct node *nd, backend
 {
     (void)st;
     size_t k = IN_SHAPE(1, 0), ch = IN_SHAPE(1, 1), r = IN_SHAPE(1, 2), s = IN_SHAPE(1, 3);
-    mpb_conv_taps(ctx, outb, IN(0), IN(1), nd->shape[0], k, ch, nd->shape[2], nd->shape[3], r,
-                  s, ch * r * s, r * s, 1);
+    const struct mpb_vec *x[1] = {IN(0)}, *w[1] = {IN(1)};
+    mpb_conv_taps(ctx, outb, x, w, 1, nd->shape[0], k, ch, nd->shape[2], nd->shape[3], r, s,
+                  ch * r * s, r * s, 1);
 }
 
-/* out (N,C,H,W) from dy (N,K,H,W) and w (K,C,R,S) */
+/* out (N,C,H,W) from the pairs dy_j (N,K,H,W), w_j (K,C,R,S) (in[2j], in[2j+1]) */
 void mpb_conv2d_bwd_data(void *ctx, const struct graph *g, const struct node *nd,
                          backend_buf *outb, const backend_buf *const *in,
                          const struct backend_step *st)
 {
     (void)st;
+    DT_ASSERT(nd->ninputs >= 2 && nd->ninputs % 2 == 0 && nd->ninputs <= OP_MAX_INPUTS,
+              "conv2d_bwd_data %s: %d inputs", nd->name, nd->ninputs);
+    size_t np = (size_t)nd->ninputs / 2;
     size_t k = IN_SHAPE(1, 0), ch = IN_SHAPE(1, 1), r = IN_SHAPE(1, 2), s = IN_SHAPE(1, 3);
-    mpb_conv_taps(ctx, outb, IN(0), IN(1), nd->shape[0], ch, k, nd->shape[2], nd->shape[3], r,
-                  s, r * s, ch * r * s, -1);
+    const struct mpb_vec *dy[OP_MAX_INPUTS / 2], *w[OP_MAX_INPUTS / 2];
+    for (size_t j = 0; j < np; j++) {
+        dy[j] = IN(2 * j);
+        w[j] = IN(2 * j + 1);
+    }
+    mpb_conv_taps(ctx, outb, dy, w, np, nd->shape[0], ch, k, nd->shape[2], nd->shape[3], r, s,
+                  r * s, ch * r * s, -1);
 }
 
 /* out (K,C,R,S) from x (N,C,H,W) and dy (N,K,H,W): rows of length N H W,

@@ -77,8 +77,8 @@ void mpb_matmul(void *ctx, const struct graph *g, const struct node *nd, backend
                 const backend_buf *const *in, const struct backend_step *st);
 
 /* OP_CONV2D, OP_CONV2D_BWD_DATA, OP_CONV2D_BWD_FILTER: each element the exact
- * sum of op.h's products (taps outside the image left out) rounded once
- * (mpfr_dot.c). */
+ * sum of op.h's products (taps outside the image left out; conv2d_bwd_data's
+ * over all of its pairs) rounded once (mpfr_dot.c). */
 void mpb_conv2d(void *ctx, const struct graph *g, const struct node *nd, backend_buf *outb,
                 const backend_buf *const *in, const struct backend_step *st);
 void mpb_conv2d_bwd_data(void *ctx, const struct graph *g, const struct node *nd,

@@ -253,7 +253,12 @@ static double bnd_sum_prods(double s, size_t m)
  * term that is not finite makes it Inf or NaN, so the bound +Inf). +Inf too
  * when any weight of the element's filter is not finite (a kernel that
  * multiplies the padding would turn one there into NaN); for
- * conv2d_bwd_filter, when any of its dy[:,k] or x[:,c] is not finite. */
+ * conv2d_bwd_filter, when any of its dy[:,k] or x[:,c] is not finite.
+ * conv2d_bwd_data's m pairs are one sum of up to m K R S in-image products
+ * (term count and magnitudes over all pairs, oracle_conv.c), which covers
+ * every grouping of it: pair by pair, or the m pairs' own sums added last
+ * (a term passes at most as many roundings as the whole sum has terms);
+ * its filter is every pair's w_j[:,c]. */
 int oracle_conv_bound(const struct graph *g, const struct node *nd, double *bound,
                       const float *const *in, const struct oracle_conv *given)
 {
@@ -262,7 +267,7 @@ int oracle_conv_bound(const struct graph *g, const struct node *nd, double *boun
     if (nd->count == 0)
         return DT_OK;
     if (!cs) {
-        if (oracle_conv_sums(g, nd, in[0], in[1], 0, &own) < 0) {
+        if (oracle_conv_sums(g, nd, in, 0, &own) < 0) {
             dt_error_set("oracle: %s has too many elements for its bound (%zu)", nd->name,
                          (size_t)nd->count);
             return DT_ERR;
@@ -298,7 +303,7 @@ int oracle_conv_bound(const struct graph *g, const struct node *nd, double *boun
         free(xok);
     } else {
         const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
-        size_t K = ws[0], C = ws[1], rs = (size_t)ws[2] * ws[3];
+        size_t K = ws[0], C = ws[1], rs = (size_t)ws[2] * ws[3], m = oracle_conv_pairs(nd);
         int fwd = nd->type == OP_CONV2D;
         nok = fwd ? K : C;
         ok = dt_malloc(nok + 1);
@@ -307,8 +312,9 @@ int oracle_conv_bound(const struct graph *g, const struct node *nd, double *boun
             if (fwd)
                 ok[o] = (char)bnd_all_finite(in[1] + o * C * rs, C * rs);
             else
-                for (size_t k = 0; k < K; k++)
-                    ok[o] &= (char)bnd_all_finite(in[1] + (k * C + o) * rs, rs);
+                for (size_t j = 0; j < m; j++)
+                    for (size_t k = 0; k < K; k++)
+                        ok[o] &= (char)bnd_all_finite(in[2 * j + 1] + (k * C + o) * rs, rs);
         }
         per = (size_t)nd->shape[2] * nd->shape[3]; /* pixels per (n, channel) */
         mod = nok;
@@ -583,7 +589,7 @@ int oracle_op_bound(const struct graph *g, const struct node *nd, float *out, do
     int conv = nd->type == OP_CONV2D || nd->type == OP_CONV2D_BWD_DATA ||
                nd->type == OP_CONV2D_BWD_FILTER;
     struct oracle_conv cs;
-    if (!conv || oracle_conv_sums(g, nd, in[0], in[1], 1, &cs) < 0) {
+    if (!conv || oracle_conv_sums(g, nd, in, 1, &cs) < 0) {
         if (oracle_op(g, nd, out, in, st) < 0)
             return DT_ERR;
         return oracle_bound(g, nd, bound, in, st);

@@ -16,7 +16,10 @@
  * most of it. A sum whose terms are all zeros takes its sign from a third
  * product, of the terms' signs. Elements left undecided (a cancellation
  * close to a rounding boundary, a term not finite) go to oracle_ops.c's
- * exact path. */
+ * exact path. conv2d_bwd_data's m pairs (dy_j, w_j) are one product: the
+ * filters side by side along the inner dimension and the pairs' im2col rows
+ * stacked to match (L = m K R S), as one convolution of the filters stacked
+ * along K, so that every bound above covers the sum over all pairs. */
 #include "oracle_conv.h"
 
 #include <cblas.h>
@@ -159,17 +162,21 @@ struct conv_pass {
 };
 
 /* conv2d: out (N,K,H,W) = W (K x CRS) times im2col(x[n]) (CRS x HW);
- * conv2d_bwd_data: out (N,C,H,W) = W' (C x KRS, W'[c][k,r,s] = w[k,c,r,s])
- * times im2col(dy[n]) with the taps mirrored (KRS x HW). */
-static void conv_fwd_like(const struct conv_pass *ps, const float *src, size_t N, size_t Ci,
-                          size_t H, size_t W, size_t R, size_t S, size_t Co, long sg)
+ * conv2d_bwd_data: out (N,C,H,W) = W' (C x mKRS, W'[c][j,k,r,s] = w_j[k,c,r,s])
+ * times the m pairs' im2col(dy_j[n]) stacked, taps mirrored (mKRS x HW).
+ * src: the m images (m = 1 for conv2d). */
+static void conv_fwd_like(const struct conv_pass *ps, const float *const *src, size_t m,
+                          size_t N, size_t Ci, size_t H, size_t W, size_t R, size_t S, size_t Co,
+                          long sg)
 {
-    size_t hw = H * W, inner = Ci * R * S, P = conv_block(inner, H, W);
+    size_t hw = H * W, rows = Ci * R * S, inner = m * rows, P = conv_block(inner, H, W);
     double *val = conv_scratch(WS_VAL, inner * P), *mag = conv_scratch(WS_MAG, inner * P);
     for (size_t n = 0; n < N; n++)
         for (size_t p0 = 0; p0 < hw; p0 += P) {
             size_t np = hw - p0 < P ? hw - p0 : P, off = n * Co * hw + p0;
-            conv_im2col(val, mag, src + n * Ci * hw, Ci, H, W, R, S, sg, p0 / W, np, ps->form);
+            for (size_t j = 0; j < m; j++) /* pair j's rows below the j pairs' before it */
+                conv_im2col(val + j * rows * np, mag + j * rows * np, src[j] + n * Ci * hw, Ci,
+                            H, W, R, S, sg, p0 / W, np, ps->form);
             if (ps->out1)
                 cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Co, (int)np,
                             (int)inner, 1.0, ps->F1, (int)inner, val, (int)np, 0.0,
@@ -229,44 +236,56 @@ static void conv_counts(const struct graph *g, const struct node *nd, uint32_t *
     const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
     int fwd = nd->type == OP_CONV2D;
     size_t Ci = fwd ? ws[1] : ws[0], planes = (size_t)nd->shape[0] * nd->shape[1];
+    size_t mc = oracle_conv_pairs(nd) * Ci; /* every pair has the same taps in the image */
     for (size_t h = 0; h < H; h++)
         for (size_t v = 0; v < W; v++) {
-            uint32_t t = (uint32_t)Ci * conv_taps_in(h, v, H, W, ws[2], ws[3], fwd ? 1 : -1);
+            uint32_t t = (uint32_t)mc * conv_taps_in(h, v, H, W, ws[2], ws[3], fwd ? 1 : -1);
             for (size_t j = 0; j < planes; j++)
                 m[j * hw + h * W + v] = t;
         }
 }
 
+size_t oracle_conv_pairs(const struct node *nd)
+{
+    return nd->type == OP_CONV2D_BWD_DATA ? (size_t)nd->ninputs / 2 : 1;
+}
+
 /* One pass over op nd in ps's form. */
-static void conv_run(const struct graph *g, const struct node *nd, const float *in0,
-                     const float *in1, struct conv_pass *ps)
+static void conv_run(const struct graph *g, const struct node *nd, const float *const *in,
+                     struct conv_pass *ps)
 {
     if (nd->type == OP_CONV2D_BWD_FILTER) {
         const uint32_t *xs = g->nodes[nd->inputs[0]].shape;
-        conv_bwd_filter(ps, in0, in1, xs[0], xs[1], xs[2], xs[3], nd->shape[0], nd->p.conv.r,
-                        nd->p.conv.s);
+        conv_bwd_filter(ps, in[0], in[1], xs[0], xs[1], xs[2], xs[3], nd->shape[0],
+                        nd->p.conv.r, nd->p.conv.s);
         return;
     }
     const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
     size_t K = ws[0], C = ws[1], R = ws[2], S = ws[3], rs = R * S;
     int fwd = nd->type == OP_CONV2D;
-    size_t Co = fwd ? K : C, Ci = fwd ? C : K, inner = Ci * rs;
+    size_t m = oracle_conv_pairs(nd), Co = fwd ? K : C, Ci = fwd ? C : K, rows = Ci * rs;
+    size_t inner = m * rows;
     double *F = conv_scratch(WS_F, Co * inner), *Fa = conv_scratch(WS_FA, Co * inner);
-    for (size_t o = 0; o < Co; o++)
-        for (size_t i = 0; i < Ci; i++)
-            for (size_t t = 0; t < rs; t++) {
-                double v = fwd ? in1[(o * C + i) * rs + t] : in1[(i * C + o) * rs + t];
-                F[o * inner + i * rs + t] = conv_term(v, ps->form);
-                Fa[o * inner + i * rs + t] = fabs(v);
-            }
+    const float *img[OP_MAX_INPUTS / 2];
+    for (size_t j = 0; j < m; j++) {
+        const float *w = in[2 * j + 1];
+        img[j] = in[2 * j];
+        for (size_t o = 0; o < Co; o++)
+            for (size_t i = 0; i < Ci; i++)
+                for (size_t t = 0; t < rs; t++) {
+                    double v = fwd ? w[(o * C + i) * rs + t] : w[(i * C + o) * rs + t];
+                    F[o * inner + j * rows + i * rs + t] = conv_term(v, ps->form);
+                    Fa[o * inner + j * rows + i * rs + t] = fabs(v);
+                }
+    }
     ps->F1 = F;
     ps->F2 = Fa;
     const uint32_t *xs = fwd ? g->nodes[nd->inputs[0]].shape : nd->shape;
-    conv_fwd_like(ps, in0, xs[0], Ci, xs[2], xs[3], R, S, Co, fwd ? 1 : -1);
+    conv_fwd_like(ps, img, m, xs[0], Ci, xs[2], xs[3], R, S, Co, fwd ? 1 : -1);
 }
 
-int oracle_conv_sums(const struct graph *g, const struct node *nd, const float *in0,
-                     const float *in1, int want_s, struct oracle_conv *cs)
+int oracle_conv_sums(const struct graph *g, const struct node *nd, const float *const *in,
+                     int want_s, struct oracle_conv *cs)
 {
     memset(cs, 0, sizeof *cs);
     size_t cnt = nd->count;
@@ -280,11 +299,11 @@ int oracle_conv_sums(const struct graph *g, const struct node *nd, const float *
     const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
     cs->inner = nd->type == OP_CONV2D_BWD_FILTER
                     ? (size_t)xs[0] * xs[2] * xs[3]
-                    : (size_t)ws[nd->type == OP_CONV2D ? 1 : 0] * ws[2] * ws[3];
+                    : oracle_conv_pairs(nd) * ws[nd->type == OP_CONV2D ? 1 : 0] * ws[2] * ws[3];
     int saved = openblas_get_num_threads();
     openblas_set_num_threads(oracle_threads());
     struct conv_pass ps = {.out1 = cs->s, .out2 = cs->a, .form = FORM_VALUE};
-    conv_run(g, nd, in0, in1, &ps);
+    conv_run(g, nd, in, &ps);
     conv_counts(g, nd, cs->m);
     /* sums of zeros only: the sign of each product, summed exactly (small
      * integers); the zero is -0 when every in-image product is -0 */
@@ -294,7 +313,7 @@ int oracle_conv_sums(const struct graph *g, const struct node *nd, const float *
     if (zeros) {
         cs->z = conv_scratch(WS_Z, cnt);
         struct conv_pass pz = {.out1 = cs->z, .form = FORM_SIGN};
-        conv_run(g, nd, in0, in1, &pz);
+        conv_run(g, nd, in, &pz);
     }
     openblas_set_num_threads(saved);
     return 0;

@@ -896,44 +896,46 @@ static void ops_conv2d(const struct graph *g, const struct node *nd, float *out,
     free(off);
 }
 
-/* conv2d_bwd_data: out (N,C,H,W) = sum over in-image (k, r, s) of
- * dy[n,k,h-r+R/2,w-s+S/2] w[k,c,r,s]. */
+/* conv2d_bwd_data: out (N,C,H,W) = sum over the pairs j and in-image
+ * (k, r, s) of dy_j[n,k,h-r+R/2,w-s+S/2] w_j[k,c,r,s], in = dy_0, w_0, ...:
+ * one sum over all pairs, rounded once. */
 static void ops_conv2d_bwd_data(const struct graph *g, const struct node *nd,
-                                float *out, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
-                                const float *w, /* (K,C,R,S) */ int slow,
+                                float *out, /* (N,C,H,W) */ const float *const *in, int slow,
                                 const unsigned char *undecided)
 {
     const uint32_t *ws = g->nodes[nd->inputs[1]].shape;
     size_t N = nd->shape[0], C = nd->shape[1], H = nd->shape[2], W = nd->shape[3];
-    size_t K = ws[0], R = ws[2], S = ws[3], krs = K * R * S, hw = H * W;
-    float *db = dt_malloc((krs + 1) * sizeof *db), *wb = dt_malloc((krs + 1) * sizeof *wb);
-    size_t *off = dt_malloc((krs + 1) * sizeof *off);
+    size_t K = ws[0], R = ws[2], S = ws[3], hw = H * W, np = oracle_conv_pairs(nd);
+    size_t terms = np * K * R * S;
+    float *db = dt_malloc((terms + 1) * sizeof *db), *wb = dt_malloc((terms + 1) * sizeof *wb);
+    const float **wt = dt_malloc((terms + 1) * sizeof *wt); /* w_j[k, 0, r, s] of each term */
     for (size_t n = 0; n < N; n++)
         for (size_t h = 0; h < H; h++)
             for (size_t v = 0; v < W; v++) {
                 if (!ops_conv_any(undecided, n * C * hw + h * W + v, C, hw))
                     continue;
                 size_t m = 0;
-                for (size_t k = 0; k < K; k++)
-                    for (size_t r = 0; r < R; r++)
-                        for (size_t s = 0; s < S; s++) {
-                            long p = ops_at(h, -OPS_D(r, R), v, -OPS_D(s, S), H, W);
-                            if (p < 0)
-                                continue;
-                            db[m] = dy[(n * K + k) * hw + (size_t)p];
-                            off[m++] = k * C * R * S + r * S + s; /* + c R S */
-                        }
+                for (size_t j = 0; j < np; j++)
+                    for (size_t k = 0; k < K; k++)
+                        for (size_t r = 0; r < R; r++)
+                            for (size_t s = 0; s < S; s++) {
+                                long p = ops_at(h, -OPS_D(r, R), v, -OPS_D(s, S), H, W);
+                                if (p < 0)
+                                    continue;
+                                db[m] = in[2 * j][(n * K + k) * hw + (size_t)p];
+                                wt[m++] = in[2 * j + 1] + k * C * R * S + r * S + s;
+                            }
                 for (size_t c = 0; c < C; c++) {
                     if (undecided && !undecided[(n * C + c) * hw + h * W + v])
                         continue;
-                    for (size_t j = 0; j < m; j++)
-                        wb[j] = w[off[j] + c * R * S];
+                    for (size_t t = 0; t < m; t++)
+                        wb[t] = wt[t][c * R * S];
                     out[(n * C + c) * hw + h * W + v] = ops_sum_round(db, wb, m, slow);
                 }
             }
     free(db);
     free(wb);
-    free(off);
+    free(wt);
 }
 
 /* conv2d_bwd_filter: out (K,C,R,S) = sum over in-image (n, h, w) of
@@ -978,7 +980,7 @@ void oracle_conv_op(const struct graph *g, const struct node *nd, float *out,
     int slow = ops_exact_only();
     struct oracle_conv own;
     const struct oracle_conv *cs = given;
-    if (!slow && !cs && oracle_conv_sums(g, nd, in[0], in[1], 1, &own) == 0)
+    if (!slow && !cs && oracle_conv_sums(g, nd, in, 1, &own) == 0)
         cs = &own;
     unsigned char *undecided = NULL;
     size_t left = nd->count;
@@ -993,7 +995,7 @@ void oracle_conv_op(const struct graph *g, const struct node *nd, float *out,
     if (left && nd->type == OP_CONV2D)
         ops_conv2d(g, nd, out, in[0], in[1], slow, undecided);
     else if (left && nd->type == OP_CONV2D_BWD_DATA)
-        ops_conv2d_bwd_data(g, nd, out, in[0], in[1], slow, undecided);
+        ops_conv2d_bwd_data(g, nd, out, in, slow, undecided);
     else if (left)
         ops_conv2d_bwd_filter(g, nd, out, in[0], in[1], slow, undecided);
     free(undecided);

@@ -575,11 +575,17 @@ CPU_OP(cpu_conv2d)
 
 CPU_OP(cpu_conv2d_bwd_data)
 {
-    /* in: dy (N,K,H,W), w (K,C,R,S); out (N,C,H,W) */
+    /* in: m pairs dy (N,K,H,W), w (K,C,R,S); out (N,C,H,W) */
     struct cpu_conv_shape sh = cpu_conv_shape_of(IN_SHAPE(0, 0), IN_SHAPE(1, 1), IN_SHAPE(0, 2),
                                                  IN_SHAPE(0, 3), IN_SHAPE(0, 1), IN_SHAPE(1, 2),
                                                  IN_SHAPE(1, 3));
-    cpu_conv_bwd_data(&ctx->conv, out, in[0], in[1], &sh);
+    const float *dy[CPU_CONV_MAX_PAIRS], *w[CPU_CONV_MAX_PAIRS];
+    int m = nd->ninputs / 2;
+    for (int j = 0; j < m; j++) {
+        dy[j] = in[2 * j];
+        w[j] = in[2 * j + 1];
+    }
+    cpu_conv_bwd_data(&ctx->conv, out, dy, w, m, &sh);
 }
 
 CPU_OP(cpu_conv2d_bwd_filter)

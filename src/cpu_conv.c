@@ -333,7 +333,8 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
 
 struct cpu_bwd_data_job {
     float *dx;
-    const float *dy, *wt;
+    const float *const *dy, *const *wt; /* m pairs; dy[j] at this job's batch item */
+    int m;
     const struct cpu_conv_shape *sh;
     float *col;                   /* a block's col for each thread */
     int cb;                       /* channels a block */
@@ -346,22 +347,26 @@ static void cpu_conv_bwd_data_part(void *arg, int b, int thread)
     int hw = sh->h * sh->w, rs = sh->r * sh->s;
     float *col = j->col + (size_t)thread * (size_t)j->cb * (size_t)rs * (size_t)hw;
     int c0 = b * j->cb, c1 = c0 + j->cb < sh->c ? c0 + j->cb : sh->c;
-    /* rows (c, r, s), c in [c0, c1), of wt^T x dy */
-    cpu_gemm_fixed(1, 1, 0, (c1 - c0) * rs, hw, sh->k, j->wt + (size_t)c0 * (size_t)rs, sh->c * rs, j->dy, hw, 0,
-                   col, hw);
+    /* rows (c, r, s), c in [c0, c1), of the sum over pairs of wt^T x dy */
+    for (int q = 0; q < j->m; q++)
+        cpu_gemm_fixed(1, 1, 0, (c1 - c0) * rs, hw, sh->k, j->wt[q] + (size_t)c0 * (size_t)rs, sh->c * rs, j->dy[q],
+                       hw, q > 0, col, hw);
     struct cpu_conv_shape sub = *sh;
     sub.c = c1 - c0;
     cpu_conv_col2im_channels(j->dx + (size_t)c0 * (size_t)hw, col, NULL, &sub, 0, sub.c);
 }
 
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
-                       const float *dy, /* (N,K,H,W) */ const float *wt, /* (K,C,R,S) */
-                       const struct cpu_conv_shape *sh)
+                       const float *const *dy, /* m of (N,K,H,W) */ const float *const *wt, /* m of (K,C,R,S) */
+                       int m, const struct cpu_conv_shape *sh)
 {
     int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
-    if (sc->gemm && sc->gemm->fixed && sh->k == 1) { /* no col (cpu_conv_col2im_channels) */
+    size_t dyn = (size_t)sh->k * (size_t)hw; /* a batch item of dy */
+    const float *dyq[CPU_CONV_MAX_PAIRS];
+    DT_ASSERT(m >= 1 && m <= CPU_CONV_MAX_PAIRS, "conv2d_bwd_data: %d pairs", m);
+    if (sc->gemm && sc->gemm->fixed && sh->k == 1 && m == 1) { /* no col (cpu_conv_col2im_channels) */
         for (int n = 0; n < sh->n; n++)
-            cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, dy + (size_t)n * (size_t)hw, wt, sh,
+            cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, dy[0] + (size_t)n * (size_t)hw, wt[0], sh,
                             sc->gemm->threads);
         return;
     }
@@ -373,18 +378,19 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
         int nblk = (sh->c + cb - 1) / cb, used = threads < nblk ? threads : nblk;
         struct cpu_conv_shape blocks = *sh;
         blocks.c = cb * used; /* room for each thread's block */
-        struct cpu_bwd_data_job j = {.wt = wt, .sh = sh, .col = cpu_conv_col(sc, &blocks), .cb = cb};
+        struct cpu_bwd_data_job j = {.dy = dyq, .wt = wt, .m = m, .sh = sh, .col = cpu_conv_col(sc, &blocks), .cb = cb};
         for (int n = 0; n < sh->n; n++) {
             j.dx = dx + (size_t)n * (size_t)sh->c * (size_t)hw;
-            j.dy = dy + (size_t)n * (size_t)sh->k * (size_t)hw;
+            for (int q = 0; q < m; q++)
+                dyq[q] = dy[q] + (size_t)n * dyn;
             cpu_pool_run(threads, nblk, cpu_conv_bwd_data_part, &j);
         }
         return;
     }
     float *col = cpu_conv_col(sc, sh);
     for (int n = 0; n < sh->n; n++) {
-        cpu_gemm(sc->gemm, 1, 0, crs, hw, sh->k, wt, crs,
-                 dy + (size_t)n * (size_t)sh->k * (size_t)hw, hw, 0, col, hw);
+        for (int q = 0; q < m; q++)
+            cpu_gemm(sc->gemm, 1, 0, crs, hw, sh->k, wt[q], crs, dy[q] + (size_t)n * dyn, hw, q > 0, col, hw);
         cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, NULL, sh,
                         sc->gemm ? sc->gemm->threads : 1);
     }

@@ -50,17 +50,22 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
                       const float *x, /* (N,C,H,W) */ const float *wt, /* (K,C,R,S) */
                       const struct cpu_conv_shape *sh);
 
-/* dx (N,C,H,W): per batch item col = wt^T (C*R*S, K) x dy[n] (K, H*W) by
- * sgemm, then col2im: dx[n] starts at +0 and, for r = 0..R-1, s = 0..S-1 in
- * that order, each tap's plane of col is added in float32 to the pixels it
- * lands on; so each dx element is ((0 + t_first) + ...) + t_last over its
- * in-image taps in row-major (r, s) order (channels split between the
- * products' threads, which changes no sum). With the fixed products the
- * col is made and summed in blocks of channels, split between the
- * threads: the same col elements and the same sums. */
+/* dx (N,C,H,W) from m pairs (dy[j] (N,K,H,W), wt[j] (K,C,R,S)), 1 <= m <=
+ * CPU_CONV_MAX_PAIRS: per batch item col = the sum over j of wt[j]^T (C*R*S,
+ * K) x dy[j][n] (K, H*W), by one sgemm a pair in j order, the first with
+ * beta = 0 and the others with beta = 1 (each pair's products added onto the
+ * float32 sum of the pairs before it), then col2im: dx[n] starts at +0 and,
+ * for r = 0..R-1, s = 0..S-1 in that order, each tap's plane of col is
+ * added in float32 to the pixels it lands on; so each dx element is ((0 +
+ * t_first) + ...) + t_last over its in-image taps in row-major (r, s) order
+ * (channels split between the products' threads, which changes no sum).
+ * With the fixed products the col is made and summed in blocks of
+ * channels, split between the threads: the same col elements and the same
+ * sums. */
+#define CPU_CONV_MAX_PAIRS 4
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
-                       const float *dy, /* (N,K,H,W) */ const float *wt, /* (K,C,R,S) */
-                       const struct cpu_conv_shape *sh);
+                       const float *const *dy, /* m of (N,K,H,W) */ const float *const *wt, /* m of (K,C,R,S) */
+                       int m, const struct cpu_conv_shape *sh);
 
 /* dw (K,C,R,S) = sum over n of dy[n] (K, H*W) x col(x[n])^T (H*W, C*R*S):
  * one sgemm per batch item in n order, the first with beta = 0, the others

@@ -317,10 +317,20 @@ struct graph_contrib {
     int n, cap;
 };
 
+/* Data gradients of convolutions of one input waiting to be one op: the
+ * pairs (dy, w) in the order the reverse sweep made them. */
+struct graph_conv_wait {
+    int dy[OP_MAX_INPUTS / 2], w[OP_MAX_INPUTS / 2], consumer[OP_MAX_INPUTS / 2];
+    int n;
+    int left;                  /* the node's convolutions yet to give their pair */
+};
+
 struct graph_ad {
     struct graph *g;
     struct graph_contrib *c;   /* per node */
     int *consumers;            /* how many contributions each node will get */
+    int *convs;                /* how many of them are convolutions' data gradients */
+    struct graph_conv_wait *wait; /* per node */
 };
 
 /* Name of a gradient contribution to node i: "<i>.grad" when it is the only
@@ -367,6 +377,60 @@ static void graph_vjp_op(struct graph_ad *ad, int to, int consumer, enum op_type
     }
     g->nodes[i].kind = TRACE_KIND_BACKWARD;
     graph_contribute(ad, to, i);
+}
+
+/* The waiting data gradients of node `to` as one conv2d_bwd_data op of
+ * their pairs in graph order (the reverse of the sweep's), a contribution
+ * to `to` named like any other ("<to>.grad" when it is the only one). */
+static void graph_conv_flush(struct graph_ad *ad, int to)
+{
+    struct graph_conv_wait *w = &ad->wait[to];
+    if (w->n == 0)
+        return;
+    int in[OP_MAX_INPUTS], m = w->n;
+    for (int j = 0; j < m; j++) {
+        in[2 * j] = w->dy[m - 1 - j];
+        in[2 * j + 1] = w->w[m - 1 - j];
+    }
+    union op_params p;
+    memset(&p, 0, sizeof p);
+    int whole = ad->consumers[to] == m, saved = ad->consumers[to];
+    if (whole)
+        ad->consumers[to] = 1; /* the name "<to>.grad" */
+    graph_vjp_op(ad, to, w->consumer[m - 1], OP_CONV2D_BWD_DATA, 2 * m, in, &p);
+    ad->consumers[to] = saved;
+    w->n = 0;
+}
+
+/* Convolution i's data gradient (dy, w) to its input x. Where x feeds
+ * several convolutions with dy and w of one shape (PredNet's four gates of
+ * a layer and time step), their data gradients are one op that sums all
+ * pairs, as one convolution of the filters stacked along K does, instead
+ * of one op per convolution and the adds of their sum: it waits until the
+ * last of x's convolutions (up to OP_MAX_INPUTS / 2 of them) has given its
+ * pair. Otherwise the op is made at once, as every other rule's is. */
+static void graph_conv_data(struct graph_ad *ad, int x, int i, int dy, int w)
+{
+    struct graph *g = ad->g;
+    if (!g->nodes[x].needs_grad)
+        return;
+    struct graph_conv_wait *q = &ad->wait[x];
+    if (ad->convs[x] < 2) {
+        int in[2] = {dy, w};
+        union op_params p;
+        memset(&p, 0, sizeof p);
+        graph_vjp_op(ad, x, i, OP_CONV2D_BWD_DATA, 2, in, &p);
+        return;
+    }
+    if (q->n > 0 && !(graph_same_shape(&g->nodes[q->dy[0]], &g->nodes[dy]) &&
+                      graph_same_shape(&g->nodes[q->w[0]], &g->nodes[w])))
+        graph_conv_flush(ad, x);
+    q->dy[q->n] = dy;
+    q->w[q->n] = w;
+    q->consumer[q->n] = i;
+    q->n++;
+    if (--q->left == 0 || q->n == OP_MAX_INPUTS / 2)
+        graph_conv_flush(ad, x);
 }
 
 /* The vector-Jacobian rule of node i given its output gradient dy. */
@@ -430,8 +494,8 @@ static void graph_vjp(struct graph_ad *ad, int i, int dy)
         return;
     }
     case OP_CONV2D: {
-        int ind[2] = {dy, x[1]}, inf[2] = {x[0], dy};
-        graph_vjp_op(ad, x[0], i, OP_CONV2D_BWD_DATA, 2, ind, &p);
+        int inf[2] = {x[0], dy};
+        graph_conv_data(ad, x[0], i, dy, x[1]);
         p.conv.r = g->nodes[x[1]].shape[2];
         p.conv.s = g->nodes[x[1]].shape[3];
         graph_vjp_op(ad, x[1], i, OP_CONV2D_BWD_FILTER, 2, inf, &p);
@@ -505,6 +569,8 @@ static void graph_count_consumers(struct graph_ad *ad, int loss)
                 continue;
             live[j] = 1;
             ad->consumers[j]++;
+            if (g->nodes[i].type == OP_CONV2D && k == 0)
+                ad->convs[j]++;
         }
     }
     free(live);
@@ -515,8 +581,11 @@ void graph_backward(struct graph *g, int loss)
     DT_ASSERT(loss >= 0 && loss < g->n && g->nodes[loss].count == 1, "loss must be a scalar node");
     g->loss = loss;
     struct graph_ad ad = {g, dt_calloc((size_t)g->n, sizeof(struct graph_contrib)),
-                          dt_calloc((size_t)g->n, sizeof(int))};
+                          dt_calloc((size_t)g->n, sizeof(int)), dt_calloc((size_t)g->n, sizeof(int)),
+                          dt_calloc((size_t)g->n, sizeof(struct graph_conv_wait))};
     graph_count_consumers(&ad, loss);
+    for (int i = 0; i < g->n; i++)
+        ad.wait[i].left = ad.convs[i];
     int nforward = g->n;
     for (int i = loss; i >= 0; i--) {
         int dy;
@@ -533,6 +602,8 @@ void graph_backward(struct graph *g, int loss)
             }
         } else {
             struct graph_contrib *c = &ad.c[i];
+            if (i < nforward)
+                graph_conv_flush(&ad, i); /* pairs of shapes that were not all alike */
             if (c->n == 0)
                 continue;
             dy = c->v[0];
@@ -562,6 +633,8 @@ void graph_backward(struct graph *g, int loss)
         free(ad.c[i].v);
     free(ad.c);
     free(ad.consumers);
+    free(ad.convs);
+    free(ad.wait);
 }
 
 int graph_grad_of(const struct graph *g, int i)

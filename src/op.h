@@ -43,8 +43,13 @@ enum op_type {
                      * inputs x (N,C,H,W), w (K,C,R,S); stride 1, R and S odd, "same" zero
                      * padding: terms outside the image are left out of the sum
                      * (cross-correlation, as in Keras and cuDNN) */
-    OP_CONV2D_BWD_DATA,   /* out (N,C,H,W) = sum over k, r, s of dy[n,k,h-r+R/2,w-s+S/2] * w[k,c,r,s];
-                           * inputs dy (N,K,H,W), w (K,C,R,S); terms outside left out */
+    OP_CONV2D_BWD_DATA,   /* out (N,C,H,W) = sum over j, k, r, s of
+                           * dy_j[n,k,h-r+R/2,w-s+S/2] * w_j[k,c,r,s]; inputs m pairs
+                           * dy_0, w_0, dy_1, w_1, ... (1 <= m <= OP_MAX_INPUTS / 2), every
+                           * dy_j (N,K,H,W) and every w_j (K,C,R,S) of one shape; terms
+                           * outside left out. m > 1 is the data gradient of m convolutions
+                           * of one input (PredNet's four gates) as one sum, as one
+                           * convolution of the filters stacked along K would make it */
     OP_CONV2D_BWD_FILTER, /* out (K,C,R,S) = sum over n, h, w of dy[n,k,h,w] * x[n,c,h+r-R/2,w+s-S/2];
                            * inputs x (N,C,H,W), dy (N,K,H,W); R, S = p.conv.r, p.conv.s;
                            * terms outside left out */
@@ -82,7 +87,7 @@ enum op_type {
     OP_COUNT
 };
 
-#define OP_MAX_INPUTS 4
+#define OP_MAX_INPUTS 8
 
 /* Small per-op parameters. */
 union op_params {

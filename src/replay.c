@@ -56,11 +56,24 @@ struct replay_state {
 
 double replay_normwise_floor(const float *a, size_t na, const float *b, size_t nb)
 {
+    const float *in[2] = {a, b};
+    size_t count[2] = {na, nb};
+    return replay_normwise_floor_pairs(in, count, 1);
+}
+
+double replay_normwise_floor_pairs(const float *const *in, const size_t *count, int m)
+{
     double sa = 0, sb = 0;
-    for (size_t k = 0; k < na; k++)
-        sa += (double)a[k] * a[k];
-    for (size_t k = 0; k < nb; k++)
-        sb += (double)b[k] * b[k];
+    size_t na = 0, nb = 0;
+    for (int j = 0; j < m; j++) {
+        const float *a = in[2 * j], *b = in[2 * j + 1];
+        for (size_t k = 0; k < count[2 * j]; k++)
+            sa += (double)a[k] * a[k];
+        for (size_t k = 0; k < count[2 * j + 1]; k++)
+            sb += (double)b[k] * b[k];
+        na += count[2 * j];
+        nb += count[2 * j + 1];
+    }
     double n = (double)(na > nb ? na : nb);
     double c = n > 2 ? ceil(log2(n)) : 1;
     return c * 0x1p-24 * sqrt(sa) * sqrt(sb);
@@ -197,10 +210,14 @@ static void replay_check_op(struct replay_state *s, int i)
     const char *alg = r->be->op_algorithm ? r->be->op_algorithm(r->ctx, &r->g, i, &transform) : NULL;
     snprintf(c.algorithm, sizeof c.algorithm, "%s", alg ? alg : "");
     double least = 0; /* the normwise floor, or none */
-    if (transform && nd->ninputs == 2) {
+    if (transform && nd->ninputs >= 2 && nd->ninputs % 2 == 0 &&
+        (nd->ninputs == 2 || nd->type == OP_CONV2D_BWD_DATA)) {
+        /* a sum of pairs ran as one convolution of the stacked tensors */
+        size_t count[OP_MAX_INPUTS];
+        for (int k = 0; k < nd->ninputs; k++)
+            count[k] = r->g.nodes[nd->inputs[k]].count;
         c.normwise = 1;
-        least = replay_normwise_floor(s->in[0], r->g.nodes[nd->inputs[0]].count, s->in[1],
-                                      r->g.nodes[nd->inputs[1]].count);
+        least = replay_normwise_floor_pairs(in, count, nd->ninputs / 2);
     }
     replay_classify(s->out, s->exact, s->bound, nd->count, least, &c);
     /* the recording's side: its record of this op, and of its inputs */

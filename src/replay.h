@@ -113,6 +113,12 @@ void replay_classify(const float *out, const float *exact, const double *bound, 
  * rounding over the output, so no elementwise bound holds for them; this
  * is the form of the normwise bounds known for FFT convolution. */
 double replay_normwise_floor(const float *a, size_t na, const float *b, size_t nb);
+/* The same for a sum of m pairs (in[2j], in[2j+1], count[] elements each)
+ * computed as one product of the stacked tensors (conv2d_bwd_data of m
+ * pairs on cudnn): a and b are the pairs' a and b stacked, so ||a||_2^2 is
+ * the sum of the a's, and N the larger of the stacked counts. m = 1 is
+ * replay_normwise_floor. */
+double replay_normwise_floor_pairs(const float *const *in, const size_t *count, int m);
 
 /* Whether a record's statistics fit an output within the bounds (see
  * replay.c): 1, 0, or -1 when a bound is infinite. */

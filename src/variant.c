@@ -227,25 +227,26 @@ VARIANT_OP(variant_conv2d)
 
 VARIANT_OP(variant_conv2d_bwd_data)
 {
-    /* in: dy (N,K,H,W), w (K,C,R,S); out (N,C,H,W): direct loops over k from
-     * the last, float32 */
+    /* in: m pairs dy (N,K,H,W), w (K,C,R,S); out (N,C,H,W): direct loops
+     * over the pairs and k, both from the last, float32 */
     size_t n = nd->shape[0], c = nd->shape[1], h = nd->shape[2], w = nd->shape[3];
-    size_t k = IN_SHAPE(1, 0), r = IN_SHAPE(1, 2), s = IN_SHAPE(1, 3);
+    size_t k = IN_SHAPE(1, 0), r = IN_SHAPE(1, 2), s = IN_SHAPE(1, 3), m = (size_t)nd->ninputs / 2;
     for (size_t b = 0; b < n; b++)
         for (size_t ci = 0; ci < c; ci++)
             for (size_t y = 0; y < h; y++)
                 for (size_t x = 0; x < w; x++) {
                     float acc = 0.0f;
-                    for (size_t ko = k; ko-- > 0;)
-                        for (size_t i = 0; i < r; i++)
-                            for (size_t j = 0; j < s; j++) {
-                                long yy = (long)y - (long)i + (long)(r / 2);
-                                long xq = (long)x - (long)j + (long)(s / 2);
-                                if (yy < 0 || yy >= (long)h || xq < 0 || xq >= (long)w)
-                                    continue;
-                                acc += IN(0)[((b * k + ko) * h + (size_t)yy) * w + (size_t)xq] *
-                                       IN(1)[((ko * c + ci) * r + i) * s + j];
-                            }
+                    for (size_t q = m; q-- > 0;)
+                        for (size_t ko = k; ko-- > 0;)
+                            for (size_t i = 0; i < r; i++)
+                                for (size_t j = 0; j < s; j++) {
+                                    long yy = (long)y - (long)i + (long)(r / 2);
+                                    long xq = (long)x - (long)j + (long)(s / 2);
+                                    if (yy < 0 || yy >= (long)h || xq < 0 || xq >= (long)w)
+                                        continue;
+                                    acc += IN(2 * q)[((b * k + ko) * h + (size_t)yy) * w + (size_t)xq] *
+                                           IN(2 * q + 1)[((ko * c + ci) * r + i) * s + j];
+                                }
                     OUT[((b * c + ci) * h + y) * w + x] = acc;
                 }
 }

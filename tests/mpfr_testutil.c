@@ -194,7 +194,7 @@ static size_t tm_in_count(const struct tm_case *c, int k)
 
 /* Run the case on backend be; out: its float32 download; full (if not
  * NULL, initialised by the caller): the mpfr backend's own P-bit values. */
-static void tm_run(const struct backend_ops *be, void *ctx, const struct tm_case *c, float *out,
+void tm_run(const struct backend_ops *be, void *ctx, const struct tm_case *c, float *out,
                    mpfr_t *full)
 {
     backend_buf *ib[OP_MAX_INPUTS];
@@ -227,7 +227,8 @@ static void tm_set(mpfr_ptr x, float f)
 
 /* The three convolutions (op.h) by their sums, term by term from +0, taps
  * outside the image left out: out (N,K,H,W) from x and w,
- * out (N,C,H,W) from dy and w, out (K,C,R,S) from x and dy. */
+ * out (N,C,H,W) from the m pairs dy_j, w_j (one sum over all of them),
+ * out (K,C,R,S) from x and dy. */
 static void tm_ref_conv(const struct tm_case *c, mpfr_t *out, double *mag)
 {
     const struct node *nd = &c->op;
@@ -238,52 +239,55 @@ static void tm_ref_conv(const struct tm_case *c, mpfr_t *out, double *mag)
     } else {
         N = s0[0], H = s0[2], W = s0[3], K = s1[0], C = s1[1], R = s1[2], S = s1[3];
     }
-    const float *x = c->in[0], *w = c->in[1], *dy = c->in[0];
+    long pairs = nd->type == OP_CONV2D_BWD_DATA ? nd->ninputs / 2 : 1;
     mpfr_t acc, p;
     mpfr_inits2(TM_REF, acc, p, (mpfr_ptr)0);
-    /* every (n, k, c, h, w, r, s) with its tap (hh, ww) of x inside the image */
+    /* every (j, n, k, c, h, w, r, s) with its tap (hh, ww) of x inside the image */
     for (size_t i = 0; i < nd->count; i++) {
         mpfr_set_zero(out[i], 1);
         mag[i] = 0;
     }
-    for (long n = 0; n < N; n++)
-        for (long k = 0; k < K; k++)
-            for (long ch = 0; ch < C; ch++)
-                for (long h = 0; h < H; h++)
-                    for (long v = 0; v < W; v++)
-                        for (long r = 0; r < R; r++)
-                            for (long s = 0; s < S; s++) {
-                                long hh = h + r - R / 2, ww = v + s - S / 2;
-                                if (hh < 0 || hh >= H || ww < 0 || ww >= W)
-                                    continue;
-                                size_t o, wi = (size_t)(((k * C + ch) * R + r) * S + s);
-                                float a, b;
-                                if (nd->type == OP_CONV2D) {
-                                    /* out[n,k,h,v] += x[n,ch,hh,ww] w[k,ch,r,s] */
-                                    o = (size_t)(((n * K + k) * H + h) * W + v);
-                                    a = x[((n * C + ch) * H + hh) * W + ww];
-                                    b = w[wi];
-                                } else if (nd->type == OP_CONV2D_BWD_DATA) {
-                                    /* out[n,ch,hh,ww] += dy[n,k,h,v] w[k,ch,r,s]: with
-                                     * h = hh - r + R/2 this is op.h's sum */
-                                    o = (size_t)(((n * C + ch) * H + hh) * W + ww);
-                                    a = dy[((n * K + k) * H + h) * W + v];
-                                    b = w[wi];
-                                } else {
-                                    /* out[k,ch,r,s] += dy[n,k,h,v] x[n,ch,hh,ww] */
-                                    o = wi;
-                                    a = c->in[1][((n * K + k) * H + h) * W + v];
-                                    b = x[((n * C + ch) * H + hh) * W + ww];
+    for (long j = 0; j < pairs; j++) {
+        const float *x = c->in[0], *w = c->in[2 * j + 1], *dy = c->in[2 * j];
+        for (long n = 0; n < N; n++)
+            for (long k = 0; k < K; k++)
+                for (long ch = 0; ch < C; ch++)
+                    for (long h = 0; h < H; h++)
+                        for (long v = 0; v < W; v++)
+                            for (long r = 0; r < R; r++)
+                                for (long s = 0; s < S; s++) {
+                                    long hh = h + r - R / 2, ww = v + s - S / 2;
+                                    if (hh < 0 || hh >= H || ww < 0 || ww >= W)
+                                        continue;
+                                    size_t o, wi = (size_t)(((k * C + ch) * R + r) * S + s);
+                                    float a, b;
+                                    if (nd->type == OP_CONV2D) {
+                                        /* out[n,k,h,v] += x[n,ch,hh,ww] w[k,ch,r,s] */
+                                        o = (size_t)(((n * K + k) * H + h) * W + v);
+                                        a = x[((n * C + ch) * H + hh) * W + ww];
+                                        b = w[wi];
+                                    } else if (nd->type == OP_CONV2D_BWD_DATA) {
+                                        /* out[n,ch,hh,ww] += dy[n,k,h,v] w[k,ch,r,s]: with
+                                         * h = hh - r + R/2 this is op.h's sum */
+                                        o = (size_t)(((n * C + ch) * H + hh) * W + ww);
+                                        a = dy[((n * K + k) * H + h) * W + v];
+                                        b = w[wi];
+                                    } else {
+                                        /* out[k,ch,r,s] += dy[n,k,h,v] x[n,ch,hh,ww] */
+                                        o = wi;
+                                        a = c->in[1][((n * K + k) * H + h) * W + v];
+                                        b = x[((n * C + ch) * H + hh) * W + ww];
+                                    }
+                                    tm_set(acc, a);
+                                    tm_set(p, b);
+                                    mpfr_mul(p, acc, p, MPFR_RNDN);
+                                    mpfr_add(out[o], out[o], p, MPFR_RNDN);
+                                    mag[o] += fabs((double)a * b);
                                 }
-                                tm_set(acc, a);
-                                tm_set(p, b);
-                                mpfr_mul(p, acc, p, MPFR_RNDN);
-                                mpfr_add(out[o], out[o], p, MPFR_RNDN);
-                                mag[o] += fabs((double)a * b);
-                            }
+    }
     /* the cpu's sums err by about (number of terms) ulps of sum |a b| */
     double terms = nd->type == OP_CONV2D_BWD_FILTER ? (double)(N * H * W)
-                 : (double)((nd->type == OP_CONV2D ? C : K) * R * S);
+                 : (double)((nd->type == OP_CONV2D ? C : pairs * K) * R * S);
     for (size_t i = 0; i < nd->count; i++)
         mag[i] *= terms;
     mpfr_clears(acc, p, (mpfr_ptr)0);

@@ -56,6 +56,12 @@ void tm_case_init_nd(struct tm_case *c, enum op_type t, int ndim, const uint32_t
 float *tm_case_input_nd(struct tm_case *c, int ndim, const uint32_t *shape);
 void tm_case_free(struct tm_case *c);
 
+/* Run the case on backend be (ctx); out: its float32 download; full (if
+ * not NULL, initialised by the caller; the mpfr backend only): its own
+ * P-bit values. */
+void tm_run(const struct backend_ops *be, void *ctx, const struct tm_case *c, float *out,
+            mpfr_t *full);
+
 /* The op.h formula at TM_REF bits into out[0..count) (initialised by the
  * caller); mag[i]: the magnitude the cpu backend's rounding errors scale with. */
 void tm_ref(const struct tm_case *c, mpfr_t *out, double *mag);

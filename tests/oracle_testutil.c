@@ -231,6 +231,19 @@ int tg_image(struct tg *t, uint32_t a, uint32_t b, uint32_t c, uint32_t e, enum 
     return i;
 }
 
+/* conv2d_bwd_data of m pairs (op.h): dy_j (N,K,H,W) from d, w_j (K,C,R,S)
+ * from d2, leaves dy_0, w_0, dy_1, ..., and the op over them. */
+void tg_conv_bwd_data(struct tg *t, int m, uint32_t N, uint32_t C, uint32_t H, uint32_t W,
+                      uint32_t K, uint32_t R, uint32_t S, enum dist d, enum dist d2)
+{
+    for (int j = 0; j < m; j++) {
+        tg_image(t, N, K, H, W, d);
+        tg_image(t, K, C, R, S, d2);
+    }
+    uint32_t shape[4] = {N, C, H, W};
+    tg_opn(t, OP_CONV2D_BWD_DATA, NULL, 4, shape);
+}
+
 /* The image ops of tg_make, and add_bias / bias_grad of rank 4 (half the
  * time): small random shapes, kernels 1, 3 or 5 (wider than some images),
  * n bounding the element count roughly. 1 when made. */
@@ -264,13 +277,9 @@ static int tg_make_image(struct tg *t, enum op_type ty, enum dist d, uint32_t n)
         t->op = graph_conv2d(&t->g, "op", x, w);
         return 1;
     }
-    case OP_CONV2D_BWD_DATA: {
-        tg_image(t, N, K, H, W, d);
-        tg_image(t, K, C, R, S, d2);
-        uint32_t shape[4] = {N, C, H, W};
-        tg_opn(t, ty, &p, 4, shape);
+    case OP_CONV2D_BWD_DATA: /* 1 to OP_MAX_INPUTS / 2 pairs */
+        tg_conv_bwd_data(t, (int)rdim(1, OP_MAX_INPUTS / 2), N, C, H, W, K, R, S, d, d2);
         return 1;
-    }
     case OP_CONV2D_BWD_FILTER: {
         tg_image(t, N, C, H, W, d);
         tg_image(t, N, K, H, W, d2);

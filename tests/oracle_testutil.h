@@ -76,7 +76,12 @@ size_t tg_count(const struct tg *t, int k);
 void tg_fill(struct tg *t, int k, enum dist d);
 /* A leaf of shape (a, b, c, e) filled from d. */
 int tg_image(struct tg *t, uint32_t a, uint32_t b, uint32_t c, uint32_t e, enum dist d);
-/* A random instance of op ty: shapes, parameters and inputs from d. */
+/* conv2d_bwd_data of m pairs: dy_j (N,K,H,W) filled from d, w_j (K,C,R,S)
+ * from d2 (leaves dy_0, w_0, dy_1, ...), and the op over them. */
+void tg_conv_bwd_data(struct tg *t, int m, uint32_t N, uint32_t C, uint32_t H, uint32_t W,
+                      uint32_t K, uint32_t R, uint32_t S, enum dist d, enum dist d2);
+/* A random instance of op ty: shapes, parameters and inputs from d
+ * (conv2d_bwd_data: 1 to OP_MAX_INPUTS / 2 pairs). */
 void tg_make(struct tg *t, enum op_type ty, enum dist d, uint32_t n);
 
 #endif

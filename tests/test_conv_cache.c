@@ -9,8 +9,9 @@
  * same address, and the filter gradient after the forward; then the filter
  * gradient alone for shapes on both sides of its transposed form (K >= 16
  * and H*W > 2K), batches of 1 to 3, 3x3 and 1x1 kernels, 1 and 3 threads,
- * one with an im2col large enough to be made in parts; and the data gradient, made in blocks of channels on 1 to 3
- * threads, against its definition. */
+ * one with an im2col large enough to be made in parts; and the data gradient
+ * of one pair and of several (cpu_conv.h), made in blocks of channels on 1
+ * to 3 threads, against its definition. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -80,11 +81,14 @@ static void cc_filter_def(float *dw, const float *x, const float *dy, const stru
                 }
 }
 
-/* dx of the fixed products: each col element (c, r, s; h', w') the chain
- * t = fmaf(wt[k][c][r][s], dy[n][k][h'][w'], t) over k from +0, and each dx
- * element the float32 sum, from +0, of the t of its in-image taps in
- * row-major (r, s) order (cpu_conv.h) */
-static void cc_data_def(float *dx, const float *dy, const float *wt, const struct cpu_conv_shape *sh)
+/* dx of the fixed products from m pairs (dy[q], wt[q]): each col element
+ * (c, r, s; h', w') the one chain t = fmaf(wt[q][k][c][r][s],
+ * dy[q][n][k][h'][w'], t) from +0 over the pairs q in order and, within
+ * each, k in order (a pair's product continues the sum of the pairs before
+ * it, cpu_gemm.c's beta), and each dx element the float32 sum, from +0, of
+ * the t of its in-image taps in row-major (r, s) order (cpu_conv.h) */
+static void cc_data_def(float *dx, const float *const *dy, const float *const *wt, int m,
+                        const struct cpu_conv_shape *sh)
 {
     for (int n = 0; n < sh->n; n++)
         for (int c = 0; c < sh->c; c++)
@@ -97,9 +101,10 @@ static void cc_data_def(float *dx, const float *dy, const float *wt, const struc
                             if (hh < 0 || hh >= sh->h || ww < 0 || ww >= sh->w)
                                 continue;
                             float t = 0.0f;
-                            for (int k = 0; k < sh->k; k++)
-                                t = fmaf(wt[(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s],
-                                         dy[(((size_t)n * sh->k + k) * sh->h + hh) * sh->w + ww], t);
+                            for (int q = 0; q < m; q++)
+                                for (int k = 0; k < sh->k; k++)
+                                    t = fmaf(wt[q][(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s],
+                                             dy[q][(((size_t)n * sh->k + k) * sh->h + hh) * sh->w + ww], t);
                             acc = acc + t;
                         }
                     dx[(((size_t)n * sh->c + c) * sh->h + h) * sh->w + w] = acc;
@@ -113,34 +118,60 @@ static void cc_same_bits(const float *a, const float *b, size_t n, const char *w
             fail_msg("%s: element %zu: %a, the definition %a", what, i, (double)a[i], (double)b[i]);
 }
 
-/* The filter gradient (data 0) or the data gradient (data 1) of shape sh
- * (the i-th of its test) with the fixed products on `threads` threads,
- * against its definition, bit for bit. */
-static void cc_backward(const struct cpu_conv_shape *sh, int threads, int data, size_t i)
+/* The filter gradient of shape sh (the i-th of its test) with the fixed
+ * products on `threads` threads, against its definition bit for bit. */
+static void cc_filter(const struct cpu_conv_shape *sh, int threads, size_t i)
 {
     struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
     struct cpu_conv_scratch sc = {.gemm = &fixed};
     size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->h * sh->w;
-    size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s, nout = data ? nx : nw;
+    size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s;
     float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy), *w = malloc(nw * sizeof *w);
-    float *ref = malloc(nout * sizeof *ref);
+    float *ref = malloc(nw * sizeof *ref);
     assert_true(x && dy && w && ref);
     cc_fill(dy, ny);
-    cc_fill(data ? w : x, data ? nw : nx);
-    if (data) {
-        cpu_conv_bwd_data(&sc, x, dy, w, sh);
-        cc_data_def(ref, dy, w, sh);
-    } else {
-        cpu_conv_bwd_filter(&sc, w, x, dy, sh);
-        cc_filter_def(ref, x, dy, sh);
-    }
+    cc_fill(x, nx);
+    cpu_conv_bwd_filter(&sc, w, x, dy, sh);
+    cc_filter_def(ref, x, dy, sh);
     char what[96];
-    snprintf(what, sizeof what, "%s gradient, shape %zu, %d threads", data ? "data" : "filter", i, threads);
-    cc_same_bits(data ? x : w, ref, nout, what);
+    snprintf(what, sizeof what, "filter gradient, shape %zu, %d threads", i, threads);
+    cc_same_bits(w, ref, nw, what);
     cpu_conv_scratch_free(&sc);
     free(x);
     free(dy);
     free(w);
+    free(ref);
+}
+
+/* The data gradient of m pairs of shape sh (the i-th of its test) with the
+ * fixed products on `threads` threads, against its definition bit for bit. */
+static void cc_data(const struct cpu_conv_shape *sh, int threads, int m, size_t i)
+{
+    struct cpu_gemm_mode fixed = {.fixed = 1, .threads = threads};
+    struct cpu_conv_scratch sc = {.gemm = &fixed};
+    size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->h * sh->w;
+    size_t nw = (size_t)sh->k * sh->c * sh->r * sh->s;
+    float *dy[CPU_CONV_MAX_PAIRS], *w[CPU_CONV_MAX_PAIRS];
+    float *dx = malloc(nx * sizeof *dx), *ref = malloc(nx * sizeof *ref);
+    assert_true(dx && ref && m <= CPU_CONV_MAX_PAIRS);
+    for (int q = 0; q < m; q++) {
+        dy[q] = malloc(ny * sizeof *dy[q]);
+        w[q] = malloc(nw * sizeof *w[q]);
+        assert_true(dy[q] && w[q]);
+        cc_fill(dy[q], ny);
+        cc_fill(w[q], nw);
+    }
+    cpu_conv_bwd_data(&sc, dx, (const float *const *)dy, (const float *const *)w, m, sh);
+    cc_data_def(ref, (const float *const *)dy, (const float *const *)w, m, sh);
+    char what[96];
+    snprintf(what, sizeof what, "data gradient of %d pairs, shape %zu, %d threads", m, i, threads);
+    cc_same_bits(dx, ref, nx, what);
+    cpu_conv_scratch_free(&sc);
+    for (int q = 0; q < m; q++) {
+        free(dy[q]);
+        free(w[q]);
+    }
+    free(dx);
     free(ref);
 }
 
@@ -209,13 +240,14 @@ static void test_filter_forms(void **state)
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int threads = 1; threads <= 3; threads += 2)
-            cc_backward(&shapes[i], threads, 0, i);
+            cc_filter(&shapes[i], threads, i);
 }
 
 /* The data gradient, made in blocks of channels split between the
  * threads: shapes of one block and of several (the last one short), a
  * single-channel block (K = 1, as PredNet's layer 0 gates), 5x5 and 1x1
- * kernels, 1 to 3 threads. */
+ * kernels, 1 to 3 threads; of one pair, and of 2 and 4 pairs (PredNet's
+ * gates summed as one op). */
 static void test_data_blocks(void **state)
 {
     (void)state;
@@ -227,7 +259,8 @@ static void test_data_blocks(void **state)
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int threads = 1; threads <= 3; threads++)
-            cc_backward(&shapes[i], threads, 1, i);
+            for (int m = 1; m <= CPU_CONV_MAX_PAIRS; m *= 2)
+                cc_data(&shapes[i], threads, m, i);
 }
 
 /* One output channel (K = 1), whose data gradient adds each product to dx
@@ -257,8 +290,9 @@ static void test_data_one_channel(void **state)
                 dy[j] = vals[((uint32_t)(j + i) * 2654435761u >> 13) % (sizeof vals / sizeof *vals)];
             for (size_t j = 0; j < nw; j++)
                 w[j] = vals[((uint32_t)j * 2246822519u >> 11) % (sizeof vals / sizeof *vals)];
-            cpu_conv_bwd_data(&sc, dx, dy, w, sh);
-            cc_data_def(ref, dy, w, sh);
+            const float *dyp = dy, *wp = w;
+            cpu_conv_bwd_data(&sc, dx, &dyp, &wp, 1, sh);
+            cc_data_def(ref, &dyp, &wp, 1, sh);
             size_t zeros = 0;
             for (size_t j = 0; j < nx; j++)
                 zeros += ref[j] == 0.0f;

@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "graph.h"
 #include "mpfr_testutil.h"
+#include "oracle.h"
 #include "stats.h"
 #include "test_util.h"
 #include "util.h"
@@ -605,21 +606,37 @@ static void test_optimizers(void **state)
  * The convolutions' sums are exact at 1000 bits, so every element must match;
  * the shapes include kernels wider than the image and 1x1 images, the value
  * kinds of tm_fill, the limb counts of several precisions, and Inf and NaN
- * next to taps outside the image (left out: no 0 Inf). */
+ * next to taps outside the image (left out: no 0 Inf). conv2d_bwd_data
+ * also with 2 and 4 pairs (dy_j, w_j), one sum over all of them. */
+
+/* The conv2d_bwd_data case of tm_conv_case with m pairs: the inputs of all
+ * pairs in c, filled from kind one after the other. */
+static void tm_conv_pairs_inputs(struct tm_case *c, const uint32_t *ys, const uint32_t *ws,
+                                 int m, int kind, uint64_t *rng)
+{
+    for (int j = 0; j < m; j++) {
+        float *dy = tm_case_input_nd(c, 4, ys), *w = tm_case_input_nd(c, 4, ws);
+        tm_fill(dy, c->g.nodes[c->op.inputs[2 * j]].count, kind, rng);
+        tm_fill(w, c->g.nodes[c->op.inputs[2 * j + 1]].count, kind, rng);
+    }
+}
 
 static void tm_conv_case(void *ctx, long prec, enum op_type t, const uint32_t *xs, uint32_t k,
-                         uint32_t r, uint32_t s, int kind, uint64_t seed, int specials)
+                         uint32_t r, uint32_t s, int kind, uint64_t seed, int specials, int pairs)
 {
     uint32_t ws[4] = {k, xs[1], r, s}, ys[4] = {xs[0], k, xs[2], xs[3]};
     struct tm_case c;
     float *a, *b;
+    uint64_t rng = seed;
     if (t == OP_CONV2D) {
         tm_case_init_nd(&c, t, 4, ys);
         a = tm_case_input_nd(&c, 4, xs);
         b = tm_case_input_nd(&c, 4, ws);
     } else if (t == OP_CONV2D_BWD_DATA) {
         tm_case_init_nd(&c, t, 4, xs);
-        a = tm_case_input_nd(&c, 4, ys);
+        if (pairs > 1)
+            tm_conv_pairs_inputs(&c, ys, ws, pairs - 1, kind, &rng);
+        a = tm_case_input_nd(&c, 4, ys); /* the last pair: the specials go there */
         b = tm_case_input_nd(&c, 4, ws);
     } else {
         tm_case_init_nd(&c, t, 4, ws);
@@ -628,8 +645,8 @@ static void tm_conv_case(void *ctx, long prec, enum op_type t, const uint32_t *x
         a = tm_case_input_nd(&c, 4, xs);
         b = tm_case_input_nd(&c, 4, ys);
     }
-    uint64_t rng = seed;
-    size_t na = c.g.nodes[c.op.inputs[0]].count, nb = c.g.nodes[c.op.inputs[1]].count;
+    int last = c.op.ninputs - 2;
+    size_t na = c.g.nodes[c.op.inputs[last]].count, nb = c.g.nodes[c.op.inputs[last + 1]].count;
     tm_fill(a, na, kind, &rng);
     tm_fill(b, nb, kind, &rng);
     c.tol = kind == 0 && !specials ? 4 : 0;
@@ -659,12 +676,19 @@ static void test_conv2d(void **state)
         for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
             for (int kind = 0; kind < 3; kind++) {
                 const uint32_t *d = shapes[sh];
-                tm_conv_case(ctx, TM_PREC, ops[o], d, d[4], d[5], d[6], kind, seed++, 0);
+                tm_conv_case(ctx, TM_PREC, ops[o], d, d[4], d[5], d[6], kind, seed++, 0, 1);
             }
     for (int o = 0; o < 3; o++)
         for (int sp = 0; sp < 3; sp++)
             tm_conv_case(ctx, TM_PREC, ops[o], shapes[sp], shapes[sp][4], shapes[sp][5],
-                         shapes[sp][6], 0, seed++, 1);
+                         shapes[sp][6], 0, seed++, 1, 1);
+    for (int m = 2; m <= 4; m += 2) /* conv2d_bwd_data of m pairs */
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+            for (int kind = 0; kind < 4; kind++) {
+                const uint32_t *d = shapes[sh];
+                tm_conv_case(ctx, TM_PREC, OP_CONV2D_BWD_DATA, d, d[4], d[5], d[6], kind % 3,
+                             seed++, kind == 3, m);
+            }
     /* x all -0, positive weights with an Inf top-left tap: where that tap is
      * outside the image the sum of -0 products is +0 (from +0), elsewhere
      * -0 Inf = NaN */
@@ -684,9 +708,95 @@ static void test_conv2d(void **state)
     for (size_t p = 0; p < sizeof precs / sizeof precs[0]; p++) {
         ctx = tm_init(precs[p]);
         for (int o = 0; o < 3; o++)
-            tm_conv_case(ctx, precs[p], ops[o], shapes[0], 4, 3, 3, (int)(p % 3), seed++, 0);
+            tm_conv_case(ctx, precs[p], ops[o], shapes[0], 4, 3, 3, (int)(p % 3), seed++, 0, 1);
+        for (int m = 2; m <= 4; m += 2)
+            tm_conv_case(ctx, precs[p], OP_CONV2D_BWD_DATA, shapes[0], 4, 3, 3, (int)(p % 3),
+                         seed++, 0, m);
         backend_mpfr.free(ctx);
     }
+}
+
+/* conv2d_bwd_data of m = 2 and 4 pairs is one sum rounded once: at 24 bits
+ * the backend's value is RN_24 of the exact sum of its m single-pair ops'
+ * exact values (tm_ref of each pair alone, added exactly here) and the
+ * oracle's is RN32 of it; adding the m single-pair 24-bit results instead,
+ * rounding at each addition (a per-pair kernel), misses that on some
+ * elements, which tm_check's comparison with RN_P would see. */
+static void test_conv2d_pairs(void **state)
+{
+    (void)state;
+    uint32_t xs[4] = {2, 3, 5, 6}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 5, 6};
+    void *ctx = tm_init(24);
+    for (int m = 2; m <= 4; m += 2) {
+        struct tm_case c;
+        uint64_t rng = 500 + (uint64_t)m;
+        tm_case_init_nd(&c, OP_CONV2D_BWD_DATA, 4, xs);
+        tm_conv_pairs_inputs(&c, ys, ws, m, 0, &rng);
+        size_t n = c.op.count;
+        mpfr_t *full = malloc(n * sizeof *full), *part = malloc(n * sizeof *part);
+        mpfr_t *naive = malloc(n * sizeof *naive), *sum = malloc(n * sizeof *sum);
+        mpfr_t *ref = malloc(n * sizeof *ref), r24;
+        float *got = malloc(n * sizeof *got), *orc = malloc(n * sizeof *orc);
+        double *mag = malloc(n * sizeof *mag);
+        assert_true(full && part && naive && sum && ref && got && orc && mag);
+        mpfr_init2(r24, 24);
+        for (size_t i = 0; i < n; i++) {
+            mpfr_inits2(24, full[i], part[i], naive[i], (mpfr_ptr)0);
+            mpfr_inits2(TM_REF, sum[i], ref[i], (mpfr_ptr)0);
+            mpfr_set_zero(naive[i], 1);
+            mpfr_set_zero(sum[i], 1);
+        }
+        tm_run(&backend_mpfr, ctx, &c, got, full);
+        for (int j = 0; j < m; j++) {
+            struct tm_case one;
+            tm_case_init_nd(&one, OP_CONV2D_BWD_DATA, 4, xs);
+            float *dy = tm_case_input_nd(&one, 4, ys), *w = tm_case_input_nd(&one, 4, ws);
+            memcpy(dy, c.in[2 * j], (size_t)ys[0] * ys[1] * ys[2] * ys[3] * sizeof *dy);
+            memcpy(w, c.in[2 * j + 1], (size_t)ws[0] * ws[1] * ws[2] * ws[3] * sizeof *w);
+            tm_ref(&one, ref, mag);
+            tm_run(&backend_mpfr, ctx, &one, got, part);
+            for (size_t i = 0; i < n; i++) {
+                assert_int_equal(mpfr_add(sum[i], sum[i], ref[i], MPFR_RNDN), 0); /* exact */
+                mpfr_add(naive[i], naive[i], part[i], MPFR_RNDN);
+            }
+            tm_case_free(&one);
+        }
+        const float *fin[OP_MAX_INPUTS];
+        for (int k = 0; k < c.op.ninputs; k++)
+            fin[k] = c.in[k];
+        if (oracle_op(&c.g, &c.op, orc, fin, &(struct backend_step){0}) != 0)
+            fail_msg("oracle: %s", dt_error());
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++) {
+            mpfr_set(r24, sum[i], MPFR_RNDN);
+            if (!mpfr_equal_p(full[i], r24)) {
+                char what[160];
+                mpfr_snprintf(what, sizeof what, "%Ra, the single pairs' exact sum rounds to %Ra",
+                              full[i], r24);
+                fail_msg("%d pairs at 24 bits, element %zu: the backend gives %s", m, i, what);
+            }
+            if (!tm_same(orc[i], tm_round_f32(sum[i], NULL)))
+                fail_msg("%d pairs, element %zu: the oracle gives %a, the single pairs' exact "
+                         "sum rounds to %a", m, i, (double)orc[i],
+                         (double)tm_round_f32(sum[i], NULL));
+            differ += !mpfr_equal_p(naive[i], r24);
+            mpfr_clears(full[i], part[i], naive[i], sum[i], ref[i], (mpfr_ptr)0);
+        }
+        if (differ == 0)
+            fail_msg("%d pairs: the 24-bit single-pair results added at 24 bits are the whole "
+                     "sum rounded once everywhere: the case cannot tell the two apart", m);
+        mpfr_clear(r24);
+        free(full);
+        free(part);
+        free(naive);
+        free(sum);
+        free(ref);
+        free(got);
+        free(orc);
+        free(mag);
+        tm_case_free(&c);
+    }
+    backend_mpfr.free(ctx);
 }
 
 /* maxpool2 and its backward on windows that test op.h's pick: ties (the
@@ -1051,6 +1161,7 @@ int main(void)
         cmocka_unit_test(test_mse_bwd),
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_conv2d_pairs),
         cmocka_unit_test(test_maxpool2),
         cmocka_unit_test(test_upsample2),
         cmocka_unit_test(test_channels),

@@ -21,6 +21,7 @@
 #include "graph.h"
 #include "oracle.h"
 #include "oracle_testutil.h"
+#include "replay.h"
 #include "util.h"
 
 static int verbose;
@@ -56,7 +57,8 @@ static size_t at4(const uint32_t *shape, size_t a, size_t b, size_t c, size_t d)
 
 /* The terms p[j] q[j] of element i of a sum op (convolutions, upsample2_bwd,
  * bias_grad of rank 4, mean; q[j] = 1 where the op sums plain values), in
- * op.h's order; p and q hold enough room (the inputs' element count). */
+ * op.h's order (conv2d_bwd_data: pair by pair, each pair's terms in the same
+ * (k, r, s) order); p and q hold tg_termcap(t) floats. */
 static size_t sum_terms(const struct tg *t, size_t i, float *p, float *q)
 {
     const struct node *nd = tg_node(t);
@@ -79,18 +81,19 @@ static size_t sum_terms(const struct tg *t, size_t i, float *p, float *q)
                 }
         return m;
     }
-    case OP_CONV2D_BWD_DATA: { /* dy (N,K,H,W), w (K,C,R,S) */
+    case OP_CONV2D_BWD_DATA: { /* pairs dy_j (N,K,H,W), w_j (K,C,R,S) */
         idx4(nd->shape, i, &a, &b, &c, &d); /* n, c, h, w */
         long R = s1[2], S = s1[3];
-        for (size_t k = 0; k < s0[1]; k++)
-            for (long r = 0; r < R; r++)
-                for (long s = 0; s < S; s++) {
-                    long hh = (long)c - r + R / 2, ww = (long)d - s + S / 2;
-                    if (hh < 0 || ww < 0 || hh >= (long)s0[2] || ww >= (long)s0[3])
-                        continue;
-                    p[m] = v[0][at4(s0, a, k, (size_t)hh, (size_t)ww)];
-                    q[m++] = v[1][at4(s1, k, b, (size_t)r, (size_t)s)];
-                }
+        for (int j = 0; j < t->nleaf / 2; j++)
+            for (size_t k = 0; k < s0[1]; k++)
+                for (long r = 0; r < R; r++)
+                    for (long s = 0; s < S; s++) {
+                        long hh = (long)c - r + R / 2, ww = (long)d - s + S / 2;
+                        if (hh < 0 || ww < 0 || hh >= (long)s0[2] || ww >= (long)s0[3])
+                            continue;
+                        p[m] = v[2 * j][at4(s0, a, k, (size_t)hh, (size_t)ww)];
+                        q[m++] = v[2 * j + 1][at4(s1, k, b, (size_t)r, (size_t)s)];
+                    }
         return m;
     }
     case OP_CONV2D_BWD_FILTER: { /* x (N,C,H,W), dy (N,K,H,W) */
@@ -151,11 +154,14 @@ static void ref_sum(mpfr_t r, const float *p, const float *q, size_t m)
     mpfr_clear(a);
 }
 
-static size_t tg_maxcount(const struct tg *t)
+/* Room for the terms of any element of t's op: all inputs' elements (a
+ * conv2d_bwd_data element has up to m K R S terms, more than any one input
+ * holds). */
+static size_t tg_termcap(const struct tg *t)
 {
     size_t m = 4;
     for (int k = 0; k < t->nleaf; k++)
-        m = tg_count(t, k) > m ? tg_count(t, k) : m;
+        m += tg_count(t, k);
     return m;
 }
 
@@ -199,7 +205,7 @@ static int ref_elem_image(const struct tg *t, size_t i, mpfr_t r, long *err)
     case OP_CONV2D_BWD_FILTER:
     case OP_UPSAMPLE2_BWD:
     case OP_MEAN: {
-        size_t cap = tg_maxcount(t);
+        size_t cap = tg_termcap(t);
         float *p = malloc(cap * sizeof *p), *q = malloc(cap * sizeof *q);
         assert_true(p && q);
         size_t m = sum_terms(t, i, p, q);
@@ -309,7 +315,7 @@ static int ref_elem_image(const struct tg *t, size_t i, mpfr_t r, long *err)
     case OP_BIAS_GRAD: { /* rank 4: dy (N,C,H,W) */
         if (t->g.nodes[t->leaf[0]].ndim != 4)
             return 0;
-        size_t cap = tg_maxcount(t);
+        size_t cap = tg_termcap(t);
         float *p = malloc(cap * sizeof *p), *q = malloc(cap * sizeof *q);
         assert_true(p && q);
         ref_sum(r, p, q, sum_terms(t, i, p, q));
@@ -1092,12 +1098,12 @@ struct ratio {
     long n, inf;
 };
 
-/* Every element of the cpu kernel's output within oracle_bound of the exact
- * value; error / bound ratios into rt. */
-static void bound_check(struct tg *t, const char *what, struct ratio *rt)
+/* Every element of got (a float32 evaluation of t's op) within oracle_bound
+ * of the exact value; error / bound ratios into rt. */
+static void bound_check_of(const struct tg *t, const float *got, const char *what,
+                           struct ratio *rt)
 {
     const struct node *nd = tg_node(t);
-    float *cpu = tg_cpu(t);
     double *bound = malloc((nd->count + 1) * sizeof *bound);
     assert_non_null(bound);
     const float *in[OP_MAX_INPUTS];
@@ -1116,21 +1122,21 @@ static void bound_check(struct tg *t, const char *what, struct ratio *rt)
             rt->inf++;
             continue;
         }
-        if (bound[i] == 0 && !isfinite(cpu[i]) && (isnan(cpu[i]) ? mpfr_nan_p(r)
-                : mpfr_inf_p(r) && (mpfr_sgn(r) < 0) == (cpu[i] < 0)))
+        if (bound[i] == 0 && !isfinite(got[i]) && (isnan(got[i]) ? mpfr_nan_p(r)
+                : mpfr_inf_p(r) && (mpfr_sgn(r) < 0) == (got[i] < 0)))
             continue; /* an exact op's NaN or Inf, as the exact value */
-        if (!isfinite(cpu[i]) || !mpfr_number_p(r))
-            fail_msg("%s %s[%zu]: finite bound %g, cpu %a, exact %s", what,
-                     op_type_name(nd->type), i, bound[i], (double)cpu[i],
+        if (!isfinite(got[i]) || !mpfr_number_p(r))
+            fail_msg("%s %s[%zu]: finite bound %g, got %a, exact %s", what,
+                     op_type_name(nd->type), i, bound[i], (double)got[i],
                      mpfr_number_p(r) ? "finite" : "not finite");
         mpfr_set_prec(d, mpfr_get_prec(r) + 300);
-        mpfr_sub_d(d, r, cpu[i], MPFR_RNDN); /* exact */
+        mpfr_sub_d(d, r, got[i], MPFR_RNDN); /* exact */
         double e = fabs(mpfr_get_d(d, MPFR_RNDU)) * (1 + 0x1p-50);
         if (err != LONG_MIN)
             e += ldexp(1.0, (int)(err < -2000 ? -2000 : err));
         if (!(e <= bound[i]))
-            fail_msg("%s %s[%zu] (step %llu): |cpu %a - exact %a| = %g > bound %g", what,
-                     op_type_name(nd->type), i, (unsigned long long)t->step, (double)cpu[i],
+            fail_msg("%s %s[%zu] (step %llu): |got %a - exact %a| = %g > bound %g", what,
+                     op_type_name(nd->type), i, (unsigned long long)t->step, (double)got[i],
                      mpfr_get_d(r, MPFR_RNDN), e, bound[i]);
         if (bound[i] > 0) {
             double q = e / bound[i];
@@ -1141,6 +1147,13 @@ static void bound_check(struct tg *t, const char *what, struct ratio *rt)
     }
     mpfr_clears(r, d, (mpfr_ptr)0);
     free(bound);
+}
+
+/* The cpu kernel's output within oracle_bound (bound_check_of). */
+static void bound_check(struct tg *t, const char *what, struct ratio *rt)
+{
+    float *cpu = tg_cpu(t);
+    bound_check_of(t, cpu, what, rt);
     free(cpu);
 }
 
@@ -1263,10 +1276,12 @@ static void test_bounds_conv(void **state)
                 tg_make(&t, convs[o], (enum dist)d, 40 + (uint32_t)(r64() % 200));
                 const struct node *nd = tg_node(&t);
                 double *bound = malloc(nd->count * sizeof *bound);
-                size_t cap = tg_maxcount(&t);
+                size_t cap = tg_termcap(&t);
                 float *p = malloc(cap * sizeof *p), *q = malloc(cap * sizeof *q);
                 assert_true(bound && p && q);
-                const float *in[2] = {t.val[0], t.val[1]};
+                const float *in[OP_MAX_INPUTS];
+                for (int k = 0; k < t.nleaf; k++)
+                    in[k] = t.val[k];
                 struct backend_step st = {0};
                 assert_int_equal(oracle_bound(&t.g, nd, bound, in, &st), 0);
                 for (size_t i = 0; i < nd->count; i++) {
@@ -1289,6 +1304,204 @@ static void test_bounds_conv(void **state)
     if (verbose)
         printf("convolutions: max error/bound %.3g mean %.3g (%ld, %ld infinite)\n", rt.max,
                rt.n ? rt.sum / rt.n : 0, rt.n, rt.inf);
+}
+
+/* ---- conv2d_bwd_data of m pairs ------------------------------------------------------ */
+
+/* Float32 evaluations of t's conv2d_bwd_data from op.h's terms (sum_terms:
+ * pair by pair, every pair with the same count of in-image terms, in the
+ * same order), each product rounded to float32 and summed in float32 from
+ * +0. Admissible: PAIR_RUN, one running sum over the pairs in order;
+ * PAIR_SPLIT, each pair's own sum (what m single-pair ops give), the m sums
+ * added last; PAIR_BACK, the running sum from the last pair (variant.c's
+ * order). Wrong: PAIR_DROP leaves the last pair out; PAIR_MIX takes w_0 as
+ * every pair's filter. */
+enum pair_eval { PAIR_RUN, PAIR_SPLIT, PAIR_BACK, PAIR_DROP, PAIR_MIX };
+
+static float *pair_eval(const struct tg *t, enum pair_eval how)
+{
+    const struct node *nd = tg_node(t);
+    size_t cap = tg_termcap(t), m = (size_t)t->nleaf / 2;
+    float *out = malloc((nd->count + 1) * sizeof *out);
+    float *p = malloc(cap * sizeof *p), *q = malloc(cap * sizeof *q);
+    assert_true(out && p && q);
+    for (size_t i = 0; i < nd->count; i++) {
+        size_t per = sum_terms(t, i, p, q) / m;
+        float acc = 0.0f;
+        for (size_t jj = 0; jj < m; jj++) {
+            size_t j = how == PAIR_BACK ? m - 1 - jj : jj;
+            if (how == PAIR_DROP && j == m - 1)
+                continue;
+            float part = 0.0f;
+            for (size_t l = 0; l < per; l++) {
+                float prod = p[j * per + l] * q[(how == PAIR_MIX ? 0 : j * per) + l];
+                if (how == PAIR_SPLIT)
+                    part += prod;
+                else
+                    acc += prod;
+            }
+            if (how == PAIR_SPLIT)
+                acc += part;
+        }
+        out[i] = acc;
+    }
+    free(p);
+    free(q);
+    return out;
+}
+
+/* replay's class of got as t's op output: against oracle_op and oracle_bound. */
+static enum replay_class pair_class(const struct tg *t, const float *got)
+{
+    const struct node *nd = tg_node(t);
+    float *exact = tg_oracle(t, 0);
+    double *bound = malloc((nd->count + 1) * sizeof *bound);
+    assert_non_null(bound);
+    const float *in[OP_MAX_INPUTS];
+    for (int k = 0; k < t->nleaf; k++)
+        in[k] = t->val[k];
+    struct backend_step st = {.step = t->step};
+    assert_int_equal(oracle_bound(&t->g, nd, bound, in, &st), 0);
+    struct replay_opcheck c;
+    memset(&c, 0, sizeof c);
+    replay_classify(got, exact, bound, nd->count, 0, &c);
+    free(exact);
+    free(bound);
+    return c.cls;
+}
+
+/* oracle_op of t's m pairs is RN32 of the sum of the m single-pair ops'
+ * exact values (each pair a one-op graph of its own, its reference exact),
+ * added exactly here; and oracle_bound is at least M u A on every element,
+ * M the in-image terms of all pairs and A the sum of their magnitudes (the
+ * first term of gamma_M A: a bound that counted one pair's terms or
+ * magnitudes only would fall below it). */
+static void pairs_vs_single(const struct tg *t, const char *what)
+{
+    const struct node *nd = tg_node(t);
+    size_t cnt = nd->count, cap = tg_termcap(t);
+    float *orc = tg_oracle(t, 0), *p = malloc(cap * sizeof *p), *q = malloc(cap * sizeof *q);
+    mpfr_t *sum = malloc(cnt * sizeof *sum), r;
+    assert_true(p && q && sum);
+    mpfr_init2(r, REF_PREC);
+    for (size_t i = 0; i < cnt; i++) {
+        mpfr_init2(sum[i], REF_PREC);
+        mpfr_set_zero(sum[i], 1);
+    }
+    for (int j = 0; j < t->nleaf / 2; j++) {
+        struct tg one;
+        tg_init(&one);
+        const uint32_t *ds = t->g.nodes[t->leaf[2 * j]].shape;
+        const uint32_t *ws = t->g.nodes[t->leaf[2 * j + 1]].shape;
+        img_leaf(&one, ds[0], ds[1], ds[2], ds[3], t->val[2 * j]);
+        img_leaf(&one, ws[0], ws[1], ws[2], ws[3], t->val[2 * j + 1]);
+        tg_opn(&one, OP_CONV2D_BWD_DATA, NULL, 4, nd->shape);
+        for (size_t i = 0; i < cnt; i++) {
+            long err;
+            ref_elem(&one, i, r, &err);
+            assert_true(err == LONG_MIN);
+            if (j == 0)
+                mpfr_set(sum[i], r, MPFR_RNDN);
+            else
+                X(mpfr_add(sum[i], sum[i], r, MPFR_RNDN));
+        }
+        tg_free(&one);
+    }
+    const float *in[OP_MAX_INPUTS];
+    for (int k = 0; k < t->nleaf; k++)
+        in[k] = t->val[k];
+    double *bound = malloc((cnt + 1) * sizeof *bound);
+    assert_non_null(bound);
+    assert_int_equal(oracle_bound(&t->g, nd, bound, in, &(struct backend_step){0}), 0);
+    for (size_t i = 0; i < cnt; i++) {
+        float want = ref_round32(sum[i]);
+        if (!same32(orc[i], want))
+            fail_msg("%s [%zu] of %d pairs: oracle %a, the single pairs' exact sum rounds to %a",
+                     what, i, t->nleaf / 2, (double)orc[i], (double)want);
+        size_t mt = sum_terms(t, i, p, q);
+        double a = 0;
+        for (size_t l = 0; l < mt; l++)
+            a += fabs((double)p[l] * q[l]);
+        double floor = (double)mt * 0x1p-24 * a * (1 - 0x1p-40);
+        if (isfinite(a) && !(bound[i] >= floor))
+            fail_msg("%s [%zu] of %d pairs: bound %g < M u A = %g (M = %zu)", what, i,
+                     t->nleaf / 2, bound[i], floor, mt);
+        mpfr_clear(sum[i]);
+    }
+    mpfr_clear(r);
+    free(sum);
+    free(orc);
+    free(p);
+    free(q);
+    free(bound);
+}
+
+/* conv2d_bwd_data of m = 1, 2, 3 (chosen values), 4 pairs (op.h): the
+ * oracle rounds the sum over all pairs once (ops_check, pairs_vs_single);
+ * oracle_bound admits the float32 groupings a kernel may use (pair_eval's,
+ * the cpu's), and replay calls a result that drops a pair or mixes up the
+ * filters SEMANTIC. Inputs: random, positive, wide, and pairs that cancel
+ * each other (pair 2i + 1 = -(1 + 2^-20) pair 2i: the exact path). */
+static void test_conv_pairs(void **state)
+{
+    (void)state;
+    struct ratio rt = {0};
+    /* 1 + 2^-24 + 2^-30 over three pairs of 1x1 images: rounded once it is
+     * 1 + 2^-23; pair by pair in float32 the tie 1 + 2^-24 goes to 1, and so
+     * does the rest: rounding, not SEMANTIC */
+    static const float one[6] = {1.0f, 1.0f, 0x1p-24f, 1.0f, 0x1p-30f, 1.0f};
+    struct tg t;
+    tg_init(&t);
+    for (int k = 0; k < 6; k++)
+        img_leaf(&t, 1, 1, 1, 1, &one[k]);
+    tg_opn(&t, OP_CONV2D_BWD_DATA, NULL, 4, (const uint32_t[]){1, 1, 1, 1});
+    expect_out(&t, (const float[]){1 + 0x1p-23f}, "three pairs rounded once");
+    float *v = pair_eval(&t, PAIR_RUN);
+    assert_true(v[0] == 1.0f);
+    bound_check_of(&t, v, "three pairs in float32", &rt);
+    assert_int_equal(pair_class(&t, v), REPLAY_ROUNDING);
+    free(v);
+    tg_free(&t);
+    static const int ms[] = {1, 2, 4};
+    for (int mi = 0; mi < 3; mi++)
+        for (int kind = 0; kind < 4; kind++)
+            for (int rep = 0; rep < 3; rep++) {
+                int m = ms[mi];
+                static const enum dist dd[4] = {D_UNIT, D_POS, D_WIDE, D_UNIT};
+                uint32_t N = 1 + (uint32_t)(r64() % 2), C = 1 + (uint32_t)(r64() % 3);
+                uint32_t K = 1 + (uint32_t)(r64() % 3), H = 1 + (uint32_t)(r64() % 6);
+                uint32_t W = 1 + (uint32_t)(r64() % 6), R = 1 + 2 * (uint32_t)(r64() % 3);
+                uint32_t S = 1 + 2 * (uint32_t)(r64() % 3);
+                tg_init(&t);
+                tg_conv_bwd_data(&t, m, N, C, H, W, K, R, S, dd[kind], dd[kind]);
+                for (int j = 1; kind == 3 && j < m; j += 2) /* pair j cancels pair j - 1 */
+                    for (int k = 0; k < 2; k++)
+                        for (size_t i = 0; i < tg_count(&t, 2 * j + k); i++)
+                            t.val[2 * j + k][i] = t.val[2 * j - 2 + k][i] *
+                                                  (k ? -(1 + 0x1p-20f) : 1.0f);
+                ops_check(&t, "pairs");
+                op_bound_same(&t, "pairs");
+                pairs_vs_single(&t, "pairs");
+                bound_check(&t, "pairs cpu", &rt);
+                for (int how = PAIR_RUN; how <= PAIR_MIX; how++) {
+                    if (how == PAIR_MIX && m == 1)
+                        continue; /* one filter: nothing to mix up */
+                    v = pair_eval(&t, (enum pair_eval)how);
+                    enum replay_class cls = pair_class(&t, v);
+                    if (how <= PAIR_BACK) {
+                        bound_check_of(&t, v, "pairs float32", &rt);
+                        assert_true(cls != REPLAY_SEMANTIC);
+                    } else if (cls != REPLAY_SEMANTIC) {
+                        fail_msg("%d pairs, kind %d: evaluation %d is wrong but %s", m, kind,
+                                 how, replay_class_name(cls));
+                    }
+                    free(v);
+                }
+                tg_free(&t);
+            }
+    if (verbose)
+        printf("conv2d_bwd_data pairs: max error/bound %.3g mean %.3g (%ld, %ld infinite)\n",
+               rt.max, rt.n ? rt.sum / rt.n : 0, rt.n, rt.inf);
 }
 
 /* NaN, Inf, zeros and subnormals in the inputs of every op: where a bound is
@@ -1463,6 +1676,7 @@ int main(void)
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_bounds_adversarial),
         cmocka_unit_test(test_bounds_conv),
+        cmocka_unit_test(test_conv_pairs),
         cmocka_unit_test(test_bounds_special),
         cmocka_unit_test(test_bounds_adversarial_image),
     };

@@ -116,6 +116,14 @@ static void test_normwise_floor_value(void **state)
     assert_true(replay_normwise_floor(a, 2, b, 8) == 3 * 5 * 2 * U);
     const float c[5] = {1, 1, 1, 1, 0};          /* ||c|| = 2, N = 5: ceil(log2 5) = 3 */
     assert_true(replay_normwise_floor(c, 5, a, 2) == 3 * 2 * 5 * U);
+    /* two pairs (a, b) and (c, a) stacked: ||(a, c)|| = sqrt(25 + 4),
+     * ||(b, a)|| = sqrt(4 + 25) = the same, N = max(2 + 5, 8 + 2) = 10:
+     * ceil(log2 10) = 4; so 4 u 29 */
+    const float *in[4] = {a, b, c, a};
+    const size_t count[4] = {2, 8, 5, 2};
+    double two = replay_normwise_floor_pairs(in, count, 2);
+    assert_true(fabs(two - 4 * 29 * U) <= 1e-15 * two);
+    assert_true(replay_normwise_floor_pairs(in, count, 1) == replay_normwise_floor(a, 2, b, 8));
 }
 
 static void test_elementwise(void **state)

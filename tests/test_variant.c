@@ -180,10 +180,9 @@ static int tv_case_sum(struct tg *t, enum op_type ty, int kind)
         if (ty == OP_CONV2D) {
             int x = tg_image(t, N, C, H, W, d), w = tg_image(t, K, C, R, S, d2);
             t->op = graph_conv2d(&t->g, "op", x, w);
-        } else if (ty == OP_CONV2D_BWD_DATA) {
-            tg_image(t, N, K, H, W, d);
-            tg_image(t, K, C, R, S, d2);
-            tg_opn(t, ty, NULL, 4, (const uint32_t[]){N, C, H, W});
+        } else if (ty == OP_CONV2D_BWD_DATA) { /* 1 to 4 pairs, summed from the last */
+            int m = (int)tv_dim(1, OP_MAX_INPUTS / 2);
+            tg_conv_bwd_data(t, m, N, C, H, W, K, R, S, d, d2);
         } else {
             tg_image(t, N, C, H, W, d2);
             tg_image(t, N, K, H, W, d);

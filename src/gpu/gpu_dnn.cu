@@ -565,12 +565,21 @@ static void dnn_plan_node(struct gpu_dnn_plan *p, const struct graph *g, int i)
                                  in1->shape[0], in1->shape[2], in1->shape[3]);
         p->conv[pn->conv].used[DNN_FWD] = 1;
         break;
-    case OP_CONV2D_BWD_DATA: /* dy (N,K,H,W), w (K,C,R,S) -> (N,C,H,W) */
-        DT_ASSERT(in0->ndim == 4 && in1->ndim == 4, "cudnn: conv2d_bwd_data %s: rank", nd->name);
+    case OP_CONV2D_BWD_DATA: { /* m pairs dy_j (N,K,H,W), w_j (K,C,R,S) -> (N,C,H,W) */
+        uint32_t m = (uint32_t)nd->ninputs / 2;
+        DT_ASSERT(nd->ninputs >= 2 && nd->ninputs % 2 == 0, "cudnn: conv2d_bwd_data %s: %d inputs", nd->name,
+                  nd->ninputs);
+        DT_ASSERT(in0->ndim == 4 && in1->ndim == 4 && (uint64_t)m * in1->shape[0] <= INT_MAX,
+                  "cudnn: conv2d_bwd_data %s: rank or size", nd->name);
+        /* m > 1: one convolution of the filters stacked along K (dnn_pairs_run),
+         * its algorithm chosen for that shape like any other's */
         pn->conv = dnn_conv_find(p, nd->shape[0], nd->shape[1], nd->shape[2], nd->shape[3],
-                                 in1->shape[0], in1->shape[2], in1->shape[3]);
+                                 m * in1->shape[0], in1->shape[2], in1->shape[3]);
         p->conv[pn->conv].used[DNN_BWD_DATA] = 1;
+        if (m > 1)
+            dnn_pairs_plan(p, &p->conv[pn->conv]);
         break;
+    }
     case OP_CONV2D_BWD_FILTER: /* x (N,C,H,W), dy (N,K,H,W) -> (K,C,R,S) */
         DT_ASSERT(in0->ndim == 4 && in1->ndim == 4, "cudnn: conv2d_bwd_filter %s: rank", nd->name);
         pn->conv = dnn_conv_find(p, in0->shape[0], in0->shape[1], in0->shape[2], in0->shape[3],
@@ -685,13 +694,17 @@ static void dnn_conv(struct gpu_ctx *c, const struct graph *g, const struct node
     }
     const struct gpu_dnn_conv *cv = &c->plan->conv[pn->conv];
     DT_ASSERT(cv->used[d] && cv->algo[d] >= 0, "cudnn: %s: no %s algorithm", nd->name, dnn_dir_name[d]);
+    if (d == DNN_BWD_DATA && nd->ninputs > 2) {
+        dnn_pairs_run(c, cv, nd->ninputs / 2, out, in);
+        return;
+    }
     void *ws = gpu_scratch(c, cv->ws[d]);
     GPU_DNN(dnn_conv_call(c, cv, d, cv->algo[d], ws, cv->ws[d], in[0], in[1], out));
 }
 
 /* out (N,K,H,W) = conv(x (N,C,H,W), w (K,C,R,S)) */
 static GPU_OP(dnn_conv2d) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_FWD, out, in, st); }
-/* out (N,C,H,W) from dy (N,K,H,W), w (K,C,R,S) */
+/* out (N,C,H,W) from m pairs dy_j (N,K,H,W), w_j (K,C,R,S) */
 static GPU_OP(dnn_conv2d_bwd_data) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_DATA, out, in, st); }
 /* out (K,C,R,S) from x (N,C,H,W), dy (N,K,H,W) */
 static GPU_OP(dnn_conv2d_bwd_filter) { dnn_conv((struct gpu_ctx *)ctx, g, nd, DNN_BWD_FILTER, out, in, st); }

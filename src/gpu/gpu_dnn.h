@@ -87,7 +87,7 @@ struct gpu_dnn_plan {
     int ntensor, captensor;
     struct gpu_dnn_group *group;
     int ngroup;
-    size_t fuse_max;                    /* bytes of stacked data the largest group needs */
+    size_t fuse_max;                    /* bytes of stacked data the largest group or pair sum needs */
     cudnnActivationDescriptor_t act[DNN_NACT];
     cudnnPoolingDescriptor_t pool_fwd;  /* CUDNN_POOLING_MAX_DETERMINISTIC */
     cudnnPoolingDescriptor_t pool_bwd;  /* CUDNN_POOLING_MAX: fastest mode's backward */
@@ -156,5 +156,13 @@ void dnn_fuse_prune(struct gpu_ctx *c, struct gpu_dnn_plan *p);
  * computed (by this call, with the members after it, or by an earlier
  * member's), 0 when it must run alone (st->bufs missing). */
 int dnn_fuse_member(struct gpu_ctx *c, struct gpu_dnn_group *gr, int k, const struct backend_step *st);
+/* A data gradient of m > 1 pairs (dy_j, w_j) is one backward-data call of
+ * cv, their stacked shape (K = m times a pair's): dnn_pairs_plan sizes the
+ * lanes' stacking buffer for it at prepare; dnn_pairs_run, its kernel,
+ * stacks the pairs there (filters along K, dy along channels) and makes
+ * the call into out. */
+void dnn_pairs_plan(struct gpu_dnn_plan *p, const struct gpu_dnn_conv *cv);
+void dnn_pairs_run(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, int m, backend_buf *out,
+                   const backend_buf *const *in);
 
 #endif

@@ -17,7 +17,14 @@
  * where cuDNN's timing of the one call beats its members' calls. The
  * deterministic mode times nothing (its choices are the same every run);
  * it groups the forward and filter-gradient sets, not the data gradients,
- * whose grouped form cuDNN's heuristics made slower on the H200. */
+ * whose grouped form cuDNN's heuristics made slower on the H200. Only
+ * data gradients of one pair (dy, w) are grouped so: graph_backward makes
+ * the data gradient of a set of gate convolutions one op of m pairs, the
+ * sum over all of them (op.h), which is one convolution of the stacked
+ * shape in every mode (dnn_pairs_run, at the end of this file): the
+ * filters stacked along K and the output gradients along channels, as
+ * frameworks' fused gate convolutions compute it, straight into the op's
+ * output. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +35,16 @@ extern "C" {
 
 /* How far after the first data gradient of a set the others may lie. */
 #define FUSE_WINDOW 64
+
+/* The parts of the stacking buffer start at multiples of 256 bytes, as
+ * cudaMalloc's buffers do: cuDNN's engines refuse tensors less aligned
+ * (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER), and m filters of an odd
+ * count of floats would leave the next part so. */
+static size_t fuse_up(size_t floats)
+{
+    const size_t a = 256 / sizeof(float);
+    return (floats + a - 1) / a * a;
+}
 
 /* Make a group of the leader `lead` and the members mem[1..nmem-1]; 0, or
  * -1 when a replay's recorded algorithms have no entry for the stacked shape. */
@@ -56,7 +73,7 @@ static int fuse_add(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct grap
     conv_set_dists(g, &set, gr->dist);
     size_t filt = (size_t)cv.k * cv.c * cv.r * cv.s, chans = (size_t)cv.n * cv.k * cv.h * cv.w;
     size_t dx = gr->d == DNN_BWD_DATA ? (size_t)cv.n * cv.c * cv.h * cv.w : 0;
-    size_t bytes = (size_t)gr->nmem * (filt + chans + dx) * sizeof(float);
+    size_t bytes = (fuse_up(m * filt) + fuse_up(m * chans) + m * dx) * sizeof(float);
     if (bytes > p->fuse_max)
         p->fuse_max = bytes;
     p->group = (struct gpu_dnn_group *)dt_realloc(p->group, (size_t)(p->ngroup + 1) * sizeof *p->group);
@@ -96,14 +113,16 @@ void dnn_fuse_plan(struct gpu_ctx *c, struct gpu_dnn_plan *p, const struct graph
     int all = env && strcmp(env, "all") == 0;
     if (c->algo_mode == GPU_ALGO_FASTEST || c->algos || all)
         for (int i = 0; i < g->n; i++) {
-            if (g->nodes[i].type != OP_CONV2D_BWD_DATA || p->node[i].conv < 0 || p->node[i].group >= 0)
+            if (g->nodes[i].type != OP_CONV2D_BWD_DATA || g->nodes[i].ninputs != 2 || p->node[i].conv < 0 ||
+                p->node[i].group >= 0)
                 continue;
             struct gpu_dnn_group gr;
             memset(&gr, 0, sizeof gr);
             gr.d = DNN_BWD_DATA;
             gr.mem[gr.nmem++] = i;
             for (int j = i + 1; j < g->n && j <= i + FUSE_WINDOW && gr.nmem < DNN_GROUP_MAX; j++)
-                if (g->nodes[j].type == OP_CONV2D_BWD_DATA && p->node[j].conv == p->node[i].conv &&
+                if (g->nodes[j].type == OP_CONV2D_BWD_DATA && g->nodes[j].ninputs == 2 &&
+                    p->node[j].conv == p->node[i].conv &&
                     p->node[j].group < 0 && conv_same_shapes(g, i, j) && conv_inputs_before(g, j, i))
                     gr.mem[gr.nmem++] = j;
             if (gr.nmem >= 2)
@@ -216,7 +235,7 @@ static void fuse_run(struct gpu_ctx *c, const struct graph *g, const struct gpu_
     size_t filt = k * (cv->c / cv->groups) * cv->r * cv->s; /* one member's filter, floats */
     size_t chans = k * cv->h * cv->w;        /* one member's channels of one batch item */
     float *stk = (float *)gpu_fuse_scratch(c, p->fuse_max);
-    float *f = stk, *y = stk + m * filt;
+    float *f = stk, *y = stk + fuse_up(m * filt);
     void *ws = gpu_scratch(c, cv->ws[gr->d]);
     const void *x = bufs[g->nodes[gr->mem[0]].inputs[0]];
     const size_t fb = filt * sizeof(float), cb = chans * sizeof(float);
@@ -231,7 +250,7 @@ static void fuse_run(struct gpu_ctx *c, const struct graph *g, const struct gpu_
     } else if (gr->d == DNN_BWD_DATA) {
         /* groups: filter (m K, C, R, S), dy (N, m K, H, W) -> dx (N, m C, H, W) */
         size_t xchans = cv->c / m * cv->h * cv->w, xb = xchans * sizeof(float);
-        float *dx = y + (size_t)cv->n * m * chans;
+        float *dx = y + fuse_up((size_t)cv->n * m * chans);
         for (size_t j = 0; j < m; j++) {
             const struct node *nd = &g->nodes[gr->mem[j]];
             GPU_CHECK(cudaMemcpyAsync(f + j * filt, bufs[nd->inputs[1]], fb, cudaMemcpyDeviceToDevice, c->stream));
@@ -272,4 +291,36 @@ int dnn_fuse_member(struct gpu_ctx *c, struct gpu_dnn_group *gr, int k, const st
     gr->from = k;
     gr->stamp = c->enters;
     return 1;
+}
+
+void dnn_pairs_plan(struct gpu_dnn_plan *p, const struct gpu_dnn_conv *cv)
+{
+    size_t filt = (size_t)cv->k * cv->c * cv->r * cv->s, dy = (size_t)cv->n * cv->k * cv->h * cv->w;
+    size_t bytes = (fuse_up(filt) + dy) * sizeof(float);
+    if (bytes > p->fuse_max)
+        p->fuse_max = bytes;
+}
+
+/* in: dy_0, w_0, dy_1, w_1, ...; the stacking buffer holds the filters
+ * (m K, C, R, S), w_j at rows j K .. (j + 1) K - 1, then dy (N, m K, H, W),
+ * dy_j[n] at channels j K .. (j + 1) K - 1 of item n: a strided copy per
+ * pair. Backward data of that convolution sums over its m K channels, all
+ * the pairs' terms, in the order of the one algorithm chosen for the
+ * stacked shape (a fixed order where that algorithm is deterministic). */
+void dnn_pairs_run(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, int m, backend_buf *out,
+                   const backend_buf *const *in)
+{
+    DT_ASSERT(m > 1 && cv->groups == 1 && cv->k % (uint32_t)m == 0, "cudnn: %d pairs of %u channels", m, cv->k);
+    size_t k = cv->k / (size_t)m;
+    size_t filt = k * cv->c * cv->r * cv->s; /* one pair's filter, floats */
+    size_t chans = k * cv->h * cv->w;        /* one pair's dy of one batch item */
+    const size_t fb = filt * sizeof(float), cb = chans * sizeof(float);
+    float *f = (float *)gpu_fuse_scratch(c, c->plan->fuse_max), *dy = f + fuse_up((size_t)m * filt);
+    for (int j = 0; j < m; j++) {
+        GPU_CHECK(cudaMemcpyAsync(f + (size_t)j * filt, in[2 * j + 1], fb, cudaMemcpyDeviceToDevice, c->stream));
+        GPU_CHECK(cudaMemcpy2DAsync(dy + (size_t)j * chans, (size_t)m * cb, in[2 * j], cb, cb, cv->n,
+                                    cudaMemcpyDeviceToDevice, c->stream));
+    }
+    void *ws = gpu_scratch(c, cv->ws[DNN_BWD_DATA]);
+    GPU_DNN(dnn_conv_call(c, cv, DNN_BWD_DATA, cv->algo[DNN_BWD_DATA], ws, cv->ws[DNN_BWD_DATA], dy, f, out));
 }

@@ -84,7 +84,9 @@ int dnn_algos_entry(const char *list, enum dnn_dir d, const char *shape, const c
         while (*e == ' ' || *e == ';')
             e++;
         size_t el = strcspn(e, ";");
-        if (el > (size_t)nk && strncmp(e, key, (size_t)nk) == 0) {
+        /* not the entry of a grouped shape that merely starts like this one
+         * ("... 3x3 g4 ALGO_1"): no algorithm's name starts with 'g' */
+        if (el > (size_t)nk && strncmp(e, key, (size_t)nk) == 0 && e[nk] != 'g') {
             *name = e + nk;
             *len = strcspn(*name, " ;");
             *det = strncmp(*name + *len, " det", 4) == 0;

@@ -116,7 +116,9 @@ static int gpu_lane_make(struct gpu_ctx *c, int k)
     return DT_OK;
 }
 
-/* An op's weight in the schedule: image ops and products take longer. */
+/* An op's weight in the schedule: image ops and products take longer. A
+ * data gradient of several pairs weighs as one convolution, as a grouped
+ * set's first member does: on cudnn it is one call of the stacked shape. */
 static double gpu_op_cost(enum op_type t)
 {
     switch (t) {

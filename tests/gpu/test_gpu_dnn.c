@@ -4,8 +4,9 @@
  * repeatability of the deterministic mode, the nondeterminism of
  * BWD_FILTER_ALGO_0 (counted and printed, not required), and the pooling,
  * bias and activation kernels; the deterministic mode's engines (cuDNN's
- * backend API) built again from the names a trace records. Skips (77)
- * without a GPU.
+ * backend API) built again from the names a trace records; data gradients
+ * of several pairs (one call of their stacked shape) against a host sum of
+ * their own, in every mode. Skips (77) without a GPU.
  * Dimension letters: N batch, C input channels, K output channels, H x W
  * image, R x S kernel. */
 #include <setjmp.h>
@@ -23,10 +24,11 @@
 #include "exec.h"
 #include "graph.h"
 #include "oracle.h"
+#include "pairs_testutil.h"
 #include "test_util.h"
 #include "util.h"
 
-#define GD_MAX_LEAVES 32
+#define GD_MAX_LEAVES 48
 #define GD_MAX_OPS 32
 #define GD_RUNS 20   /* runs of the nondeterministic algorithms */
 
@@ -317,14 +319,13 @@ static void gd_case_str(char *buf, size_t size, int i)
     snprintf(buf, size, "%ux%ux%ux%u k%u %ux%u", s->n, s->c, s->h, s->w, s->k, s->r, s->s);
 }
 
-/* The algorithm the description names for case i, direction d ("?" if none). */
-static const char *gd_algo(const char *algos, int i, int d)
+/* The algorithm the description names for direction d of the shape
+ * ("NxCxHxW kK RxS"), or "?" if none. */
+static const char *gd_algo_of(const char *algos, int d, const char *shape)
 {
     static char name[192];
-    char key[128];
-    gd_case_str(key, sizeof key - 32, i);
     char pat[160];
-    snprintf(pat, sizeof pat, "%s %s ", gd_dir_name[d], key);
+    snprintf(pat, sizeof pat, "%s %s ", gd_dir_name[d], shape);
     const char *p = algos;
     /* the key must start an entry: at the string's start or after "; " */
     while ((p = strstr(p, pat)) && p != algos && !(p >= algos + 2 && p[-2] == ';' && p[-1] == ' '))
@@ -332,6 +333,14 @@ static const char *gd_algo(const char *algos, int i, int d)
     if (!p || sscanf(p + strlen(pat), "%191s", name) != 1)
         snprintf(name, sizeof name, "?");
     return name;
+}
+
+/* The same for case i. */
+static const char *gd_algo(const char *algos, int i, int d)
+{
+    char key[128];
+    gd_case_str(key, sizeof key, i);
+    return gd_algo_of(algos, d, key);
 }
 
 /* FFT and Winograd algorithms multiply transformed inputs: the oracle's
@@ -628,6 +637,179 @@ static void test_conv_recorded_engines(void **state)
     gd_conv_out_free(a);
 }
 
+/* ---- data gradients of several pairs: one call of the stacked shape -------------- */
+
+/* Case c's leaves are GD_PAIR_MAX pairs dy_j (N,K,H,W), w_j (K,C,R,S); op
+ * q sums the first m of them (op.h's conv2d_bwd_data of 2 m inputs, as
+ * graph_backward makes it for a set of gate convolutions). Case 3 has two
+ * one-pair ops, which DIVTRACE_CUDNN_FUSE=all groups, and case 0 two ops
+ * of two pairs, which it must not (a group runs one pair a member). */
+#define GD_PAIR_MAX 4
+#define GD_NPAIRCASE 4
+static const struct pt_shape gd_pair_cases[GD_NPAIRCASE] = {
+    {1, 80, 32, 32, 16, 3, 3}, {4, 80, 32, 32, 16, 3, 3}, {4, 19, 64, 64, 1, 3, 3}, {3, 8, 9, 6, 5, 5, 5},
+};
+static const int gd_pair_ops[][2] = {/* case, m */
+                                     {0, 1}, {0, 2}, {0, 2}, {0, 4}, {1, 1}, {1, 2}, {1, 4},
+                                     {2, 1}, {2, 2}, {2, 4}, {3, 1}, {3, 1}, {3, 2}, {3, 4}};
+#define GD_NPAIROP ((int)(sizeof gd_pair_ops / sizeof gd_pair_ops[0]))
+
+static struct gd gd_pairs;
+
+/* Every op's exact value and bound from the host's sum (pairs_testutil.h),
+ * not the oracle; gd_measure wants the half ulp of the rounding in the bound. */
+static int gd_pairs_setup(void **state)
+{
+    struct gd *t = &gd_pairs;
+    gd_init(t, 0x9a125eed);
+    int dy[GD_NPAIRCASE][GD_PAIR_MAX], w[GD_NPAIRCASE][GD_PAIR_MAX];
+    for (int c = 0; c < GD_NPAIRCASE; c++)
+        for (int j = 0; j < GD_PAIR_MAX; j++) {
+            const struct pt_shape *s = &gd_pair_cases[c];
+            char name[64];
+            snprintf(name, sizeof name, "p%d.dy%d", c, j);
+            dy[c][j] = gd_leaf(t, name, 4, s->n, s->k, s->h, s->w, -1, 1);
+            snprintf(name, sizeof name, "p%d.w%d", c, j);
+            w[c][j] = gd_leaf(t, name, 4, s->k, s->c, s->r, s->s, -1, 1);
+        }
+    for (int q = 0; q < GD_NPAIROP; q++) {
+        int c = gd_pair_ops[q][0], m = gd_pair_ops[q][1];
+        const struct pt_shape *s = &gd_pair_cases[c];
+        char name[64];
+        snprintf(name, sizeof name, "p%d.bwd_data%d.%d", c, m, q);
+        int k = gd_raw_op(t, name, OP_CONV2D_BWD_DATA, 4, s->n, s->c, s->h, s->w, dy[c][0], w[c][0], NULL);
+        struct node *nd = &t->g.nodes[t->op[k]];
+        const float *vdy[GD_PAIR_MAX], *vw[GD_PAIR_MAX];
+        nd->ninputs = 2 * m;
+        for (int j = 0; j < m; j++) {
+            nd->inputs[2 * j] = dy[c][j];
+            nd->inputs[2 * j + 1] = w[c][j];
+            vdy[j] = gd_val(t, dy[c][j]);
+            vw[j] = gd_val(t, w[c][j]);
+        }
+        t->exact[k] = malloc(nd->count * sizeof(float));
+        t->bound[k] = malloc(nd->count * sizeof(double));
+        assert_true(t->exact[k] && t->bound[k]);
+        pt_bwd_data(vdy, vw, m, s, t->exact[k], t->bound[k]);
+        for (size_t i = 0; i < nd->count; i++)
+            t->bound[k][i] += 0.5 * oracle_ulp32(t->exact[k][i]);
+    }
+    *state = t;
+    return 0;
+}
+
+static int gd_pairs_teardown(void **state) { gd_free(&gd_pairs); return 0; }
+
+/* One step of gd_pairs with --cudnn-algo mode (or the recorded list algos):
+ * out[q] op q's values (malloc'd), rec (if not NULL, 16384 bytes) the
+ * description's cudnn_algos. Each op runs the algorithm cudnn_algos lists
+ * for its stacked shape (K = m times a pair's) and is within the host's
+ * bound, unless that is a transform or an engine (which may be one:
+ * the error is printed). */
+static void gd_pairs_run(const char *mode, const char *algos, float *out[GD_NPAIROP], char *rec)
+{
+    struct gd_run r;
+    if (gd_start_with(&r, &gd_pairs, &backend_cudnn, mode, algos) < 0)
+        fail_msg("pairs, --cudnn-algo %s%s: %s", mode, algos ? " (recorded)" : "", dt_error());
+    exec_step(&r.e, 0);
+    static char list[16384];
+    snprintf(list, sizeof list, "%s", gd_config(&r, "cudnn_algos"));
+    if (rec)
+        snprintf(rec, 16384, "%s", list);
+    for (int q = 0; q < GD_NPAIROP; q++) {
+        const struct pt_shape *s = &gd_pair_cases[gd_pair_ops[q][0]];
+        char shape[96];
+        snprintf(shape, sizeof shape, "%ux%ux%ux%u k%u %ux%u", s->n, s->c, s->h, s->w,
+                 s->k * (uint32_t)gd_pair_ops[q][1], s->r, s->s);
+        int transform = -1;
+        const char *name = r.be->op_algorithm(r.ctx, &gd_pairs.g, gd_pairs.op[q], &transform);
+        char listed[192];
+        snprintf(listed, sizeof listed, "%s", gd_algo_of(list, GD_BWD_DATA, shape));
+        if (name && strcmp(name, listed) != 0 && gd_pair_ops[q][1] == 1) {
+            /* a one-pair op may run in a group of two (fastest mode, or DIVTRACE_CUDNN_FUSE=all) */
+            char grouped[128];
+            snprintf(grouped, sizeof grouped, "%ux%ux%ux%u k%u %ux%u g2", s->n, 2 * s->c, s->h, s->w, 2 * s->k,
+                     s->r, s->s);
+            snprintf(listed, sizeof listed, "%s", gd_algo_of(list, GD_BWD_DATA, grouped));
+        }
+        if (!name || strcmp(name, listed) != 0)
+            fail_msg("pairs, --cudnn-algo %s: op %d runs %s, cudnn_algos lists %s for bwd_data %s: %s", mode, q,
+                     name ? name : "(none)", listed, shape, list);
+        out[q] = gd_get(&r, &gd_pairs, q);
+        struct gd_err e = gd_measure(&gd_pairs, q, out[q]);
+        int loose = gd_is_transform(name) || strncmp(name, "ENGINE", 6) == 0;
+        printf("  %-18s %d pairs, bwd_data %-22s %-22s worst error %.3f bounds%s\n", mode, gd_pair_ops[q][1], shape,
+               name, e.worst, loose && e.over ? " (over, not required)" : "");
+        if (!loose)
+            gd_expect(&gd_pairs, q, out[q], mode);
+    }
+    gd_stop(&r);
+}
+
+static void gd_pairs_free(float *out[GD_NPAIROP])
+{
+    for (int q = 0; q < GD_NPAIROP; q++)
+        free(out[q]);
+}
+
+/* Two sets of outputs bit for bit equal; b freed. */
+static void gd_pairs_same(float *a[GD_NPAIROP], float *b[GD_NPAIROP], const char *what)
+{
+    for (int q = 0; q < GD_NPAIROP; q++) {
+        const struct node *nd = &gd_pairs.g.nodes[gd_pairs.op[q]];
+        for (size_t i = 0; i < nd->count; i++)
+            if (gd_bits(a[q][i]) != gd_bits(b[q][i]))
+                fail_msg("pairs, %s: %s differs at [%zu]: 0x%08x, 0x%08x", what, nd->name, i, gd_bits(a[q][i]),
+                         gd_bits(b[q][i]));
+    }
+    gd_pairs_free(b);
+}
+
+/* Every mode: within the bound; the deterministic modes bit for bit the
+ * same in two runs, and a replay of deterministic-fast's recorded engines
+ * (in a context whose own mode would choose legacy algorithms) the same
+ * as its run. */
+static void test_pairs_modes(void **state)
+{
+    float *a[GD_NPAIROP], *b[GD_NPAIROP];
+    static char rec[16384];
+    static const char *const det[] = {"deterministic", "deterministic-fast"};
+    for (int k = 0; k < 2; k++) {
+        gd_pairs_run(det[k], NULL, a, rec);
+        gd_pairs_run(det[k], NULL, b, NULL);
+        gd_pairs_same(a, b, det[k]);
+        if (k == 1) {
+            gd_pairs_run("deterministic", rec, b, NULL);
+            gd_pairs_same(a, b, "deterministic-fast's engines recorded");
+        }
+        gd_pairs_free(a);
+    }
+    gd_pairs_run("1", NULL, a, NULL);
+    gd_pairs_free(a);
+    gd_pairs_run("fastest", NULL, a, NULL);
+    gd_pairs_free(a);
+}
+
+/* DIVTRACE_CUDNN_FUSE=all groups data gradients of one pair in every mode:
+ * case 3's two, not case 0's two ops of two pairs each. */
+static void test_pairs_grouped(void **state)
+{
+    float *a[GD_NPAIROP];
+    setenv("DIVTRACE_CUDNN_FUSE", "all", 1);
+    struct gd_run r;
+    if (gd_start(&r, &gd_pairs, &backend_cudnn, "deterministic") < 0)
+        fail_msg("pairs, DIVTRACE_CUDNN_FUSE=all: %s", dt_error());
+    char grouped[4096];
+    snprintf(grouped, sizeof grouped, "%s", gd_config(&r, "cudnn_grouped"));
+    gd_stop(&r);
+    gd_pairs_run("deterministic", NULL, a, NULL);
+    unsetenv("DIVTRACE_CUDNN_FUSE");
+    gd_pairs_free(a);
+    printf("DIVTRACE_CUDNN_FUSE=all: cudnn_grouped = %s\n", grouped);
+    if (!strstr(grouped, "and 1 data-gradient sets"))
+        fail_msg("pairs, DIVTRACE_CUDNN_FUSE=all: want one data-gradient set: %s", grouped);
+}
+
 /* ---- pooling, bias and activations on (N,C,H,W) ---------------------------------- */
 
 /* Each op once on random data (no ties: ties are where cuDNN's pooling rule
@@ -703,11 +885,16 @@ int main(void)
         cmocka_unit_test(test_conv_recorded),
         cmocka_unit_test(test_conv_recorded_engines),
     };
+    const struct CMUnitTest pairs[] = {
+        cmocka_unit_test(test_pairs_modes),
+        cmocka_unit_test(test_pairs_grouped),
+    };
     const struct CMUnitTest image[] = {
         cmocka_unit_test(test_image_ops_deterministic),
         cmocka_unit_test(test_image_ops_fastest),
     };
     int rc = cmocka_run_group_tests_name("conv", conv, gd_conv_setup, gd_conv_teardown);
+    rc |= cmocka_run_group_tests_name("pairs", pairs, gd_pairs_setup, gd_pairs_teardown);
     rc |= cmocka_run_group_tests_name("image ops", image, NULL, NULL);
     return rc ? 1 : 0;
 }

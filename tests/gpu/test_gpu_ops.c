@@ -4,7 +4,8 @@
  * (bound-0 ops bit for bit), bit for bit equal to the cpu where the cuda
  * kernel performs the cpu's float32 operations in its order, and two runs
  * bit for bit equal unless DIVTRACE_GPU_REDUCE=atomic; reductions also run
- * under --reduce atomic, within the bound. Exits 77 (skip) without a GPU.
+ * under --reduce atomic, within the bound; data gradients of several pairs
+ * against a host sum of their own. Exits 77 (skip) without a GPU.
  * Dimension letters: N batch, C input and K output channels, H x W image,
  * R x S kernel; M, K, N of a matrix product. */
 #include <math.h>
@@ -23,6 +24,7 @@
 #include "graph.h"
 #include "oracle.h"
 #include "oracle_testutil.h"
+#include "pairs_testutil.h"
 #include "util.h"
 
 /* A backend and its context. */
@@ -392,9 +394,9 @@ static void test_prednet_shapes(void **state)
     tg_image(&t, 2, 16, 64, 64, D_UNIT);
     tg_opn(&t, OP_UPSAMPLE2_BWD, NULL, 4, (const uint32_t[]){2, 16, 32, 32});
     gt_check(&t);
-    /* concat of 1 to 4 inputs, slice and slice_bwd */
+    /* concat of 1 to OP_MAX_INPUTS inputs, slice and slice_bwd */
     for (int m = 1; m <= OP_MAX_INPUTS; m++) {
-        static const uint32_t cs[] = {3, 16, 1, 5};
+        static const uint32_t cs[OP_MAX_INPUTS] = {3, 16, 1, 5, 2, 7, 1, 4};
         int xs[OP_MAX_INPUTS];
         tg_init(&t);
         for (int k = 0; k < m; k++)
@@ -424,6 +426,60 @@ static void test_prednet_shapes(void **state)
     static const enum op_type big[] = {OP_ADD, OP_HARD_SIGMOID, OP_MEAN, OP_MSE, OP_ADAM_P};
     for (size_t k = 0; k < sizeof big / sizeof big[0]; k++)
         gt_elementwise(big[k], 600000);
+}
+
+/* Data gradients of m = 1, 2 and 4 pairs (dy_j, w_j) (the leaves dy_0,
+ * w_0, dy_1, ...): within pt_bwd_data's float32 bound of the host's sum
+ * over every pair (pairs_testutil.h, not the oracle), and two runs bit for
+ * bit equal, whatever --reduce says (the op has no atomic form). On cudnn
+ * m > 1 is one call of the pairs stacked along K. */
+static void test_conv_pairs(void **state)
+{
+    (void)state;
+    static const struct pt_shape shapes[] = {
+        {2, 80, 32, 32, 16, 3, 3}, /* PredNet's gates of layer 1 */
+        {2, 19, 64, 64, 1, 3, 3},  /* one channel a pair */
+        {3, 8, 9, 6, 5, 5, 5},     /* an image barely wider than the kernel */
+        {2, 6, 17, 9, 4, 1, 1},    /* 1 x 1 */
+        {1, 3, 5, 7, 2, 3, 5},     /* one item, R != S */
+    };
+    static const int ms[] = {1, 2, 4};
+    for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++)
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++) {
+            const struct pt_shape *sh = &shapes[q];
+            int m = ms[a];
+            struct tg t;
+            tg_init(&t);
+            for (int j = 0; j < m; j++) {
+                tg_image(&t, sh->n, sh->k, sh->h, sh->w, D_UNIT);
+                tg_image(&t, sh->k, sh->c, sh->r, sh->s, D_UNIT);
+            }
+            tg_opn(&t, OP_CONV2D_BWD_DATA, NULL, 4, (const uint32_t[]){sh->n, sh->c, sh->h, sh->w});
+            const float *dy[OP_MAX_INPUTS / 2], *w[OP_MAX_INPUTS / 2];
+            for (int j = 0; j < m; j++) {
+                dy[j] = t.val[2 * j];
+                w[j] = t.val[2 * j + 1];
+            }
+            size_t n = tg_node(&t)->count;
+            float *exact = malloc(n * sizeof *exact);
+            double *bound = malloc(n * sizeof *bound);
+            assert_true(exact && bound);
+            pt_bwd_data(dy, w, m, sh, exact, bound);
+            float *got = gt_run(&gt_gpu, &t), *again = gt_run(&gt_gpu, &t);
+            for (size_t i = 0; i < n; i++) {
+                if (!gt_within(got[i], exact[i], bound[i]))
+                    fail_msg("%s, %d pairs, on %s [%zu]: %a (%.9g), host %a, bound %g", gt_what(&t), m,
+                             gt_gpu.ops->name, i, (double)got[i], (double)got[i], (double)exact[i], bound[i]);
+                if (gt_bits(got[i]) != gt_bits(again[i]))
+                    fail_msg("%s, %d pairs, on %s [%zu]: 0x%08x, then 0x%08x in a second run", gt_what(&t), m,
+                             gt_gpu.ops->name, i, gt_bits(got[i]), gt_bits(again[i]));
+            }
+            free(exact);
+            free(bound);
+            free(got);
+            free(again);
+            tg_free(&t);
+        }
 }
 
 /* Reductions under --reduce atomic (arrival order): within the bound. Two
@@ -508,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_special),
         cmocka_unit_test(test_autoencoder_shapes),
         cmocka_unit_test(test_prednet_shapes),
+        cmocka_unit_test(test_conv_pairs),
         cmocka_unit_test(test_reduce_atomic),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
