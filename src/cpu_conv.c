@@ -27,6 +27,9 @@ void cpu_conv_scratch_free(struct cpu_conv_scratch *sc)
     free(sc->dwt);
     sc->dwt = NULL;
     sc->dwt_cap = 0;
+    free(sc->wflip);
+    sc->wflip = NULL;
+    sc->wflip_cap = 0;
 }
 
 /* The col buffer for this shape, (C*R*S, H*W). Its old contents are lost. */
@@ -129,22 +132,9 @@ void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_
 /* dx[c] += col row (c, r, s) shifted back by (dr, ds), for c = c0 .. c1-1
  * and every r, s in that order: each dx element gets its taps in row-major
  * (r, s) order, and only from its own channel's rows (so channels may run
- * on different threads).
- *
- * With wt set (the fixed products' data gradient of a convolution of one
- * output channel, K = 1: PredNet's layer 0), src is dy and the col is not
- * made: its row (c, r, s) would be the products fma(wt[c, r, s], dy, +0),
- * and each is added where and when it would be. w * dy differs from
- * fma(w, dy, +0) only in the sign of an exact zero, and dx, which starts at
- * +0 and only ever has products added to it, is never -0, so adding a zero
- * of either sign leaves it as it is: the same bits (test_conv_cache's
- * test_data_one_channel holds it to the definition, zeros of both signs and
- * exact cancellations included). The product and the sum are two
- * statements: never one fused multiply-add. The col was 36 floats written
- * and read back for every 4 multiply-adds there. */
-static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const float *restrict src,
-                                     /* (C*R*S, H*W), or dy (H,W) */ const float *restrict wt, /* NULL, or (1,C,R,S) */
-                                     const struct cpu_conv_shape *sh, int c0, int c1)
+ * on different threads). */
+static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const float *restrict col,
+                                     /* (C*R*S, H*W) */ const struct cpu_conv_shape *sh, int c0, int c1)
 {
     size_t W = (size_t)sh->w, HW = (size_t)sh->h * W;
     memset(dx + (size_t)c0 * HW, 0, (size_t)(c1 - c0) * HW * sizeof *dx);
@@ -153,33 +143,24 @@ static void cpu_conv_col2im_channels(float *restrict dx, /* (C,H,W) */ const flo
         for (int r = 0; r < sh->r; r++)
             for (int s = 0; s < sh->s; s++) {
                 size_t row = ((size_t)c * (size_t)sh->r + (size_t)r) * (size_t)sh->s + (size_t)s;
-                const float *restrict rs = wt ? src : src + row * HW;
-                float wv = wt ? wt[row] : 0.0f;
+                const float *restrict rs = col + row * HW;
                 int dr = r - sh->r / 2, ds = s - sh->s / 2;
                 int h_lo = dr < 0 ? -dr : 0, h_hi = dr > 0 ? sh->h - dr : sh->h;
                 int w_lo = ds < 0 ? -ds : 0, w_hi = ds > 0 ? sh->w - ds : sh->w;
                 for (int h = h_lo; h < h_hi; h++) {
                     float *restrict d = dc + (size_t)(h + dr) * W + (size_t)(w_lo + ds);
                     const float *restrict t = rs + (size_t)h * W + (size_t)w_lo;
-                    if (wt)
-                        for (int j = 0; j < w_hi - w_lo; j++) {
-                            float p = wv * t[j];
-                            d[j] += p;
-                        }
-                    else
-                        for (int j = 0; j < w_hi - w_lo; j++)
-                            d[j] += t[j];
+                    for (int j = 0; j < w_hi - w_lo; j++)
+                        d[j] += t[j];
                 }
             }
     }
 }
 
-/* A data gradient's sums into dx in parts of channels: col2im of a col, or
- * (wt set) the one-output-channel gradient of dy. */
+/* A data gradient's col2im in parts of channels. */
 struct cpu_channels_job {
     float *dx;
-    const float *src;             /* the col, or dy */
-    const float *wt;              /* NULL: col2im */
+    const float *col;
     const struct cpu_conv_shape *sh;
     int parts;
 };
@@ -190,14 +171,12 @@ static void cpu_conv_channels_part(void *arg, int p, int thread)
     (void)thread;
     size_t c0, c1;
     cpu_pool_part((size_t)j->sh->c, j->parts, p, 1, &c0, &c1);
-    cpu_conv_col2im_channels(j->dx, j->src, j->wt, j->sh, (int)c0, (int)c1);
+    cpu_conv_col2im_channels(j->dx, j->col, j->sh, (int)c0, (int)c1);
 }
 
-/* col2im (or with wt, the one-output-channel gradient of dy = src) on up
- * to `threads` threads, split by channels when there is work enough (64K
- * taps' adds a part, at most CPU_POOL_PARTS parts a thread) */
-static void cpu_conv_col2im(float *dx, const float *src, const float *wt, const struct cpu_conv_shape *sh,
-                            int threads)
+/* col2im on up to `threads` threads, split by channels when there is work
+ * enough (64K taps' adds a part, at most CPU_POOL_PARTS parts a thread) */
+static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_shape *sh, int threads)
 {
     long work = (long)sh->c * sh->r * sh->s * sh->h * sh->w;
     int parts = threads > 1 ? threads * CPU_POOL_PARTS : 1;
@@ -206,10 +185,10 @@ static void cpu_conv_col2im(float *dx, const float *src, const float *wt, const 
     if (parts > work / 65536)
         parts = (int)(work / 65536);
     if (parts <= 1) {
-        cpu_conv_col2im_channels(dx, src, wt, sh, 0, sh->c);
+        cpu_conv_col2im_channels(dx, col, sh, 0, sh->c);
         return;
     }
-    struct cpu_channels_job j = {dx, src, wt, sh, parts};
+    struct cpu_channels_job j = {dx, col, sh, parts};
     cpu_pool_run(threads, parts, cpu_conv_channels_part, &j);
 }
 
@@ -322,38 +301,63 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
     }
 }
 
-/* The fixed products' data gradient of one batch item in blocks of
- * channels, each block's rows of col made and summed into dx while they
- * are in cache (a whole col, C*R*S x H*W, is megabytes: PredNet's layer 0
- * and 1 gates write 2.8 and 2.9 MB and read them back), each block a part
- * of a pool job (a thread's block of col is its own). Every col element is
- * the same product as in one call and every dx element the same sum over
- * its taps. */
-#define CPU_BWD_DATA_BLOCK_FLOATS (48 * 1024) /* a block's col, at least one channel */
-
-struct cpu_bwd_data_job {
-    float *dx;
-    const float *const *dy, *const *wt; /* m pairs; dy[j] at this job's batch item */
-    int m;
-    const struct cpu_conv_shape *sh;
-    float *col;                   /* a block's col for each thread */
-    int cb;                       /* channels a block */
+/* The fixed products' data gradient (cpu_conv.h): the col of the m pairs'
+ * output gradients of one batch item, pair j's rows after pair j-1's, made
+ * in parts of channels on the pool. */
+struct cpu_dycol_job {
+    float *col;                   /* (m*K*R*S, H*W) */
+    const float *const *dy;       /* m of (K,H,W): this batch item */
+    const struct cpu_conv_shape *sh; /* one pair's: c = K */
+    int per;                      /* parts a pair */
 };
 
-static void cpu_conv_bwd_data_part(void *arg, int b, int thread)
+static void cpu_conv_dycol_part(void *arg, int p, int thread)
 {
-    const struct cpu_bwd_data_job *j = arg;
+    const struct cpu_dycol_job *j = arg;
     const struct cpu_conv_shape *sh = j->sh;
-    int hw = sh->h * sh->w, rs = sh->r * sh->s;
-    float *col = j->col + (size_t)thread * (size_t)j->cb * (size_t)rs * (size_t)hw;
-    int c0 = b * j->cb, c1 = c0 + j->cb < sh->c ? c0 + j->cb : sh->c;
-    /* rows (c, r, s), c in [c0, c1), of the sum over pairs of wt^T x dy */
-    for (int q = 0; q < j->m; q++)
-        cpu_gemm_fixed(1, 1, 0, (c1 - c0) * rs, hw, sh->k, j->wt[q] + (size_t)c0 * (size_t)rs, sh->c * rs, j->dy[q],
-                       hw, q > 0, col, hw);
-    struct cpu_conv_shape sub = *sh;
-    sub.c = c1 - c0;
-    cpu_conv_col2im_channels(j->dx + (size_t)c0 * (size_t)hw, col, NULL, &sub, 0, sub.c);
+    (void)thread;
+    int q = p / j->per;
+    size_t c0, c1, hw = (size_t)sh->h * (size_t)sh->w, krs = (size_t)sh->c * (size_t)sh->r * (size_t)sh->s;
+    cpu_pool_part((size_t)sh->c, j->per, p % j->per, 1, &c0, &c1);
+    cpu_conv_im2col_rows(j->col + (size_t)q * krs * hw, j->dy[q], sh, 0, sh->h, (int)c0, (int)c1);
+}
+
+static void cpu_conv_bwd_data_fixed(struct cpu_conv_scratch *sc, float *dx, const float *const *dy,
+                                    const float *const *wt, int m, const struct cpu_conv_shape *sh)
+{
+    size_t hw = (size_t)sh->h * (size_t)sh->w, rs = (size_t)sh->r * (size_t)sh->s;
+    size_t inner = (size_t)m * (size_t)sh->k * rs, crs = (size_t)sh->c * rs;
+    if (sc->wflip_cap < (size_t)sh->c * inner) {
+        free(sc->wflip);
+        sc->wflip_cap = (size_t)sh->c * inner;
+        sc->wflip = dt_malloc(sc->wflip_cap * sizeof *sc->wflip);
+    }
+    for (int q = 0; q < m; q++)
+        for (int k = 0; k < sh->k; k++)
+            for (int c = 0; c < sh->c; c++) {
+                const float *src = wt[q] + (size_t)k * crs + (size_t)c * rs;
+                float *dst = sc->wflip + (size_t)c * inner + ((size_t)q * (size_t)sh->k + (size_t)k) * rs;
+                for (size_t t = 0; t < rs; t++)
+                    dst[t] = src[rs - 1 - t]; /* (r, s) -> (R-1-r, S-1-s) */
+            }
+    struct cpu_conv_shape one = *sh; /* a pair's output gradient as the input: K channels */
+    one.c = sh->k;
+    struct cpu_conv_shape all = one;
+    all.c = m * sh->k;
+    int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1;
+    const float *dyn[CPU_CONV_MAX_PAIRS];
+    struct cpu_dycol_job j = {.col = cpu_conv_col(sc, &all), .dy = dyn, .sh = &one};
+    long most = (long)((size_t)sh->k * rs * hw / CPU_IM2COL_PART); /* parts a pair */
+    if (most > (long)threads * CPU_POOL_PARTS)
+        most = (long)threads * CPU_POOL_PARTS;
+    j.per = most < 1 ? 1 : most > sh->k ? sh->k : (int)most;
+    for (int n = 0; n < sh->n; n++) {
+        for (int q = 0; q < m; q++)
+            dyn[q] = dy[q] + (size_t)n * (size_t)sh->k * hw;
+        cpu_pool_run(threads, j.per * m, cpu_conv_dycol_part, &j);
+        cpu_gemm_fixed(threads, 0, 0, sh->c, (int)hw, (int)inner, sc->wflip, (int)inner, j.col, (int)hw, 0,
+                       dx + (size_t)n * (size_t)sh->c * hw, (int)hw);
+    }
 }
 
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
@@ -362,37 +366,16 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
 {
     int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
     size_t dyn = (size_t)sh->k * (size_t)hw; /* a batch item of dy */
-    const float *dyq[CPU_CONV_MAX_PAIRS];
     DT_ASSERT(m >= 1 && m <= CPU_CONV_MAX_PAIRS, "conv2d_bwd_data: %d pairs", m);
-    if (sc->gemm && sc->gemm->fixed && sh->k == 1 && m == 1) { /* no col (cpu_conv_col2im_channels) */
-        for (int n = 0; n < sh->n; n++)
-            cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, dy[0] + (size_t)n * (size_t)hw, wt[0], sh,
-                            sc->gemm->threads);
-        return;
-    }
     if (sc->gemm && sc->gemm->fixed) {
-        size_t per = (size_t)sh->r * (size_t)sh->s * (size_t)hw; /* col floats a channel */
-        int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1, even = (sh->c + threads - 1) / threads;
-        int cb = (int)(CPU_BWD_DATA_BLOCK_FLOATS / per);
-        cb = cb < 1 ? 1 : cb > even ? even : cb; /* a block for every thread where there are channels enough */
-        int nblk = (sh->c + cb - 1) / cb, used = threads < nblk ? threads : nblk;
-        struct cpu_conv_shape blocks = *sh;
-        blocks.c = cb * used; /* room for each thread's block */
-        struct cpu_bwd_data_job j = {.dy = dyq, .wt = wt, .m = m, .sh = sh, .col = cpu_conv_col(sc, &blocks), .cb = cb};
-        for (int n = 0; n < sh->n; n++) {
-            j.dx = dx + (size_t)n * (size_t)sh->c * (size_t)hw;
-            for (int q = 0; q < m; q++)
-                dyq[q] = dy[q] + (size_t)n * dyn;
-            cpu_pool_run(threads, nblk, cpu_conv_bwd_data_part, &j);
-        }
+        cpu_conv_bwd_data_fixed(sc, dx, dy, wt, m, sh);
         return;
     }
     float *col = cpu_conv_col(sc, sh);
     for (int n = 0; n < sh->n; n++) {
         for (int q = 0; q < m; q++)
             cpu_gemm(sc->gemm, 1, 0, crs, hw, sh->k, wt[q], crs, dy[q] + (size_t)n * dyn, hw, q > 0, col, hw);
-        cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, NULL, sh,
-                        sc->gemm ? sc->gemm->threads : 1);
+        cpu_conv_col2im(dx + (size_t)n * (size_t)sh->c * (size_t)hw, col, sh, sc->gemm ? sc->gemm->threads : 1);
     }
 }
 

@@ -28,6 +28,8 @@ struct cpu_conv_scratch {
     size_t xcol_cap, xkey_cap;
     float *dwt;     /* the fixed filter gradient's transposed sum, (C*R*S, K) */
     size_t dwt_cap;
+    float *wflip;   /* the fixed data gradient's filters, (C, m*K*R*S) */
+    size_t wflip_cap;
     struct cpu_conv_shape xsh;
     int xvalid;
 };
@@ -51,17 +53,26 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
                       const struct cpu_conv_shape *sh);
 
 /* dx (N,C,H,W) from m pairs (dy[j] (N,K,H,W), wt[j] (K,C,R,S)), 1 <= m <=
- * CPU_CONV_MAX_PAIRS: per batch item col = the sum over j of wt[j]^T (C*R*S,
- * K) x dy[j][n] (K, H*W), by one sgemm a pair in j order, the first with
- * beta = 0 and the others with beta = 1 (each pair's products added onto the
+ * CPU_CONV_MAX_PAIRS.
+ *
+ * OpenBLAS: per batch item col = the sum over j of wt[j]^T (C*R*S, K) x
+ * dy[j][n] (K, H*W), by one sgemm a pair in j order, the first with beta =
+ * 0 and the others with beta = 1 (each pair's products added onto the
  * float32 sum of the pairs before it), then col2im: dx[n] starts at +0 and,
  * for r = 0..R-1, s = 0..S-1 in that order, each tap's plane of col is
  * added in float32 to the pixels it lands on; so each dx element is ((0 +
  * t_first) + ...) + t_last over its in-image taps in row-major (r, s) order
- * (channels split between the products' threads, which changes no sum).
- * With the fixed products the col is made and summed in blocks of
- * channels, split between the threads: the same col elements and the same
- * sums. */
+ * (channels split between the threads, which changes no sum).
+ *
+ * The fixed products: the forward convolution of the output gradients with
+ * the filters flipped and transposed, dx[n] (C, H*W) = wf (C, m*K*R*S) x
+ * col(dy[n]) (m*K*R*S, H*W), wf[c][j,k,r,s] = wt[j][k][c][R-1-r][S-1-s]
+ * and col row (j,k,r,s) holding dy[j][n][k][h+r-R/2][w+s-S/2] (+0 outside
+ * the image): each dx element is one chain acc = fma(wf, col, acc) from +0
+ * over (j, k, r, s) in that order, the kernel's taps from its last row and
+ * column, the image's padding included as +0 terms (as the forward's). One
+ * product of m*K*R*S terms, the forward's form, where the col2im form is
+ * m products of K terms onto a col of C*R*S rows and a pass of adds. */
 #define CPU_CONV_MAX_PAIRS 4
 void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
                        const float *const *dy, /* m of (N,K,H,W) */ const float *const *wt, /* m of (K,C,R,S) */

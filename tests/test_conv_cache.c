@@ -10,8 +10,8 @@
  * gradient alone for shapes on both sides of its transposed form (K >= 16
  * and H*W > 2K), batches of 1 to 3, 3x3 and 1x1 kernels, 1 and 3 threads,
  * one with an im2col large enough to be made in parts; and the data gradient
- * of one pair and of several (cpu_conv.h), made in blocks of channels on 1
- * to 3 threads, against its definition. */
+ * of one pair and of several (cpu_conv.h: the forward convolution of the
+ * flipped filters) on 1 to 3 threads, against its definition. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -81,12 +81,11 @@ static void cc_filter_def(float *dw, const float *x, const float *dy, const stru
                 }
 }
 
-/* dx of the fixed products from m pairs (dy[q], wt[q]): each col element
- * (c, r, s; h', w') the one chain t = fmaf(wt[q][k][c][r][s],
- * dy[q][n][k][h'][w'], t) from +0 over the pairs q in order and, within
- * each, k in order (a pair's product continues the sum of the pairs before
- * it, cpu_gemm.c's beta), and each dx element the float32 sum, from +0, of
- * the t of its in-image taps in row-major (r, s) order (cpu_conv.h) */
+/* dx of the fixed products from m pairs (dy[q], wt[q]), written from
+ * cpu_conv.h: each dx element one chain acc = fmaf(wt[q][k][c][r][s],
+ * dy[q][n][k][h-r+R/2][w-s+S/2], acc) from +0 over q, k in order and the
+ * kernel's taps from the last row and column to the first (the flipped
+ * filter's order), a tap outside the image a +0 term like any other */
 static void cc_data_def(float *dx, const float *const *dy, const float *const *wt, int m,
                         const struct cpu_conv_shape *sh)
 {
@@ -95,18 +94,15 @@ static void cc_data_def(float *dx, const float *const *dy, const float *const *w
             for (int h = 0; h < sh->h; h++)
                 for (int w = 0; w < sh->w; w++) {
                     float acc = 0.0f;
-                    for (int r = 0; r < sh->r; r++)
-                        for (int s = 0; s < sh->s; s++) {
-                            int hh = h - (r - sh->r / 2), ww = w - (s - sh->s / 2);
-                            if (hh < 0 || hh >= sh->h || ww < 0 || ww >= sh->w)
-                                continue;
-                            float t = 0.0f;
-                            for (int q = 0; q < m; q++)
-                                for (int k = 0; k < sh->k; k++)
-                                    t = fmaf(wt[q][(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s],
-                                             dy[q][(((size_t)n * sh->k + k) * sh->h + hh) * sh->w + ww], t);
-                            acc = acc + t;
-                        }
+                    for (int q = 0; q < m; q++)
+                        for (int k = 0; k < sh->k; k++)
+                            for (int r = sh->r - 1; r >= 0; r--)
+                                for (int s = sh->s - 1; s >= 0; s--) {
+                                    struct cpu_conv_shape one = *sh;
+                                    one.c = sh->k;
+                                    acc = fmaf(wt[q][(((size_t)k * sh->c + c) * sh->r + r) * sh->s + s],
+                                               cc_x(dy[q], &one, n, k, h - r + sh->r / 2, w - s + sh->s / 2), acc);
+                                }
                     dx[(((size_t)n * sh->c + c) * sh->h + h) * sh->w + w] = acc;
                 }
 }
@@ -243,18 +239,20 @@ static void test_filter_forms(void **state)
             cc_filter(&shapes[i], threads, i);
 }
 
-/* The data gradient, made in blocks of channels split between the
- * threads: shapes of one block and of several (the last one short), a
- * single-channel block (K = 1, as PredNet's layer 0 gates), 5x5 and 1x1
- * kernels, 1 to 3 threads; of one pair, and of 2 and 4 pairs (PredNet's
- * gates summed as one op). */
-static void test_data_blocks(void **state)
+/* The data gradient, the forward convolution of the flipped filters over
+ * the output gradients' col (made in parts of channels on the threads):
+ * K = 1 (as PredNet's layer 0 gates), 5x5, 3x5 and 1x1 kernels, a col of
+ * several parts, 1 to 3 threads; of one pair, and of 2 and 4 pairs
+ * (PredNet's gates summed as one op). */
+static void test_data_pairs(void **state)
 {
     (void)state;
     const struct cpu_conv_shape shapes[] = {
-        {.n = 2, .c = 13, .h = 32, .w = 32, .k = 3, .r = 3, .s = 3}, /* blocks of 5 channels: 5, 5, 3 */
-        {.n = 1, .c = 3, .h = 64, .w = 64, .k = 1, .r = 3, .s = 3},  /* a channel a block */
-        {.n = 3, .c = 7, .h = 5, .w = 9, .k = 17, .r = 5, .s = 5},   /* one block */
+        {.n = 2, .c = 13, .h = 32, .w = 32, .k = 3, .r = 3, .s = 3},
+        {.n = 1, .c = 3, .h = 64, .w = 64, .k = 1, .r = 3, .s = 3},
+        {.n = 3, .c = 7, .h = 5, .w = 9, .k = 17, .r = 5, .s = 5},
+        {.n = 2, .c = 5, .h = 7, .w = 6, .k = 3, .r = 3, .s = 5},   /* R != S: the flip of each axis */
+        {.n = 1, .c = 6, .h = 64, .w = 64, .k = 8, .r = 3, .s = 3}, /* a col of nine parts */
         {.n = 1, .c = 4, .h = 6, .w = 6, .k = 16, .r = 1, .s = 1},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
@@ -263,10 +261,10 @@ static void test_data_blocks(void **state)
                 cc_data(&shapes[i], threads, m, i);
 }
 
-/* One output channel (K = 1), whose data gradient adds each product to dx
- * without the col: values from a small set, so that products are exact
- * zeros of both signs and sums cancel exactly, against the definition bit
- * for bit; small shapes run on one thread, the 64x64 ones in parts. */
+/* One output channel (K = 1) with values from a small set, so that
+ * products are exact zeros of both signs and sums cancel exactly, against
+ * the definition bit for bit (the padding's +0 terms included); small
+ * shapes on one thread, the 64x64 ones in parts. */
 static void test_data_one_channel(void **state)
 {
     (void)state;
@@ -312,6 +310,6 @@ static void test_data_one_channel(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_reuse), cmocka_unit_test(test_filter_forms),
-                                       cmocka_unit_test(test_data_blocks), cmocka_unit_test(test_data_one_channel)};
+                                       cmocka_unit_test(test_data_pairs), cmocka_unit_test(test_data_one_channel)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
