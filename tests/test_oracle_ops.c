@@ -1098,10 +1098,8 @@ struct ratio {
     long n, inf;
 };
 
-/* Every element of got (a float32 evaluation of t's op) within oracle_bound
- * of the exact value; error / bound ratios into rt. */
-static void bound_check_of(const struct tg *t, const float *got, const char *what,
-                           struct ratio *rt)
+/* oracle_bound of t's op from its leaves' values (to free). */
+static double *op_bound(const struct tg *t)
 {
     const struct node *nd = tg_node(t);
     double *bound = malloc((nd->count + 1) * sizeof *bound);
@@ -1111,6 +1109,16 @@ static void bound_check_of(const struct tg *t, const float *got, const char *wha
         in[k] = t->val[k];
     struct backend_step st = {.step = t->step};
     assert_int_equal(oracle_bound(&t->g, nd, bound, in, &st), 0);
+    return bound;
+}
+
+/* Every element of got (a float32 evaluation of t's op) within oracle_bound
+ * of the exact value; error / bound ratios into rt. */
+static void bound_check_of(const struct tg *t, const float *got, const char *what,
+                           struct ratio *rt)
+{
+    const struct node *nd = tg_node(t);
+    double *bound = op_bound(t);
     mpfr_t r, d;
     mpfr_inits2(REF_PREC * 2, r, d, (mpfr_ptr)0);
     for (size_t i = 0; i < nd->count; i++) {
@@ -1355,13 +1363,7 @@ static enum replay_class pair_class(const struct tg *t, const float *got)
 {
     const struct node *nd = tg_node(t);
     float *exact = tg_oracle(t, 0);
-    double *bound = malloc((nd->count + 1) * sizeof *bound);
-    assert_non_null(bound);
-    const float *in[OP_MAX_INPUTS];
-    for (int k = 0; k < t->nleaf; k++)
-        in[k] = t->val[k];
-    struct backend_step st = {.step = t->step};
-    assert_int_equal(oracle_bound(&t->g, nd, bound, in, &st), 0);
+    double *bound = op_bound(t);
     struct replay_opcheck c;
     memset(&c, 0, sizeof c);
     replay_classify(got, exact, bound, nd->count, 0, &c);
