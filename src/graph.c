@@ -322,14 +322,14 @@ struct graph_contrib {
 struct graph_conv_wait {
     int dy[OP_MAX_INPUTS / 2], w[OP_MAX_INPUTS / 2], consumer[OP_MAX_INPUTS / 2];
     int n;
-    int left;                  /* the node's convolutions yet to give their pair */
+    int convs;                 /* convolutions that read the node (on a path to the loss) */
+    int left;                  /* those yet to give their pair */
 };
 
 struct graph_ad {
     struct graph *g;
     struct graph_contrib *c;   /* per node */
     int *consumers;            /* how many contributions each node will get */
-    int *convs;                /* how many of them are convolutions' data gradients */
     struct graph_conv_wait *wait; /* per node */
 };
 
@@ -415,7 +415,7 @@ static void graph_conv_data(struct graph_ad *ad, int x, int i, int dy, int w)
     if (!g->nodes[x].needs_grad)
         return;
     struct graph_conv_wait *q = &ad->wait[x];
-    if (ad->convs[x] < 2) {
+    if (q->convs < 2) {
         int in[2] = {dy, w};
         union op_params p;
         memset(&p, 0, sizeof p);
@@ -570,7 +570,7 @@ static void graph_count_consumers(struct graph_ad *ad, int loss)
             live[j] = 1;
             ad->consumers[j]++;
             if (g->nodes[i].type == OP_CONV2D && k == 0)
-                ad->convs[j]++;
+                ad->wait[j].convs = ++ad->wait[j].left;
         }
     }
     free(live);
@@ -581,11 +581,9 @@ void graph_backward(struct graph *g, int loss)
     DT_ASSERT(loss >= 0 && loss < g->n && g->nodes[loss].count == 1, "loss must be a scalar node");
     g->loss = loss;
     struct graph_ad ad = {g, dt_calloc((size_t)g->n, sizeof(struct graph_contrib)),
-                          dt_calloc((size_t)g->n, sizeof(int)), dt_calloc((size_t)g->n, sizeof(int)),
+                          dt_calloc((size_t)g->n, sizeof(int)),
                           dt_calloc((size_t)g->n, sizeof(struct graph_conv_wait))};
     graph_count_consumers(&ad, loss);
-    for (int i = 0; i < g->n; i++)
-        ad.wait[i].left = ad.convs[i];
     int nforward = g->n;
     for (int i = loss; i >= 0; i--) {
         int dy;
@@ -633,7 +631,6 @@ void graph_backward(struct graph *g, int loss)
         free(ad.c[i].v);
     free(ad.c);
     free(ad.consumers);
-    free(ad.convs);
     free(ad.wait);
 }
 
