@@ -19,14 +19,12 @@ void cpu_conv_scratch_free(struct cpu_conv_scratch *sc)
     free(sc->col);
     sc->col = NULL;
     sc->cap = 0;
-    free(sc->xcol);
-    free(sc->xkey);
-    sc->xcol = sc->xkey = NULL;
-    sc->xcol_cap = sc->xkey_cap = 0;
-    sc->xvalid = 0;
     free(sc->dwt);
     sc->dwt = NULL;
     sc->dwt_cap = 0;
+    free(sc->dyt);
+    sc->dyt = NULL;
+    sc->dyt_cap = 0;
     free(sc->wflip);
     sc->wflip = NULL;
     sc->wflip_cap = 0;
@@ -194,73 +192,6 @@ static void cpu_conv_col2im(float *dx, const float *col, const struct cpu_conv_s
 
 /* *p with room for n floats (*cap of them allocated); -1 when there is
  * no room, *p as it was. */
-static int cpu_conv_grow(float **p, size_t *cap, size_t n)
-{
-    if (n <= *cap)
-        return 0;
-    float *q = realloc(*p, n * sizeof *q);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
-/* The im2col of the fixed products' cache in parts of channels (a copy:
- * the parts change no bits), each of CPU_IM2COL_PART floats of col or
- * more, at most CPU_POOL_PARTS a thread. */
-#define CPU_IM2COL_PART 32768
-struct cpu_im2col_job {
-    float *col;
-    const float *x;
-    const struct cpu_conv_shape *sh;
-    int per; /* parts a batch item */
-};
-
-static void cpu_conv_im2col_part(void *arg, int p, int thread)
-{
-    const struct cpu_im2col_job *j = arg;
-    const struct cpu_conv_shape *sh = j->sh;
-    (void)thread;
-    int n = p / j->per;
-    size_t c0, c1, hw = (size_t)sh->h * (size_t)sh->w, crs = (size_t)sh->c * (size_t)sh->r * (size_t)sh->s;
-    cpu_pool_part((size_t)sh->c, j->per, p % j->per, 1, &c0, &c1);
-    cpu_conv_im2col_rows(j->col + (size_t)n * crs * hw, j->x + (size_t)n * (size_t)sh->c * hw, sh, 0, sh->h,
-                         (int)c0, (int)c1);
-}
-
-/* With the fixed products: the im2col of every batch item of x, (N, C*R*S,
- * H*W), from the cache when x and the shape are the ones it holds, else
- * made and kept. NULL with OpenBLAS's products, whose bits depend on how a
- * product is cut (the forward's bands stay as they were), or when there is
- * no room (the caller makes its own im2col, as it always did). */
-static const float *cpu_conv_cols(struct cpu_conv_scratch *sc, const float *x,
-                                  const struct cpu_conv_shape *sh)
-{
-    if (!sc->gemm || !sc->gemm->fixed)
-        return NULL;
-    size_t chw = (size_t)sh->c * (size_t)sh->h * (size_t)sh->w, nx = (size_t)sh->n * chw;
-    size_t ncol = nx * (size_t)sh->r * (size_t)sh->s;
-    const struct cpu_conv_shape *k = &sc->xsh; /* (the output channels do not matter) */
-    if (sc->xvalid && k->n == sh->n && k->c == sh->c && k->h == sh->h && k->w == sh->w && k->r == sh->r &&
-        k->s == sh->s && memcmp(sc->xkey, x, nx * sizeof *x) == 0)
-        return sc->xcol;
-    sc->xvalid = 0;
-    if (cpu_conv_grow(&sc->xcol, &sc->xcol_cap, ncol) < 0 || cpu_conv_grow(&sc->xkey, &sc->xkey_cap, nx) < 0)
-        return NULL;
-    struct cpu_im2col_job j = {.col = sc->xcol, .x = x, .sh = sh};
-    int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1;
-    long most = (long)(ncol / CPU_IM2COL_PART) / sh->n; /* parts a batch item: the least of three */
-    if (most > (long)threads * CPU_POOL_PARTS)
-        most = (long)threads * CPU_POOL_PARTS;
-    j.per = most < 1 ? 1 : most > sh->c ? sh->c : (int)most;
-    cpu_pool_run(threads, j.per * sh->n, cpu_conv_im2col_part, &j);
-    memcpy(sc->xkey, x, nx * sizeof *x);
-    sc->xsh = *sh;
-    sc->xvalid = 1;
-    return sc->xcol;
-}
-
 void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
                       const float *x, /* (N,C,H,W) */ const float *wt, /* (K,C,R,S) */
                       const struct cpu_conv_shape *sh)
@@ -274,11 +205,13 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
                      out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
         return;
     }
-    const float *cols = cpu_conv_cols(sc, x, sh);
-    if (cols) { /* the fixed products: one product per batch item (bands change no bits) */
-        for (int n = 0; n < sh->n; n++)
-            cpu_gemm(sc->gemm, 0, 0, sh->k, hw, crs, wt, crs, cols + (size_t)n * (size_t)crs * (size_t)hw, hw,
-                     0, out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
+    if (sc->gemm && sc->gemm->fixed) { /* one product per batch item, the col never written */
+        for (int n = 0; n < sh->n; n++) {
+            const float *plane = x + (size_t)n * (size_t)sh->c * (size_t)hw;
+            struct cpu_gemm_im2col src = {&plane, 1, sh->c, sh->h, sh->w, sh->r, sh->s};
+            cpu_gemm_fixed_im2col(sc->gemm->threads, sh->k, wt, crs, &src,
+                                  out + (size_t)n * (size_t)sh->k * (size_t)hw, hw);
+        }
         return;
     }
     size_t nband = ((size_t)crs * (size_t)hw + CPU_CONV_BAND_FLOATS - 1) / CPU_CONV_BAND_FLOATS;
@@ -301,62 +234,67 @@ void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
     }
 }
 
-/* The fixed products' data gradient (cpu_conv.h): the col of the m pairs'
- * output gradients of one batch item, pair j's rows after pair j-1's, made
- * in parts of channels on the pool. */
-struct cpu_dycol_job {
-    float *col;                   /* (m*K*R*S, H*W) */
-    const float *const *dy;       /* m of (K,H,W): this batch item */
-    const struct cpu_conv_shape *sh; /* one pair's: c = K */
-    int per;                      /* parts a pair */
+/* The fixed data gradient's filters, wf[c][q,k,r,s] = wt[q][k][c][R-1-r][S-1-s]
+ * (a copy), in parts of channels: each part writes rows of its own. */
+#define CPU_FLIP_PART 32768 /* floats a part, at least */
+struct cpu_flip_job {
+    float *wf;
+    const float *const *wt;
+    int m;
+    const struct cpu_conv_shape *sh;
+    int parts;
 };
 
-static void cpu_conv_dycol_part(void *arg, int p, int thread)
+static void cpu_conv_flip_part(void *arg, int p, int thread)
 {
-    const struct cpu_dycol_job *j = arg;
+    const struct cpu_flip_job *j = arg;
     const struct cpu_conv_shape *sh = j->sh;
     (void)thread;
-    int q = p / j->per;
-    size_t c0, c1, hw = (size_t)sh->h * (size_t)sh->w, krs = (size_t)sh->c * (size_t)sh->r * (size_t)sh->s;
-    cpu_pool_part((size_t)sh->c, j->per, p % j->per, 1, &c0, &c1);
-    cpu_conv_im2col_rows(j->col + (size_t)q * krs * hw, j->dy[q], sh, 0, sh->h, (int)c0, (int)c1);
+    size_t c0, c1, rs = (size_t)sh->r * (size_t)sh->s, crs = (size_t)sh->c * rs;
+    size_t inner = (size_t)j->m * (size_t)sh->k * rs;
+    cpu_pool_part((size_t)sh->c, j->parts, p, 1, &c0, &c1);
+    /* blocks of 16 channels: each filter's taps of a block read in one run,
+     * written to 16 rows */
+    for (size_t b0 = c0; b0 < c1; b0 += 16) {
+        size_t b1 = c1 - b0 < 16 ? c1 : b0 + 16;
+        for (int q = 0; q < j->m; q++)
+            for (int k = 0; k < sh->k; k++) {
+                size_t qk = (size_t)q * (size_t)sh->k + (size_t)k;
+                const float *src = j->wt[q] + (size_t)k * crs + b0 * rs;
+                for (size_t c = b0; c < b1; c++, src += rs) {
+                    float *dst = j->wf + c * inner + qk * rs;
+                    for (size_t t = 0; t < rs; t++)
+                        dst[t] = src[rs - 1 - t]; /* (r, s) -> (R-1-r, S-1-s) */
+                }
+            }
+    }
 }
 
 static void cpu_conv_bwd_data_fixed(struct cpu_conv_scratch *sc, float *dx, const float *const *dy,
                                     const float *const *wt, int m, const struct cpu_conv_shape *sh)
 {
     size_t hw = (size_t)sh->h * (size_t)sh->w, rs = (size_t)sh->r * (size_t)sh->s;
-    size_t inner = (size_t)m * (size_t)sh->k * rs, crs = (size_t)sh->c * rs;
+    size_t inner = (size_t)m * (size_t)sh->k * rs;
     if (sc->wflip_cap < (size_t)sh->c * inner) {
         free(sc->wflip);
         sc->wflip_cap = (size_t)sh->c * inner;
         sc->wflip = dt_malloc(sc->wflip_cap * sizeof *sc->wflip);
     }
-    for (int q = 0; q < m; q++)
-        for (int k = 0; k < sh->k; k++)
-            for (int c = 0; c < sh->c; c++) {
-                const float *src = wt[q] + (size_t)k * crs + (size_t)c * rs;
-                float *dst = sc->wflip + (size_t)c * inner + ((size_t)q * (size_t)sh->k + (size_t)k) * rs;
-                for (size_t t = 0; t < rs; t++)
-                    dst[t] = src[rs - 1 - t]; /* (r, s) -> (R-1-r, S-1-s) */
-            }
-    struct cpu_conv_shape one = *sh; /* a pair's output gradient as the input: K channels */
-    one.c = sh->k;
-    struct cpu_conv_shape all = one;
-    all.c = m * sh->k;
+    struct cpu_flip_job fj = {.wf = sc->wflip, .wt = wt, .m = m, .sh = sh};
     int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1;
+    long most = (long)((size_t)sh->c * inner / CPU_FLIP_PART);
+    if (most > (long)threads)
+        most = threads;
+    fj.parts = most < 1 ? 1 : most > sh->c ? sh->c : (int)most;
+    cpu_pool_run(threads, fj.parts, cpu_conv_flip_part, &fj);
+    /* the pairs' output gradients are the input (m K channels), their col never written */
     const float *dyn[CPU_CONV_MAX_PAIRS];
-    struct cpu_dycol_job j = {.col = cpu_conv_col(sc, &all), .dy = dyn, .sh = &one};
-    long most = (long)((size_t)sh->k * rs * hw / CPU_IM2COL_PART); /* parts a pair */
-    if (most > (long)threads * CPU_POOL_PARTS)
-        most = (long)threads * CPU_POOL_PARTS;
-    j.per = most < 1 ? 1 : most > sh->k ? sh->k : (int)most;
+    struct cpu_gemm_im2col xs = {dyn, m, sh->k, sh->h, sh->w, sh->r, sh->s};
     for (int n = 0; n < sh->n; n++) {
         for (int q = 0; q < m; q++)
             dyn[q] = dy[q] + (size_t)n * (size_t)sh->k * hw;
-        cpu_pool_run(threads, j.per * m, cpu_conv_dycol_part, &j);
-        cpu_gemm_fixed(threads, 0, 0, sh->c, (int)hw, (int)inner, sc->wflip, (int)inner, j.col, (int)hw, 0,
-                       dx + (size_t)n * (size_t)sh->c * hw, (int)hw);
+        cpu_gemm_fixed_im2col(sc->gemm->threads, sh->c, sc->wflip, (int)inner, &xs,
+                              dx + (size_t)n * (size_t)sh->c * hw, (int)hw);
     }
 }
 
@@ -379,31 +317,96 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
     }
 }
 
+/* The fixed filter gradient of one batch item in parts of the col's rows
+ * (c, r, s): each part makes its rows of the col in a buffer of its thread
+ * and multiplies them on that thread, so no part reads a col another core
+ * wrote. The bits are the ones of the whole product: each element is one
+ * chain over the pixels whichever part makes it. */
+#define CPU_DW_PART 32768 /* floats of col a part, about */
+#define CPU_DW_ALIGN(swap) ((swap) ? 24 : 32)
+struct cpu_dw_job {
+    const float *x, *dy; /* this batch item's (C,H,W), and (K,H,W) or, where swap, dy^T packed */
+    float *dw;           /* (K, C*R*S), or (C*R*S, K) where swap */
+    const struct cpu_conv_shape *sh;
+    int swap, beta, parts;
+};
+
+static _Thread_local float *dw_col;
+static _Thread_local size_t dw_col_n;
+
+static void cpu_conv_dw_part(void *arg, int p, int thread)
+{
+    const struct cpu_dw_job *j = arg;
+    const struct cpu_conv_shape *sh = j->sh;
+    (void)thread;
+    size_t i0, i1, hw = (size_t)sh->h * (size_t)sh->w, rs = (size_t)sh->r * (size_t)sh->s;
+    size_t crs = (size_t)sh->c * rs;
+    /* the rows of the product in whole tiles (6 rows with AVX2, 8 with
+     * AVX-512), or its columns in whole strips (16 or 32) */
+    cpu_pool_part(crs, j->parts, p, CPU_DW_ALIGN(j->swap), &i0, &i1);
+    if (i0 >= i1)
+        return;
+    if (dw_col_n < (i1 - i0) * hw) {
+        free(dw_col);
+        dw_col_n = (i1 - i0) * hw;
+        dw_col = dt_malloc(dw_col_n * sizeof *dw_col);
+    }
+    for (size_t i = i0; i < i1; i++) {
+        int c = (int)(i / rs), r = (int)(i % rs) / sh->s, s = (int)(i % rs) % sh->s;
+        cpu_conv_im2col_plane(dw_col + (i - i0) * hw, j->x + (size_t)c * hw, sh->h, sh->w, 0, sh->h,
+                              r - sh->r / 2, s - sh->s / 2);
+    }
+    int rows = (int)(i1 - i0);
+    if (j->swap) /* dwt rows i0 .. i1 - 1 = col rows x dy^T */
+        cpu_gemm_fixed_packed(1, rows, sh->k, (int)hw, dw_col, (int)hw, 0, j->dy, j->beta,
+                              j->dw + i0 * (size_t)sh->k, sh->k);
+    else /* dw columns i0 .. i1 - 1 = dy x col rows^T */
+        cpu_gemm_fixed(1, 0, 1, sh->k, rows, (int)hw, j->dy, (int)hw, dw_col, (int)hw, j->beta, j->dw + i0,
+                       (int)crs);
+}
+
 void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
                          const float *x, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
                          const struct cpu_conv_shape *sh)
 {
     int hw = sh->h * sh->w, crs = sh->c * sh->r * sh->s;
-    int one = sh->r == 1 && sh->s == 1;
-    const float *cols = one ? NULL : cpu_conv_cols(sc, x, sh);
-    float *col = one || cols ? NULL : cpu_conv_col(sc, sh);
+    int one = sh->r == 1 && sh->s == 1, fixed = sc->gemm && sc->gemm->fixed;
+    float *col = one || fixed ? NULL : cpu_conv_col(sc, sh);
     /* the transposed product where it moves less: its kernel copies dy[n]
      * (K x HW) transposed instead of the col (CRS x HW), and the sum (CRS x
      * K) is copied once more at the end; PredNet's layer 1 and 2 gate
      * filter gradients (HW 1024 and 256) took 40% and 25% less time, its
      * layer 3 (HW 64 = K) 20% more */
-    int swap = sc->gemm && sc->gemm->fixed && sh->k >= 16 && hw > 2 * sh->k;
+    int swap = fixed && sh->k >= 16 && hw > 2 * sh->k;
     if (swap && sc->dwt_cap < (size_t)crs * (size_t)sh->k) {
         free(sc->dwt);
         sc->dwt_cap = (size_t)crs * (size_t)sh->k;
         sc->dwt = dt_malloc(sc->dwt_cap * sizeof *sc->dwt);
     }
+    if (swap && sc->dyt_cap < cpu_gemm_packed_floats(sh->k, hw)) {
+        free(sc->dyt);
+        sc->dyt_cap = cpu_gemm_packed_floats(sh->k, hw);
+        sc->dyt = dt_malloc(sc->dyt_cap * sizeof *sc->dyt);
+    }
     for (int n = 0; n < sh->n; n++) {
         const float *xn = x + (size_t)n * (size_t)sh->c * (size_t)hw;
         const float *b = xn, *dyn = dy + (size_t)n * (size_t)sh->k * (size_t)hw;
-        if (cols)
-            b = cols + (size_t)n * (size_t)crs * (size_t)hw;
-        else if (col) {
+        if (fixed && !one) {
+            struct cpu_dw_job j = {.x = xn, .dy = dyn, .dw = swap ? sc->dwt : dw, .sh = sh, .swap = swap,
+                                   .beta = n != 0};
+            if (swap) { /* dy[n] transposed into the kernels' strips once, not by every part */
+                cpu_gemm_pack_b(sc->dyt, dyn, hw, 1, sh->k, hw);
+                j.dy = sc->dyt;
+            }
+            int threads = sc->gemm->threads > 1 ? sc->gemm->threads : 1;
+            long parts = (long)((size_t)crs * (size_t)hw / CPU_DW_PART), most = (crs + CPU_DW_ALIGN(swap) - 1) / CPU_DW_ALIGN(swap);
+            if (parts < (long)threads * CPU_POOL_PARTS)
+                parts = (long)threads * CPU_POOL_PARTS;
+            j.parts = parts > most ? (int)most : (int)parts;
+            cpu_pool_run(threads, j.parts, cpu_conv_dw_part, &j);
+            continue;
+        }
+        if (col) {
             cpu_conv_im2col(col, xn, sh);
             b = col;
         }

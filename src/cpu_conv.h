@@ -20,18 +20,12 @@ struct cpu_conv_scratch {
     float *col;     /* (C*R*S, H*W) */
     size_t cap;     /* floats allocated at col */
     const struct cpu_gemm_mode *gemm; /* the products' form (NULL: OpenBLAS) */
-    /* with the fixed products: the im2col of every batch item of the last
-     * input seen, kept with a copy of that input and its shape; reused when
-     * a convolution's input is bit for bit the same (the four gates of a
-     * PredNet layer read one input, forward and backward) */
-    float *xcol, *xkey;
-    size_t xcol_cap, xkey_cap;
     float *dwt;     /* the fixed filter gradient's transposed sum, (C*R*S, K) */
     size_t dwt_cap;
+    float *dyt;     /* and a batch item's output gradient, transposed and packed */
+    size_t dyt_cap;
     float *wflip;   /* the fixed data gradient's filters, (C, m*K*R*S) */
     size_t wflip_cap;
-    struct cpu_conv_shape xsh;
-    int xvalid;
 };
 
 void cpu_conv_scratch_free(struct cpu_conv_scratch *sc);
@@ -45,9 +39,10 @@ void cpu_conv_im2col(float *col, const float *x, /* (C,H,W) */ const struct cpu_
  * sgemm out[n][:, band] (K, rows*W) = wt (K, C*R*S) x col(band), so each
  * element is one OpenBLAS dot product over (c, r, s). A 1x1 kernel skips
  * im2col: out[n] = wt x x[n]. With the fixed products, one product per
- * batch item over the whole image, from the kept im2col (the same bits:
- * each element is one sum over (c, r, s) in order however the product is
- * cut). */
+ * batch item over the whole image whose col is never written: each thread
+ * makes the strips of its own columns from x (cpu_gemm_fixed_im2col; the
+ * same bits: each element is one sum over (c, r, s) in order however the
+ * product is cut). */
 void cpu_conv_forward(struct cpu_conv_scratch *sc, float *out, /* (N,K,H,W) */
                       const float *x, /* (N,C,H,W) */ const float *wt, /* (K,C,R,S) */
                       const struct cpu_conv_shape *sh);
@@ -86,7 +81,9 @@ void cpu_conv_bwd_data(struct cpu_conv_scratch *sc, float *dx, /* (N,C,H,W) */
  * col(x[n]) x dy[n]^T, into a (C*R*S, K) sum copied to dw at the end: each
  * element's fused multiply-adds are the same ones in the same order (a
  * product's factors commute exactly), and the operand the kernel copies
- * transposed is dy[n], K rows, instead of the col, C*R*S rows. */
+ * transposed is dy[n], K rows, instead of the col, C*R*S rows. The fixed
+ * products run in parts of the col's rows, each part making its rows and
+ * its share of the product on one thread. */
 void cpu_conv_bwd_filter(struct cpu_conv_scratch *sc, float *dw, /* (K,C,R,S) */
                          const float *x, /* (N,C,H,W) */ const float *dy, /* (N,K,H,W) */
                          const struct cpu_conv_shape *sh);

@@ -107,6 +107,14 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
 #define GEMM_AIX(AT, r, k, lda)                                                                 \
     ((AT) ? (size_t)(k) * (size_t)(lda) + (size_t)(r) : (size_t)(r) * (size_t)(lda) + (size_t)(k))
 
+/* Where a kernel finds B when not as stored: made strip by strip from a
+ * convolution's input (im2col), or copied into strips beforehand (packed,
+ * cpu_gemm_pack_b). */
+struct gemm_b {
+    const struct cpu_gemm_im2col *im2col;
+    const float *packed;
+};
+
 /* The tile of rows i .. i + R - 1, R a constant: its loops over rows
  * unrolled, so that the accumulators live in registers. */
 #define GEMM_TILE(NAME, TARGET, AT, VW, R, V, LOAD, STORE, SET1, FMA, ZERO)                     \
@@ -216,7 +224,7 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
     }
 
 #define GEMM_KERNEL_AT(NAME, TARGET, AT, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,      \
-                    MSTORE)                                                                     \
+                    MSTORE, PACKX)                                                              \
     GEMM_STREAM(NAME##_s2, TARGET, AT, VW, 2, 4, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
                 MSTORE)                                                                         \
     GEMM_STREAM(NAME##_s1, TARGET, AT, VW, 1, 8, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,  \
@@ -228,9 +236,10 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
     GEMM_NTILE(NAME##_ntile, TARGET, AT, MR, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                 \
     GEMM_NTILE(NAME##_nrow, TARGET, AT, 1, V, MT, MLOAD, MSTORE, SET1, FMA, ZERO)                   \
     TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda,     \
-                            const float *B, int ldb, int tb, int beta, float *C, int ldc)      \
+                            const float *B, int ldb, int tb, int beta, float *C, int ldc,      \
+                            const struct gemm_b *bs)                                           \
     {                                                                                           \
-        if (!tb && K > 0 && i1 - i0 <= GEMM_STREAM_ROWS) { /* B's rows in order (GEMM_STREAM) */ \
+        if (!tb && !bs && K > 0 && i1 - i0 <= GEMM_STREAM_ROWS) { /* B's rows in order */      \
             int i = i0;                                                                         \
             for (; i + 2 <= i1; i += 2)                                                         \
                 NAME##_s2(i, j0, j1, K, A, lda, B, ldb, beta, C, ldc);                          \
@@ -238,13 +247,21 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
                 NAME##_s1(i, j0, j1, K, A, lda, B, ldb, beta, C, ldc);                          \
             return;                                                                             \
         }                                                                                       \
-        int j = j0, pack = tb || i1 - i0 > MR;                                                  \
+        const struct cpu_gemm_im2col *src = bs ? bs->im2col : NULL;                             \
+        const float *pk = bs ? bs->packed : NULL;                                               \
+        int j = j0, pack = !pk && (tb || src || i1 - i0 > MR);                                  \
         float *strip = pack ? gemm_strip((size_t)K * 2 * VW) : NULL;                            \
         for (; j + 2 * VW <= j1; j += 2 * VW) {                                                 \
             const float *bp = B + j;                                                            \
             int lb = ldb;                                                                       \
-            if (pack) { /* the strip's K rows contiguous (a copy, no arithmetic) */            \
-                gemm_pack(strip, 2 * VW, B, ldb, tb, j, 2 * VW, K);                             \
+            if (pk) { /* strips made beforehand (cpu_gemm_pack_b) */                            \
+                bp = pk + (size_t)(j / (2 * VW)) * (size_t)K * (2 * VW);                        \
+                lb = 2 * VW;                                                                    \
+            } else if (pack) { /* the strip's K rows contiguous (a copy, no arithmetic) */     \
+                if (src)                                                                        \
+                    PACKX(strip, 2 * VW, src, j, 2 * VW, K);                                    \
+                else                                                                            \
+                    gemm_pack(strip, 2 * VW, B, ldb, tb, j, 2 * VW, K);                         \
                 bp = strip;                                                                     \
                 lb = 2 * VW;                                                                    \
             }                                                                                   \
@@ -258,14 +275,21 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
             for (; i < i1; i++)                                                                 \
                 NAME##_row(i, j, K, A, lda, bp, lb, beta, C, ldc);                              \
         }                                                                                       \
-        for (; j < j1; j += VW) {                                                               \
+        for (int jt = j; j < j1; j += VW) { /* (jt: where the last whole strip ends) */       \
             int w = j1 - j < VW ? j1 - j : VW;                                                  \
             MT m = MASK(w);                                                                     \
             const float *bp = B + j;                                                            \
             int lb = ldb;                                                                       \
-            if (tb) { /* B's rows of these columns, transposed into the strip */               \
+            if (pk) {                                                                           \
+                bp = pk + (size_t)(jt / (2 * VW)) * (size_t)K * (2 * VW) +                      \
+                     (size_t)((j - jt) / VW) * (size_t)K * VW;                                  \
+                lb = VW;                                                                        \
+            } else if (tb || src) { /* B's rows of these columns, into the strip */           \
                 strip = gemm_strip((size_t)K * VW);                                             \
-                gemm_pack(strip, VW, B, ldb, 1, j, w, K);                                       \
+                if (src)                                                                        \
+                    PACKX(strip, VW, src, j, w, K);                                             \
+                else                                                                            \
+                    gemm_pack(strip, VW, B, ldb, 1, j, w, K);                                   \
                 bp = strip;                                                                     \
                 lb = VW;                                                                        \
             }                                                                                   \
@@ -278,24 +302,28 @@ __attribute__((target("avx2"))) static void gemm_pack(float *strip, int sw, cons
     }
 
 /* The kernel for both layouts of A: NAME(..., A, lda, ta, ...). */
-#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD, MSTORE) \
+#define GEMM_KERNEL(NAME, TARGET, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD, MSTORE, \
+                    PACKX)                                                                         \
     GEMM_KERNEL_AT(NAME##_n, TARGET, 0, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,    \
-                   MSTORE)                                                                         \
+                   MSTORE, PACKX)                                                                  \
     GEMM_KERNEL_AT(NAME##_t, TARGET, 1, VW, MR, V, LOAD, STORE, SET1, FMA, ZERO, MT, MASK, MLOAD,    \
-                   MSTORE)                                                                         \
+                   MSTORE, PACKX)                                                                  \
     TARGET static void NAME(int i0, int i1, int j0, int j1, int K, const float *A, int lda, int ta,    \
-                            const float *B, int ldb, int tb, int beta, float *C, int ldc)         \
+                            const float *B, int ldb, int tb, int beta, float *C, int ldc,         \
+                            const struct gemm_b *bs)                                              \
     {                                                                                              \
         if (ta)                                                                                    \
-            NAME##_t(i0, i1, j0, j1, K, A, lda, B, ldb, tb, beta, C, ldc);                         \
+            NAME##_t(i0, i1, j0, j1, K, A, lda, B, ldb, tb, beta, C, ldc, bs);                     \
         else                                                                                       \
-            NAME##_n(i0, i1, j0, j1, K, A, lda, B, ldb, tb, beta, C, ldc);                         \
+            NAME##_n(i0, i1, j0, j1, K, A, lda, B, ldb, tb, beta, C, ldc, bs);                     \
     }
 
 /* the scalar form: any CPU, slow (fmaf in software where there is no FMA) */
 static void gemm_scalar(int i0, int i1, int j0, int j1, int K, const float *A, int lda, int ta,
-                        const float *B, int ldb, int tb, int beta, float *C, int ldc)
+                        const float *B, int ldb, int tb, int beta, float *C, int ldc,
+                        const struct gemm_b *bs)
 {
+    (void)bs; /* (never given to this kernel: its callers write B out) */
     size_t sk = tb ? 1 : (size_t)ldb, sj = tb ? (size_t)ldb : 1; /* op(B)'s strides */
     for (int j = j0; j < j1; j++)
         for (int i = i0; i < i1; i++) {
@@ -332,6 +360,79 @@ __attribute__((target("avx512f"))) static inline void gemm_store512(float *p, __
     _mm512_mask_storeu_ps(p, m, v);
 }
 
+/* lane masks from bits (lane l on where bit l is) */
+__attribute__((target("avx2,fma"))) static inline __m256i gemm_bits256(unsigned b)
+{
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)b), sel), sel);
+}
+__attribute__((target("avx512f"))) static inline __mmask16 gemm_bits512(unsigned b)
+{
+    return (__mmask16)b;
+}
+
+/* The strip of columns j .. j + w - 1 (w <= sw <= 2 VW) of the col that
+ * src describes (cpu_gemm.h), for every row k = ((q C + c) R + r) S + s:
+ * the same values cpu_conv_im2col writes (+0, all bits clear, where a tap
+ * lies outside the image), so the products' bits are the ones of the col
+ * made first. Column p of row (q, c, r, s) is plane q's channel c at pixel
+ * p + (r - R/2) W + (s - S/2) when that tap lies in the image: one masked
+ * load of VW lanes a row and vector, the masks (image edges, and row
+ * changes inside the vector) made once for the strip. Taps in blocks of
+ * GEMM_PACKX_TAPS, whose masks stay in registers or L1. */
+#define GEMM_PACKX_TAPS 32
+#define GEMM_PACKX(NAME, TARGET, VW, V, MT, BITS, MLOAD, STORE)                                 \
+    TARGET static void NAME(float *strip, int sw, const struct cpu_gemm_im2col *x, int j, int w,  \
+                            int K)                                                              \
+    {                                                                                           \
+        const int H = x->h, W = x->w, R = x->r, S = x->s, taps = R * S;                         \
+        const int vecs = (w + VW - 1) / VW;                                                     \
+        const size_t hw = (size_t)H * (size_t)W;                                                \
+        int row[2][VW], col[2][VW]; /* each lane's pixel; lanes past w never in the image */    \
+        for (int v = 0; v < 2; v++) {                                                           \
+            int p = j + v * VW, h = p / W, c = p % W;                                           \
+            for (int l = 0; l < VW; l++) {                                                      \
+                int in = v * VW + l < w;                                                        \
+                row[v][l] = in ? h : -(1 << 28);                                                \
+                col[v][l] = in ? c : -(1 << 28);                                                \
+                if (++c == W) {                                                                 \
+                    c = 0;                                                                      \
+                    h++;                                                                        \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+        DT_ASSERT(K == x->m * x->c * taps, "im2col strip: %d rows for %d", K, x->m * x->c * taps); \
+        for (int t0 = 0; t0 < taps; t0 += GEMM_PACKX_TAPS) {                                    \
+            int nt = taps - t0 < GEMM_PACKX_TAPS ? taps - t0 : GEMM_PACKX_TAPS;                 \
+            ptrdiff_t off[GEMM_PACKX_TAPS][2];                                                  \
+            MT msk[GEMM_PACKX_TAPS][2];                                                         \
+            for (int t = 0; t < nt; t++) {                                                      \
+                int dr = (t0 + t) / S - R / 2, ds = (t0 + t) % S - S / 2;                       \
+                for (int v = 0; v < vecs; v++) {                                                \
+                    unsigned bits = 0;                                                          \
+                    for (int l = 0; l < VW; l++) {                                              \
+                        int hh = row[v][l] + dr, ww = col[v][l] + ds;                           \
+                        if (hh >= 0 && hh < H && ww >= 0 && ww < W)                             \
+                            bits |= 1u << l;                                                    \
+                    }                                                                           \
+                    off[t][v] = (ptrdiff_t)j + v * VW + (ptrdiff_t)dr * W + ds;                 \
+                    msk[t][v] = BITS(bits);                                                     \
+                }                                                                               \
+            }                                                                                   \
+            for (int q = 0; q < x->m; q++)                                                      \
+                for (int c = 0; c < x->c; c++) {                                                \
+                    /* lanes masked off are never read: the address may lie outside */          \
+                    const char *xc = (const char *)(x->plane[q] + (size_t)c * hw);              \
+                    float *d = strip + ((size_t)(q * x->c + c) * (size_t)taps + (size_t)t0) * (size_t)sw; \
+                    for (int t = 0; t < nt; t++, d += sw)                                       \
+                        for (int v = 0; v < vecs; v++)                                          \
+                            STORE(d + v * VW,                                                   \
+                                  MLOAD((const float *)(xc + off[t][v] * (ptrdiff_t)sizeof(float)), \
+                                        msk[t][v]));                                            \
+                }                                                                               \
+        }                                                                                       \
+    }
+
 /* rows a tile (the accumulators: twice as many vectors); -D for measuring
  * builds, the bits the same for any */
 #ifndef GEMM_MR256
@@ -340,15 +441,19 @@ __attribute__((target("avx512f"))) static inline void gemm_store512(float *p, __
 #ifndef GEMM_MR512
 #define GEMM_MR512 8
 #endif
+GEMM_PACKX(gemm_packx256, __attribute__((target("avx2,fma"))), 8, __m256, __m256i, gemm_bits256,
+           gemm_load256, _mm256_storeu_ps)
+GEMM_PACKX(gemm_packx512, __attribute__((target("avx512f"))), 16, __m512, __mmask16, gemm_bits512,
+           gemm_load512, _mm512_storeu_ps)
 GEMM_KERNEL(gemm_avx2, __attribute__((target("avx2,fma"))), 8, GEMM_MR256, __m256, _mm256_loadu_ps,
             _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps, __m256i,
-            gemm_mask256, gemm_load256, gemm_store256)
+            gemm_mask256, gemm_load256, gemm_store256, gemm_packx256)
 GEMM_KERNEL(gemm_avx512, __attribute__((target("avx512f"))), 16, GEMM_MR512, __m512, _mm512_loadu_ps,
             _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, __mmask16,
-            gemm_mask512, gemm_load512, gemm_store512)
+            gemm_mask512, gemm_load512, gemm_store512, gemm_packx512)
 
 typedef void gemm_fn(int, int, int, int, int, const float *, int, int, const float *, int, int, int,
-                     float *, int);
+                     float *, int, const struct gemm_b *);
 
 /* The widest kernel this CPU runs; DIVTRACE_CPU_GEMM_ISA=scalar or avx2
  * (for testing that every kernel gives the same bits) caps it. */
@@ -382,6 +487,7 @@ struct gemm_job {
     int pr, pc; /* the grid: pr row blocks by pc column blocks */
     const float *A, *B;
     float *C;
+    struct gemm_b bs;   /* B other than as stored, where bs.im2col or bs.packed */
 };
 
 /* The pool hands out a job's parts one at a time: each thread in the job
@@ -455,7 +561,8 @@ static void gemm_part(void *arg, int p, int thread)
     if (j1 > jb->N)
         j1 = jb->N;
     if (i0 < i1 && j0 < j1)
-        jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->ta, jb->B, jb->ldb, jb->tb, jb->beta, jb->C, jb->ldc);
+        jb->fn(i0, i1, j0, j1, jb->K, jb->A, jb->lda, jb->ta, jb->B, jb->ldb, jb->tb, jb->beta, jb->C, jb->ldc,
+               jb->bs.im2col || jb->bs.packed ? &jb->bs : NULL);
 }
 
 /* Take and run parts of job `job` until none is left or the job is over. */
@@ -695,6 +802,92 @@ void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const floa
     jb.B = B;
     jb.ldb = ldb;
     jb.tb = tb;
+    gemm_grid(&jb, threads);
+    cpu_pool_run(threads, jb.pr * jb.pc, gemm_part, &jb);
+}
+
+/* The col of src written out, (m C R S) x (H W): for the scalar kernel. */
+static void gemm_im2col(float *col, const struct cpu_gemm_im2col *x)
+{
+    size_t hw = (size_t)x->h * (size_t)x->w;
+    float *d = col;
+    for (int q = 0; q < x->m; q++)
+        for (int c = 0; c < x->c; c++)
+            for (int r = 0; r < x->r; r++)
+                for (int s = 0; s < x->s; s++, d += hw)
+                    for (int h = 0; h < x->h; h++)
+                        for (int w = 0; w < x->w; w++) {
+                            int hh = h + r - x->r / 2, ww = w + s - x->s / 2;
+                            d[(size_t)h * (size_t)x->w + (size_t)w] =
+                                hh >= 0 && hh < x->h && ww >= 0 && ww < x->w
+                                    ? x->plane[q][(size_t)c * hw + (size_t)hh * (size_t)x->w + (size_t)ww]
+                                    : 0.0f;
+                        }
+}
+
+void cpu_gemm_fixed_im2col(int threads, int M, const float *A, int lda, const struct cpu_gemm_im2col *src,
+                           float *C, int ldc)
+{
+    int N = src->h * src->w, K = src->m * src->c * src->r * src->s;
+    if (M <= 0 || N <= 0)
+        return;
+    struct gemm_job jb = {.M = M, .N = N, .K = K, .ldc = ldc, .C = C, .A = A, .lda = lda};
+    jb.fn = gemm_pick(&jb.width, &jb.rtile);
+    float *col = NULL;
+    if (jb.fn == gemm_scalar) { /* it reads B as stored */
+        col = dt_malloc((size_t)K * (size_t)N * sizeof *col);
+        gemm_im2col(col, src);
+        jb.B = col;
+        jb.ldb = N;
+    } else {
+        jb.bs.im2col = src;
+    }
+    gemm_grid(&jb, threads);
+    cpu_pool_run(threads, jb.pr * jb.pc, gemm_part, &jb);
+    free(col);
+}
+
+/* The packed layout (cpu_gemm.h): for the vector kernels, the whole strips
+ * of 2 VW columns one after the other, each K rows of 2 VW floats, then the
+ * columns left in strips of VW (the last one's lanes past N unwritten, and
+ * never read); for the scalar kernel, op(B) as a K x N matrix. */
+size_t cpu_gemm_packed_floats(int N, int K)
+{
+    int width, rtile;
+    gemm_pick(&width, &rtile);
+    return (size_t)((N + width - 1) / width) * (size_t)width * (size_t)K;
+}
+
+void cpu_gemm_pack_b(float *P, const float *B, int ldb, int tb, int N, int K)
+{
+    int width, rtile;
+    if (gemm_pick(&width, &rtile) == gemm_scalar) {
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < N; j++)
+                P[(size_t)k * (size_t)N + (size_t)j] = tb ? B[(size_t)j * (size_t)ldb + (size_t)k]
+                                                          : B[(size_t)k * (size_t)ldb + (size_t)j];
+        return;
+    }
+    int j = 0, vw = width / 2;
+    for (; j + width <= N; j += width, P += (size_t)K * (size_t)width)
+        gemm_pack(P, width, B, ldb, tb, j, width, K);
+    for (; j < N; j += vw, P += (size_t)K * (size_t)vw)
+        gemm_pack(P, vw, B, ldb, tb, j, N - j < vw ? N - j : vw, K);
+}
+
+void cpu_gemm_fixed_packed(int threads, int M, int N, int K, const float *A, int lda, int ta, const float *P,
+                           int beta, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    struct gemm_job jb = {.M = M, .N = N, .K = K, .ldc = ldc, .beta = beta, .C = C, .A = A, .lda = lda, .ta = ta};
+    jb.fn = gemm_pick(&jb.width, &jb.rtile);
+    if (jb.fn == gemm_scalar) { /* P is op(B) as stored */
+        jb.B = P;
+        jb.ldb = N;
+    } else {
+        jb.bs.packed = P;
+    }
     gemm_grid(&jb, threads);
     cpu_pool_run(threads, jb.pr * jb.pc, gemm_part, &jb);
 }

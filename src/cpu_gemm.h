@@ -20,6 +20,33 @@ void cpu_gemm(const struct cpu_gemm_mode *g, int ta, int tb, int M, int N, int K
 void cpu_gemm_fixed(int threads, int ta, int tb, int M, int N, int K, const float *A, int lda,
                     const float *B, int ldb, int beta, float *C, int ldc);
 
+/* The col of a stride-1, "same"-padded convolution's input, as a product's
+ * B without writing it out: m planes, each (c, h, w), of which row ((q c +
+ * ch) r + dr) s + ds, column p = y w + x holds plane q's channel ch at
+ * (y + dr - r/2, x + ds - s/2), +0 where that lies outside the image (r and
+ * s odd). */
+struct cpu_gemm_im2col {
+    const float *const *plane;
+    int m, c, h, w, r, s;
+};
+
+/* C (M x h w) = A (M x m c r s, row stride lda) x the col of src, in the
+ * fixed order: the bits of cpu_gemm_fixed on the col written out (beta
+ * 0). Each thread makes the strips of its columns from the planes, so no
+ * col is written and a part reads only the pixels near its own. */
+void cpu_gemm_fixed_im2col(int threads, int M, const float *A, int lda, const struct cpu_gemm_im2col *src,
+                           float *C, int ldc);
+
+/* op(B) (K x N; B as stored K x N, or N x K when tb) copied once into the
+ * layout the fixed products' kernels read it in (cpu_gemm.c), for
+ * products that share it: cpu_gemm_packed_floats(N, K) floats at P. Then
+ * C (M x N) = op(A) x op(B) (+ C where beta) in the fixed order, the bits
+ * of cpu_gemm_fixed on B as stored. */
+size_t cpu_gemm_packed_floats(int N, int K);
+void cpu_gemm_pack_b(float *P, const float *B, int ldb, int tb, int N, int K);
+void cpu_gemm_fixed_packed(int threads, int M, int N, int K, const float *A, int lda, int ta, const float *P,
+                           int beta, float *C, int ldc);
+
 /* The products' pool of threads, for other work whose parts give the same
  * bits whichever thread runs them: fn(arg, p, thread) for p = 0 .. parts -
  * 1, on at most `threads` threads (the calling thread is thread 0, the

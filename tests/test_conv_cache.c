@@ -1,12 +1,13 @@
 /* test_conv_cache.c: the cpu convolutions with the fixed-order products
- * (--cpu-gemm fixed), which keep the im2col of the last input and reuse it
- * when a convolution's input is bit for bit the same (cpu_conv.h). Each call
- * is held to the fixed order written out here from the definition (acc = +0,
- * then acc = fmaf(w, x, acc) over c, r, s in order, x = +0 outside the
- * image; the filter gradient over n, then h, w), bit for bit: a second gate
- * on the same input (the cache's hit), the same buffer changed in one
- * element (a stale im2col would be wrong there), another image size at the
- * same address, and the filter gradient after the forward; then the filter
+ * (--cpu-gemm fixed), whose scratch memory lives from call to call
+ * (cpu_conv.h) and whose im2col is made by the threads as they multiply.
+ * Each call is held to the fixed order written out here from the
+ * definition (acc = +0, then acc = fmaf(w, x, acc) over c, r, s in order,
+ * x = +0 outside the image; the filter gradient over n, then h, w), bit for
+ * bit: a second gate on the same input, the same buffer changed in one
+ * element (anything kept from the last call would be wrong there), another
+ * image size at the same address, and the filter gradient after the
+ * forward; then the filter
  * gradient alone for shapes on both sides of its transposed form (K >= 16
  * and H*W > 2K), batches of 1 to 3, 3x3 and 1x1 kernels, 1 and 3 threads,
  * one with an im2col large enough to be made in parts; and the data gradient
@@ -190,7 +191,7 @@ static void test_reuse(void **state)
     cpu_conv_forward(&sc, y, x, w1, &sh);
     cc_forward_def(ref, x, w1, &sh);
     cc_same_bits(y, ref, ny, "first gate");
-    cpu_conv_forward(&sc, y, x, w2, &sh); /* the same input: the kept im2col */
+    cpu_conv_forward(&sc, y, x, w2, &sh); /* the same input again */
     cc_forward_def(ref, x, w2, &sh);
     cc_same_bits(y, ref, ny, "second gate on the same input");
     cpu_conv_bwd_filter(&sc, dw, x, dy, &sh);

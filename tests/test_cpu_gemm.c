@@ -5,7 +5,9 @@
  * every kernel this CPU runs (DIVTRACE_CPU_GEMM_ISA) and 1 to 7 threads
  * (rows and columns split between them; leftover rows in tiles of 4, 2, 1;
  * products of 1 to 3 rows with B's rows read in blocks of k):
- * bitwise equal to the definition, hence to each other; products on
+ * bitwise equal to the definition, hence to each other; the product whose
+ * B is a convolution's col made strip by strip from its input, and the one
+ * whose B is packed once for several products; products on
  * several threads in a child made by fork(); and the pool that runs them
  * (every part once, on no more threads than asked, a busy thread's parts
  * taken by the others, two callers at once). */
@@ -105,6 +107,132 @@ static void test_fixed_order(void **state)
             for (int t = 0; t < 4; t++)
                 one_case(shapes[c][0], shapes[c][1], shapes[c][2], t & 1, t >> 1 & 1, (int)(c & 1),
                          1 + (int)((c + (size_t)t) % 4) + (c % 3 == 2 ? 3 : 0));
+    }
+    unsetenv("DIVTRACE_CPU_GEMM_ISA");
+}
+
+/* The col of m planes of (c, h, w), written out from its definition
+ * (cpu_gemm.h): row ((q c + ch) r + dr) s + ds, column y w + x. */
+static void im2col_def(float *col, const float *const *plane, int m, int c, int h, int w, int r, int s)
+{
+    size_t hw = (size_t)h * (size_t)w, row = 0;
+    for (int q = 0; q < m; q++)
+        for (int ch = 0; ch < c; ch++)
+            for (int dr = 0; dr < r; dr++)
+                for (int ds = 0; ds < s; ds++, row++)
+                    for (int y = 0; y < h; y++)
+                        for (int x = 0; x < w; x++) {
+                            int yy = y + dr - r / 2, xx = x + ds - s / 2;
+                            col[row * hw + (size_t)y * (size_t)w + (size_t)x] =
+                                yy < 0 || yy >= h || xx < 0 || xx >= w
+                                    ? 0.0f
+                                    : plane[q][(size_t)ch * hw + (size_t)yy * (size_t)w + (size_t)xx];
+                        }
+}
+
+static void isa_set(const char *isa)
+{
+    if (strcmp(isa, "any") == 0)
+        unsetenv("DIVTRACE_CPU_GEMM_ISA");
+    else
+        setenv("DIVTRACE_CPU_GEMM_ISA", isa, 1);
+}
+
+/* The product with the col made strip by strip from the planes against the
+ * definition on the col written out, bit for bit: images narrower than a
+ * vector, rows of a strip on two or more image rows, R != S, 1x1, 7x7 (more
+ * taps than a block of masks), 1 to 4 planes, 1 to 4 threads. Each plane
+ * lies between NaN guards, so a tap read outside the image would show. */
+static void test_im2col(void **state)
+{
+    (void)state;
+    static const char *const isas[] = {"scalar", "avx2", "any"};
+    static const int shapes[][7] = {/* m, c, h, w, r, s, M */
+                                    {1, 1, 1, 1, 3, 3, 1},  {1, 3, 5, 7, 3, 3, 4},   {2, 2, 8, 8, 3, 3, 8},
+                                    {1, 3, 5, 7, 5, 3, 7},  {4, 2, 9, 13, 3, 5, 13}, {1, 19, 16, 16, 3, 3, 4},
+                                    {3, 1, 4, 3, 1, 1, 2},  {1, 2, 11, 9, 7, 7, 9},  {1, 5, 3, 40, 3, 3, 6},
+                                    {2, 4, 6, 17, 1, 3, 17}, {1, 6, 8, 8, 3, 3, 64}, {4, 3, 16, 33, 3, 3, 3}};
+    for (int i = 0; i < 3; i++) {
+        isa_set(isas[i]);
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            const int *sh = shapes[c];
+            int m = sh[0], M = sh[6], N = sh[2] * sh[3], K = sh[0] * sh[1] * sh[4] * sh[5];
+            size_t pn = (size_t)sh[1] * (size_t)N, guard = 64;
+            float *planes[4], *A = malloc((size_t)M * (size_t)K * sizeof *A);
+            float *col = malloc((size_t)K * (size_t)N * sizeof *col);
+            float *C = malloc((size_t)M * (size_t)N * sizeof *C), *R = malloc((size_t)M * (size_t)N * sizeof *R);
+            assert_true(A && col && C && R);
+            const float *pl[4];
+            for (int q = 0; q < m; q++) {
+                planes[q] = malloc((pn + 2 * guard) * sizeof *planes[q]);
+                assert_non_null(planes[q]);
+                for (size_t e = 0; e < pn + 2 * guard; e++)
+                    planes[q][e] = e < guard || e >= guard + pn ? NAN : rval();
+                pl[q] = planes[q] + guard;
+            }
+            for (size_t e = 0; e < (size_t)M * (size_t)K; e++)
+                A[e] = rval();
+            im2col_def(col, pl, m, sh[1], sh[2], sh[3], sh[4], sh[5]);
+            reference(0, 0, M, N, K, A, K, col, N, 0, R, N);
+            struct cpu_gemm_im2col src = {pl, m, sh[1], sh[2], sh[3], sh[4], sh[5]};
+            int threads = 1 + (int)(c % 4);
+            cpu_gemm_fixed_im2col(threads, M, A, K, &src, C, N);
+            for (size_t e = 0; e < (size_t)M * (size_t)N; e++)
+                if (memcmp(&C[e], &R[e], sizeof *C) != 0)
+                    fail_msg("im2col shape %zu (m %d, %dx%dx%d, kernel %dx%d, M %d) isa %s, %d threads: "
+                             "C[%zu] %a, want %a",
+                             c, m, sh[1], sh[2], sh[3], sh[4], sh[5], M, isas[i], threads, e, (double)C[e],
+                             (double)R[e]);
+            for (int q = 0; q < m; q++)
+                free(planes[q]);
+            free(A);
+            free(col);
+            free(C);
+            free(R);
+        }
+    }
+    unsetenv("DIVTRACE_CPU_GEMM_ISA");
+}
+
+/* B packed once (cpu_gemm_pack_b) and the product on it against the
+ * definition on B as stored, bit for bit: both layouts of A and B, beta,
+ * strips whole and partial, 1 to 4 threads, every kernel. */
+static void test_packed(void **state)
+{
+    (void)state;
+    static const char *const isas[] = {"scalar", "avx2", "any"};
+    static const int shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {24, 16, 100}, {30, 64, 64}, {7, 40, 33},
+                                    {48, 9, 1024}, {13, 33, 17}, {2, 100, 5}};
+    for (int i = 0; i < 3; i++) {
+        isa_set(isas[i]);
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+            for (int t = 0; t < 4; t++) {
+                int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2], ta = t & 1, tb = t >> 1;
+                int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 3, ldc = N + 1, beta = (int)((c + (size_t)t) & 1);
+                size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+                float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
+                float *R = malloc(nc * sizeof *R), *P = malloc(cpu_gemm_packed_floats(N, K) * sizeof *P);
+                assert_true(A && B && C && R && P);
+                for (size_t e = 0; e < na; e++)
+                    A[e] = rval();
+                for (size_t e = 0; e < nb; e++)
+                    B[e] = rval();
+                for (size_t e = 0; e < nc; e++)
+                    C[e] = R[e] = rval();
+                reference(ta, tb, M, N, K, A, lda, B, ldb, beta, R, ldc);
+                cpu_gemm_pack_b(P, B, ldb, tb, N, K);
+                int threads = 1 + (int)((c + (size_t)t) % 4);
+                cpu_gemm_fixed_packed(threads, M, N, K, A, lda, ta, P, beta, C, ldc);
+                for (size_t e = 0; e < nc; e++)
+                    if (memcmp(&C[e], &R[e], sizeof *C) != 0)
+                        fail_msg("packed %dx%dx%d ta %d tb %d beta %d isa %s, %d threads: C[%zu] %a, want %a", M,
+                                 N, K, ta, tb, beta, isas[i], threads, e, (double)C[e], (double)R[e]);
+                free(A);
+                free(B);
+                free(C);
+                free(R);
+                free(P);
+            }
     }
     unsetenv("DIVTRACE_CPU_GEMM_ISA");
 }
@@ -224,7 +352,8 @@ static void test_pool_two_callers(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixed_order), cmocka_unit_test(test_after_fork),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixed_order), cmocka_unit_test(test_im2col),
+                                       cmocka_unit_test(test_packed), cmocka_unit_test(test_after_fork),
                                        cmocka_unit_test(test_pool_parts), cmocka_unit_test(test_pool_takes),
                                        cmocka_unit_test(test_pool_two_callers)};
     return cmocka_run_group_tests(tests, NULL, NULL);
