@@ -7,7 +7,7 @@
 # and PredNet 1,16,32,64 @ 64x64 batch 1, at each thread count. Prints a
 # Markdown table of ms per step with each divtrace cell's ratio over
 # PyTorch's step at the same thread count, medians of ROUNDS (default 3)
-# alternating rounds.
+# alternating rounds. CONFS (default "ae pn1") picks the models.
 # Usage: tests/bench/cpu_speed.sh BENCH_CPU_STEP TORCH_MODELS_PY [THREADS...]
 #   (default threads: 1 2); on the GPU machine:
 #   build-gpu/cpu_speed.sh build-gpu/bin/bench_cpu_step build-gpu/torch_models.py 1 2 4 16
@@ -21,6 +21,10 @@ shift 2
 W=$(mktemp -d "${TMPDIR:-/tmp}/cpu-speed-XXXXXX")
 trap 'rm -rf "$W"' EXIT
 ROUNDS=${ROUNDS:-3}
+CONFS=${CONFS:-ae pn1}
+for key in $CONFS; do
+    case $key in ae | pn1) ;; *) echo "cpu_speed.sh: CONFS: '$key' is not ae or pn1" >&2; exit 2 ;; esac
+done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
 # Rounds alternate divtrace (its four variants) and PyTorch, so that the
 # machine's load moves both sides of a ratio alike; each cell is the median
@@ -28,10 +32,12 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 r=0
 while [ $r -lt "$ROUNDS" ]; do
     r=$((r + 1))
-    "$BENCH" --rounds 1 --tsv ae pn1 -- "$@" >>"$W/dt.tsv"
+    # shellcheck disable=SC2086 # (CONFS: words)
+    "$BENCH" --rounds 1 --tsv $CONFS -- "$@" >>"$W/dt.tsv"
     for t in "$@"; do
-        for c in ae:ae pn1:pn-64-b1; do
-            key=${c%%:*} conf=${c#*:}
+        for key in $CONFS; do
+            conf=ae
+            [ "$key" = ae ] || conf=pn-64-b1
             steps=300
             [ "$key" = ae ] || steps=5
             ms=$(OMP_NUM_THREADS=$t MKL_NUM_THREADS=$t python3 "$PY" --device cpu --config "$conf" \
@@ -49,7 +55,7 @@ median() { # FILE COLUMN KEY THREADS
     awk -F'\t' -v c="$2" -v k="$3" -v t="$4" '$1 == k && $2 == t { print $c }' "$1" | sort -g |
         awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-for key in ae pn1; do
+for key in $CONFS; do
     for t in "$@"; do
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$key" "$t" "$(median "$W/dt.tsv" 3 $key $t)" \
             "$(median "$W/dt.tsv" 4 $key $t)" "$(median "$W/dt.tsv" 5 $key $t)" \
