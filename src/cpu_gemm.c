@@ -252,7 +252,7 @@ struct gemm_b {
         int j = j0, pack = !pk && (tb || src || i1 - i0 > MR);                                  \
         float *strip = pack ? gemm_strip((size_t)K * 2 * VW) : NULL;                            \
         for (; j + 2 * VW <= j1; j += 2 * VW) {                                                 \
-            const float *bp = B + j;                                                            \
+            const float *bp = B ? B + j : NULL; /* (no B as stored: its strips) */             \
             int lb = ldb;                                                                       \
             if (pk) { /* strips made beforehand (cpu_gemm_pack_b) */                            \
                 bp = pk + (size_t)(j / (2 * VW)) * (size_t)K * (2 * VW);                        \
@@ -278,7 +278,7 @@ struct gemm_b {
         for (int jt = j; j < j1; j += VW) { /* (jt: where the last whole strip ends) */       \
             int w = j1 - j < VW ? j1 - j : VW;                                                  \
             MT m = MASK(w);                                                                     \
-            const float *bp = B + j;                                                            \
+            const float *bp = B ? B + j : NULL; /* (no B as stored: its strips) */             \
             int lb = ldb;                                                                       \
             if (pk) {                                                                           \
                 bp = pk + (size_t)(jt / (2 * VW)) * (size_t)K * (2 * VW) +                      \
