@@ -47,7 +47,7 @@ void cpu_gemm_pack_b(float *P, const float *B, int ldb, int tb, int N, int K);
 void cpu_gemm_fixed_packed(int threads, int M, int N, int K, const float *A, int lda, int ta, const float *P,
                            int beta, float *C, int ldc);
 
-/* The products' pool of threads, for other work whose parts give the same
+/* The products' pool of threads (cpu_pool.c), for other work whose parts give the same
  * bits whichever thread runs them: fn(arg, p, thread) for p = 0 .. parts -
  * 1, on at most `threads` threads (the calling thread is thread 0, the
  * others 1 .. threads - 1), each taking the next part not yet taken, so

@@ -229,7 +229,7 @@ static void *tracer_worker(void *arg)
     struct tracer *t = arg;
     /* The worker runs at the training's priority. It once ran at nice
      * 19, when the products' workers slept between jobs; they now yield
-     * their cores for a while first (cpu_gemm.c), and where they take every
+     * their cores for a while first (cpu_pool.c), and where they take every
      * core a worker at nice 19 fell behind and was waited for: traced
      * autoencoder, 2 threads on 2 cores, 1.65 -> 1.50 ms a step at the
      * same priority (PredNet 323 -> 309 ms); 1 thread, 1.66 -> 1.61. */
