@@ -8,27 +8,83 @@
  * (--streams 1; the default spreads ops over 4). The IDX data directory is the default one
  * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU.
  * Usage: bench_gpu_step [--quick] [--rounds N] [--backend cuda|cudnn] [--cudnn-algo A]
- *                       [--no-streams1] [CONF...]
+ *                       [--no-streams1] [--pin-algos] [CONF...]
  * N: 1 to 8 (default 3, 1 with --quick); CONF: ae, pn1, pn4 or kitti (default: all four).
  * --cudnn-algo A: the cudnn rows run with divtrace record's --cudnn-algo A
  * (fastest: cuDNN's timed, possibly nondeterministic choice), their
  * backend column "cudnn A"; the cuda rows are as before. --no-streams1:
  * rounds of tracing off and on only, the --streams 1 column "-"
- * (tests/bench/gpu_speed.sh). */
+ * (tests/bench/gpu_speed.sh). --pin-algos: the cudnn rows' algorithms
+ * are chosen once, by a short traced run before the rounds (its trace
+ * header's cudnn_algos), and every round runs those, as a replay does; so
+ * that with --cudnn-algo fastest, whose timed choice is made again by
+ * every run, the off and op columns differ by the tracing alone (backend
+ * column "cudnn A pinned"). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "trace.h"
 #include "train.h"
 #include "util.h"
 #include "bench_util.h"
 #include "bench_gpu_confs.h"
 
+/* One run of conf cf on backend be: its ms per step after the first three
+ * (the first runs eagerly, the next two are captured as CUDA graphs), or
+ * -1 with the error printed. */
+static double bench_gpu_run(const struct bench_gpu_conf *cf, const char *be, const char *npy,
+                            const char *cudnn_algo, const char *algos, uint64_t steps, int traced,
+                            int streams, const char *path)
+{
+    struct train_config tc;
+    if (bench_gpu_conf_setup(&tc, cf, be, npy) < 0)
+        return -1;
+    if (strcmp(be, "cudnn") == 0) {
+        tc.cudnn_algo = cudnn_algo;
+        tc.cudnn_algos = algos;
+    }
+    tc.steps = steps;
+    tc.steps_given = 1;
+    tc.quiet = 1;
+    tc.out = path;
+    tc.notrace = !traced;
+    tc.streams = streams;
+    tc.ckpt_every = 100000;
+    struct train_result res;
+    if (train_finish_config(&tc) < 0 || train_run(&tc, &res) < 0) {
+        fprintf(stderr, "bench_gpu_step: %s: %s\n", cf->what, dt_error());
+        return -1;
+    }
+    return 1e3 * res.warm_seconds / (double)(res.steps - 3);
+}
+
+/* The algorithms a short traced run of cf on cudnn chose (its header's
+ * cudnn_algos), malloc'd: "" for a model without convolutions (nothing to
+ * pin); NULL with the error printed. */
+static char *bench_gpu_algos(const struct bench_gpu_conf *cf, const char *npy, const char *cudnn_algo,
+                             const char *path)
+{
+    if (bench_gpu_run(cf, "cudnn", npy, cudnn_algo, NULL, 4, 1, 0, path) < 0)
+        return NULL;
+    struct trace_file *tf;
+    if (trace_open(&tf, path) < 0) {
+        fprintf(stderr, "bench_gpu_step: %s\n", dt_error());
+        return NULL;
+    }
+    const char *v = trace_config_get(&tf->cfg, "cudnn_algos");
+    char *algos = v ? dt_strdup(strncmp(v, "none", 4) == 0 ? "" : v) : NULL;
+    trace_close(tf);
+    if (!algos)
+        fprintf(stderr, "bench_gpu_step: %s: the trace has no cudnn_algos\n", cf->what);
+    return algos;
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, rounds = 0, no_streams1 = 0;
+    int quick = 0, rounds = 0, no_streams1 = 0, pin = 0;
     const char *only_backend = NULL, *cudnn_algo = NULL;
     char want[BENCH_GPU_NCONF] = {0};
     int any = 0;
@@ -49,11 +105,13 @@ int main(int argc, char **argv)
             cudnn_algo = argv[++a];
         } else if (strcmp(argv[a], "--no-streams1") == 0) {
             no_streams1 = 1;
+        } else if (strcmp(argv[a], "--pin-algos") == 0) {
+            pin = 1;
         } else {
             int k = bench_gpu_conf_find(argv[a]);
             if (k < 0) {
                 fprintf(stderr, "bench_gpu_step: unknown argument '%s' (--quick, --rounds N, --backend B, "
-                        "--cudnn-algo A, --no-streams1, ae, pn1, pn4, kitti)\n", argv[a]);
+                        "--cudnn-algo A, --no-streams1, --pin-algos, ae, pn1, pn4, kitti)\n", argv[a]);
                 return 2;
             }
             want[k] = any = 1;
@@ -82,41 +140,25 @@ int main(int argc, char **argv)
                 continue;
             int cudnn = strcmp(backends[bi], "cudnn") == 0;
             double ms[3][8];
+            uint64_t steps = strcmp(cf->model, "autoencoder") == 0 ? (quick ? 100 : 400) : (quick ? 5 : 20);
+            char *algos = NULL;
+            if (cudnn && pin && !(algos = bench_gpu_algos(cf, npy, cudnn_algo, path)))
+                return 2;
             for (int r = 0; r < rounds; r++)
                 for (int v = 0; v < (no_streams1 ? 2 : 3); v++) { /* off, op, off on one stream */
-                    int traced = v == 1;
-                    struct train_config tc;
-                    if (bench_gpu_conf_setup(&tc, cf, backends[bi], npy) < 0)
+                    ms[v][r] = bench_gpu_run(cf, backends[bi], npy, cudnn_algo, algos && *algos ? algos : NULL,
+                                             steps, v == 1, v == 2 ? 1 : 0, path);
+                    if (ms[v][r] < 0)
                         return 2;
-                    if (cudnn)
-                        tc.cudnn_algo = cudnn_algo;
-                    uint64_t steps = strcmp(cf->model, "autoencoder") == 0 ? (quick ? 100 : 400) : (quick ? 5 : 20);
-                    tc.steps = steps;
-                    tc.steps_given = 1;
-                    tc.quiet = 1;
-                    tc.out = path;
-                    tc.notrace = !traced;
-                    tc.streams = v == 2 ? 1 : 0;
-                    tc.ckpt_every = 100000;
-                    if (train_finish_config(&tc) < 0) {
-                        fprintf(stderr, "bench_gpu_step: %s\n", dt_error());
-                        return 2;
-                    }
-                    struct train_result res;
-                    if (train_run(&tc, &res) < 0) {
-                        fprintf(stderr, "bench_gpu_step: %s: %s\n", cf->what, dt_error());
-                        return 2;
-                    }
-                    /* steady state: the steps after the eager first and the captured second */
-                    ms[v][r] = 1e3 * res.warm_seconds / (double)(res.steps - 3);
                 }
+            free(algos);
             double off = bench_median(ms[0], rounds), on = bench_median(ms[1], rounds);
             char one[32] = "-";
             if (!no_streams1)
                 snprintf(one, sizeof one, "%.3f", bench_median(ms[2], rounds));
-            printf("| %s | %s%s%s | %.3f | %.3f | %+.1f%% | %s |\n", cf->what, backends[bi],
-                   cudnn && cudnn_algo ? " " : "", cudnn && cudnn_algo ? cudnn_algo : "", off, on,
-                   100.0 * (on / off - 1.0), one);
+            printf("| %s | %s%s%s%s | %.3f | %.3f | %+.1f%% | %s |\n", cf->what, backends[bi],
+                   cudnn && cudnn_algo ? " " : "", cudnn && cudnn_algo ? cudnn_algo : "",
+                   cudnn && pin ? " pinned" : "", off, on, 100.0 * (on / off - 1.0), one);
             fflush(stdout);
         }
     remove(path);

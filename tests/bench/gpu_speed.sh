@@ -10,8 +10,11 @@
 #   2. bench_gpu_step --backend cudnn --cudnn-algo deterministic-fast CONF:
 #      the same with cuDNN's backend API engines (deterministic, transforms
 #      included);
-#   3. bench_gpu_step --backend cudnn --cudnn-algo fastest CONF: the same
-#      with cuDNN's timed (possibly nondeterministic) algorithms;
+#   3. bench_gpu_step --backend cudnn --cudnn-algo fastest --pin-algos CONF:
+#      the same with cuDNN's timed (possibly nondeterministic) algorithms,
+#      chosen once by a short traced run and then run by every round, off
+#      and op alike (a run's timed choice moves from run to run, and the
+#      columns would otherwise differ by the choices too);
 #   4. torch_models.py --config NAME --mode det,nondet --no-eager: PyTorch's
 #      whole step in a CUDA graph, the gates fused into one convolution, once
 #      deterministic (cudnn.deterministic, use_deterministic_algorithms, no NaN
@@ -176,17 +179,17 @@ for c in $CONFS; do
     M=$O/gpu_speed-$c-torch.md
     run "$c divtrace" "$D" "$BENCH" "${BQ[@]}" --no-streams1 "$c"
     run "$c deterministic-fast" "$E" "$BENCH" "${BQ[@]}" --no-streams1 --backend cudnn --cudnn-algo deterministic-fast "$c"
-    run "$c fastest" "$F" "$BENCH" "${BQ[@]}" --no-streams1 --backend cudnn --cudnn-algo fastest "$c"
+    run "$c fastest" "$F" "$BENCH" "${BQ[@]}" --no-streams1 --backend cudnn --cudnn-algo fastest --pin-algos "$c"
     if [ "$QUICK" = 1 ]; then steps=(); elif [ "$c" = ae ]; then steps=(--steps 200); else steps=(--steps 50); fi
     run "$c torch" "$M" "$PY" "$TM" --config "$(torch_name "$c")" --mode det,nondet --no-eager \
         "${TS[@]}" ${steps[@]+"${steps[@]}"}
 
     what=$(cell "$D" 3 cuda 2)
-    [ -n "$what" ] || what=$(cell "$F" 3 "cudnn fastest" 2)
+    [ -n "$what" ] || what=$(cell "$F" 3 "cudnn fastest pinned" 2)
     [ -n "$what" ] || what=$c
     dn_off=$(cell "$D" 3 cudnn 4) dn_op=$(cell "$D" 3 cudnn 5)
     du_off=$(cell "$D" 3 cuda 4) du_op=$(cell "$D" 3 cuda 5)
-    fa_off=$(cell "$F" 3 "cudnn fastest" 4) fa_op=$(cell "$F" 3 "cudnn fastest" 5)
+    fa_off=$(cell "$F" 3 "cudnn fastest pinned" 4) fa_op=$(cell "$F" 3 "cudnn fastest pinned" 5)
     de_off=$(cell "$E" 3 "cudnn deterministic-fast" 4) de_op=$(cell "$E" 3 "cudnn deterministic-fast" 5)
     t_det=$(cell "$M" 3 det 6) t_nd=$(cell "$M" 3 nondet 6)
     [ -n "$t_det" ] || t_det=n/a
@@ -214,7 +217,7 @@ done
         "wall clock of the steps after the first three, median of the alternating rounds; off = tracing" \
         "off, op = trace level op; deterministic = cudnn's deterministic algorithms and cuda's fixed-order" \
         "tree, deterministic-fast = \`--cudnn-algo deterministic-fast\` (cuDNN's engines, Winograd included)," \
-        "fastest = \`--cudnn-algo fastest\`. PyTorch: \`torch_models.py --no-eager\`, fused gate" \
+        "fastest = \`--cudnn-algo fastest --pin-algos\` (one timed choice, run by every round). PyTorch: \`torch_models.py --no-eager\`, fused gate" \
         "convolution, median CUDA-event time of a graph replay; det = cudnn.deterministic and" \
         "use_deterministic_algorithms without the NaN fill, nondet = cudnn.benchmark. TF32 off everywhere." \
         "Each divtrace cell: ms (ratio over the PyTorch of its mode)."
