@@ -326,6 +326,57 @@ static int dnn_engine_take(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
     return 1;
 }
 
+/* The GPU time of one call of algorithm algo for direction d of cv (its
+ * workspace ws bytes, already known to run), in ms: the call captured
+ * `reps` times into a CUDA graph, as the step runs it, launched once to warm
+ * and then timed three times by events, the least kept. cudnnFind times
+ * each call from the host, launch and synchronization included: at
+ * PredNet's small shapes that is most of what it measures, and its ranking
+ * then favours algorithms that are slower inside the step. -1 when the
+ * graph cannot be made (the caller keeps cuDNN's time). */
+static float dnn_conv_graph_time(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d, int algo,
+                                 size_t ws, const struct dnn_trial *t, int reps)
+{
+    void *w = gpu_scratch(c, ws);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaEvent_t e0, e1;
+    GPU_CHECK(cudaStreamSynchronize(c->stream));
+    GPU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    for (int r = 0; r < reps && s == CUDNN_STATUS_SUCCESS; r++)
+        s = d == DNN_FWD        ? dnn_conv_call(c, cv, d, algo, w, ws, t->x, t->f, t->y)
+            : d == DNN_BWD_DATA ? dnn_conv_call(c, cv, d, algo, w, ws, t->y, t->f, t->x)
+                                : dnn_conv_call(c, cv, d, algo, w, ws, t->x, t->y, t->f);
+    cudaError_t ce = cudaStreamEndCapture(c->stream, &graph);
+    if (s != CUDNN_STATUS_SUCCESS || ce != cudaSuccess ||
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (graph)
+            cudaGraphDestroy(graph);
+        return -1.0f;
+    }
+    GPU_CHECK(cudaEventCreate(&e0));
+    GPU_CHECK(cudaEventCreate(&e1));
+    GPU_CHECK(cudaGraphLaunch(exec, c->stream));
+    float best = -1.0f;
+    for (int k = 0; k < 3; k++) {
+        float ms = 0;
+        GPU_CHECK(cudaEventRecord(e0, c->stream));
+        GPU_CHECK(cudaGraphLaunch(exec, c->stream));
+        GPU_CHECK(cudaEventRecord(e1, c->stream));
+        GPU_CHECK(cudaEventSynchronize(e1));
+        GPU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (best < 0 || ms < best)
+            best = ms;
+    }
+    GPU_CHECK(cudaEventDestroy(e0));
+    GPU_CHECK(cudaEventDestroy(e1));
+    GPU_CHECK(cudaGraphExecDestroy(exec));
+    GPU_CHECK(cudaGraphDestroy(graph));
+    return best / (float)reps;
+}
+
 /* Direction d of cv with the algorithm c->algos names for it (a replay
  * runs the recording's algorithms; a new search may choose others). */
 static int dnn_conv_recorded(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_dir d,
@@ -366,6 +417,77 @@ static int dnn_conv_recorded(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dn
     return DT_OK;
 }
 
+/* Calls per timing graph: about DNN_TIME_GRAPH_MS of cuDNN's own estimate,
+ * at least 2 (one call alone is mostly the graph's launch), at most 16. */
+#define DNN_TIME_GRAPH_MS 1.0f
+/* A deterministic algorithm within this fraction of the fastest is taken
+ * instead: timing noise is about that size, and a reproducible choice costs
+ * nothing measurable then. */
+#define DNN_DET_SLACK 0.02f
+/* Candidates cuDNN times at over this multiple of its best are not timed
+ * again: its host-side overhead compresses ratios, never widens them. */
+#define DNN_FIND_CUT 4.0f
+
+/* --cudnn-algo fastest for direction d of cv, given cuDNN's timed ranking
+ * cand[0..n): each candidate that fits, runs and is within DNN_FIND_CUT of
+ * cuDNN's best is timed again in a CUDA graph (dnn_conv_graph_time), and the
+ * least time wins, a deterministic candidate within DNN_DET_SLACK of it
+ * first. cv->time[d] is the winner's graph time (the grouping of
+ * dnn_fuse_prune compares those). 0, or -1 with dt_error set. */
+static int dnn_conv_fastest(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_dir d, const struct dnn_trial *t,
+                            const struct dnn_cand *cand, int n, const char *shape)
+{
+    float best_find = -1.0f, best = -1.0f, best_det = -1.0f;
+    int pick = -1, pick_det = -1, pick_is_det = 0;
+    size_t ws_pick = 0, ws_det = 0;
+    for (int i = 0; i < n; i++) {
+        const struct dnn_cand *k = &cand[i];
+        size_t ws = 0;
+        if (k->status != CUDNN_STATUS_SUCCESS || !dnn_math_ok(k->math) || k->memory > DNN_WORKSPACE_MAX ||
+            k->algo < 0 || k->algo >= dnn_algo_count[d])
+            continue;
+        if (best_find >= 0 && k->time > DNN_FIND_CUT * best_find)
+            continue;
+        if (dnn_conv_try(c, cv, d, k->algo, t, &ws) != CUDNN_STATUS_SUCCESS)
+            continue;
+        if (best_find < 0 || k->time < best_find)
+            best_find = k->time;
+        int reps = k->time > 0 ? (int)(DNN_TIME_GRAPH_MS / k->time) : 16;
+        reps = reps < 2 ? 2 : reps > 16 ? 16 : reps;
+        float ms = dnn_conv_graph_time(c, cv, d, k->algo, ws, t, reps);
+        if (ms < 0)
+            ms = k->time;
+        int det = k->det == CUDNN_DETERMINISTIC && !dnn_algo_documented_nondet(d, k->algo);
+        if (pick < 0 || ms < best) {
+            pick = k->algo;
+            best = ms;
+            ws_pick = ws;
+            pick_is_det = det;
+        }
+        if (det && (pick_det < 0 || ms < best_det)) {
+            pick_det = k->algo;
+            best_det = ms;
+            ws_det = ws;
+        }
+    }
+    if (pick < 0) {
+        dt_error_set("--cudnn-algo fastest: cuDNN offers no %s algorithm for %s within a %zu MiB workspace "
+                     "(%d ranked)", dnn_dir_name[d], shape, DNN_WORKSPACE_MAX >> 20, n);
+        return DT_ERR;
+    }
+    if (pick_det >= 0 && best_det <= best * (1.0f + DNN_DET_SLACK)) {
+        pick = pick_det;
+        best = best_det;
+        ws_pick = ws_det;
+        pick_is_det = 1;
+    }
+    cv->algo[d] = pick;
+    cv->ws[d] = ws_pick;
+    cv->det[d] = pick_is_det;
+    cv->time[d] = best;
+    return DT_OK;
+}
+
 /* Choose the algorithm of direction d of cv (--cudnn-algo):
  * deterministic: the first of cuDNN's heuristic ranking that cuDNN reports
  *   deterministic, that is not an FFT or Winograd transform, that fits
@@ -378,7 +500,8 @@ static int dnn_conv_recorded(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dn
  *   engine that cuDNN's notes do not mark as one (ENGINE17 on the H200 with
  *   cuDNN 9.14: nonzero results where every product is zero), so a replay
  *   holds every engine to the normwise bound (gpu_dnn_op_algorithm);
- * fastest: the first of cuDNN's timed ranking that fits and runs, whatever
+ * fastest: of cuDNN's timed ranking, the algorithm that fits, runs and
+ *   takes least GPU time inside a CUDA graph (dnn_conv_fastest), whatever
  *   its determinism (as frameworks' autotuners do: the choice itself may
  *   change from run to run);
  * a number: that algorithm, refused if it does not run for this shape.
@@ -439,6 +562,8 @@ static int dnn_conv_choose(struct gpu_ctx *c, struct gpu_dnn_conv *cv, enum dnn_
     int n = dnn_conv_rank(c, cv, d, timed, cand);
     if (n < 0)
         return DT_ERR;
+    if (timed)
+        return dnn_conv_fastest(c, cv, d, t, cand, n, shape);
     for (int i = 0; i < n; i++) {
         const struct dnn_cand *k = &cand[i];
         if (k->status != CUDNN_STATUS_SUCCESS || !dnn_math_ok(k->math) || k->memory > DNN_WORKSPACE_MAX ||
@@ -474,8 +599,11 @@ static void dnn_conv_report(struct gpu_ctx *c, const struct gpu_dnn_conv *cv)
             continue;
         struct dnn_cand cand[DNN_MAX_CANDIDATES];
         int n = dnn_conv_rank(c, cv, (enum dnn_dir)d, 1, cand);
-        fprintf(stderr, "cudnn-report: %s %s: chosen %s;", dnn_dir_name[d], shape,
+        fprintf(stderr, "cudnn-report: %s %s: chosen %s", dnn_dir_name[d], shape,
                 dnn_cv_algo_name(cv, (enum dnn_dir)d));
+        if (cv->time[d] > 0)
+            fprintf(stderr, " (%.4f ms in a graph)", cv->time[d]);
+        fputc(';', stderr);
         for (int i = 0; i < n; i++)
             if (cand[i].status == CUDNN_STATUS_SUCCESS)
                 fprintf(stderr, " %s %.4f%s%s", dnn_algo_name((enum dnn_dir)d, cand[i].algo), cand[i].time,
