@@ -271,6 +271,18 @@ struct dnn_trial {
     float *x, *y, *f;  /* (N,C,H,W), (N,K,H,W), (K,C,R,S) */
 };
 
+/* One call of algorithm algo for direction d of cv on the trial buffers,
+ * each in the place that direction reads or writes it. */
+static cudnnStatus_t dnn_conv_trial_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d,
+                                         int algo, void *w, size_t ws, const struct dnn_trial *t)
+{
+    switch (d) {
+    case DNN_FWD: return dnn_conv_call(c, cv, d, algo, w, ws, t->x, t->f, t->y);
+    case DNN_BWD_DATA: return dnn_conv_call(c, cv, d, algo, w, ws, t->y, t->f, t->x);
+    default: return dnn_conv_call(c, cv, d, algo, w, ws, t->x, t->y, t->f);
+    }
+}
+
 /* Whether algorithm algo runs for direction d of cv with a workspace of
  * *ws bytes (set), at most DNN_WORKSPACE_MAX: cuDNN reports some
  * combinations unsupported only when they are called. The status of the
@@ -283,18 +295,7 @@ static cudnnStatus_t dnn_conv_try(struct gpu_ctx *c, const struct gpu_dnn_conv *
         return s;
     if (*ws > DNN_WORKSPACE_MAX)
         return CUDNN_STATUS_NOT_SUPPORTED; /* the caller sees *ws */
-    void *w = gpu_scratch(c, *ws);
-    switch (d) {
-    case DNN_FWD:
-        s = dnn_conv_call(c, cv, d, algo, w, *ws, t->x, t->f, t->y);
-        break;
-    case DNN_BWD_DATA:
-        s = dnn_conv_call(c, cv, d, algo, w, *ws, t->y, t->f, t->x);
-        break;
-    default:
-        s = dnn_conv_call(c, cv, d, algo, w, *ws, t->x, t->y, t->f);
-        break;
-    }
+    s = dnn_conv_trial_call(c, cv, d, algo, gpu_scratch(c, *ws), *ws, t);
     if (s != CUDNN_STATUS_SUCCESS)
         return s;
     /* an error inside a kernel surfaces here (and would poison the context) */
@@ -345,9 +346,7 @@ static float dnn_conv_graph_time(struct gpu_ctx *c, const struct gpu_dnn_conv *c
     GPU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
     for (int r = 0; r < reps && s == CUDNN_STATUS_SUCCESS; r++)
-        s = d == DNN_FWD        ? dnn_conv_call(c, cv, d, algo, w, ws, t->x, t->f, t->y)
-            : d == DNN_BWD_DATA ? dnn_conv_call(c, cv, d, algo, w, ws, t->y, t->f, t->x)
-                                : dnn_conv_call(c, cv, d, algo, w, ws, t->x, t->y, t->f);
+        s = dnn_conv_trial_call(c, cv, d, algo, w, ws, t);
     cudaError_t ce = cudaStreamEndCapture(c->stream, &graph);
     if (s != CUDNN_STATUS_SUCCESS || ce != cudaSuccess ||
         cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
