@@ -461,7 +461,7 @@ int curvature_at_step(const char *path, uint64_t step, const struct curvature_pa
         goto out;
     /* loss and gradient at theta itself */
     curv_grad(&o, o.theta, o.gp);
-    double loss = run_loss(&o.r);
+    double loss = run_loss(&o.r, o.step);
     double gnorm = sqrt(curv_dot(o.gp, o.gp, o.n));
     if (curvature_lanczos(curv_matvec, &o, o.n, p, r) < 0) {
         char msg[512];

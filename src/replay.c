@@ -479,7 +479,7 @@ int replay_run(struct trace_file *tf, const struct replay_options *opt, char **a
         s.step = step;
         s.checking = opt->against == REPLAY_ORACLE && step >= opt->step;
         run_step_exec(&s.r, step, UINT64_MAX);
-        double loss = run_loss(&s.r);
+        double loss = run_loss(&s.r, step);
         if (res->reproduced &&
             !replay_compare(&s, &tf->steps[step], tf->level, keep, hashes, loss)) {
             res->reproduced = 0;

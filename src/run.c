@@ -150,9 +150,12 @@ int run_open(struct run *r, const struct train_config *tc, long precision, int t
         }
         r->bstep[k] = UINT64_MAX;
     }
-    if (!(r->loss_host = run_host_buf(r, 2, 1))) {
-        dt_error_set("out of memory");
-        return DT_ERR;
+    for (int k = 0; k < 2; k++) {
+        if (!(r->loss_host[k] = run_host_buf(r, 2 + k, 1))) {
+            dt_error_set("out of memory");
+            return DT_ERR;
+        }
+        r->fstep[k] = UINT64_MAX;
     }
 
     /* Trace off the training's thread when this process may run on a
@@ -173,8 +176,8 @@ void run_close(struct run *r)
 {
     tracer_free(r->tr);
     exec_free(&r->e);
-    float *hosts[3] = {r->bbuf[0], r->bbuf[1], r->loss_host};
-    for (int k = 0; k < 3; k++)
+    float *hosts[4] = {r->bbuf[0], r->bbuf[1], r->loss_host[0], r->loss_host[1]};
+    for (int k = 0; k < 4; k++)
         if (r->pinned >> k & 1)
             r->be->host_free(r->ctx, hosts[k]);
         else
@@ -381,28 +384,62 @@ void run_step_begin(struct run *r, uint64_t step)
     }
 }
 
+int run_overlap(struct run *r)
+{
+    r->overlap = r->be->sync && r->be->fence && r->be->fence_wait;
+    return r->overlap;
+}
+
+/* Wait for step `step`, when it is the one its fence slot marked and not
+ * waited for yet; 1 when it was, 0 when not (nothing done). */
+static int run_wait(struct run *r, uint64_t step)
+{
+    int p = (int)(step & 1);
+    if (!r->overlap || r->fstep[p] != step)
+        return 0;
+    if (!r->fwait[p]) {
+        r->be->fence_wait(r->ctx, p);
+        r->fwait[p] = 1;
+    }
+    return 1;
+}
+
 void run_step_exec(struct run *r, uint64_t step, uint64_t next)
 {
     DT_PROF_MARK(t0);
+    int p = (int)(step & 1);
     exec_step(&r->e, step);
     /* the loss comes back with the step's records (the tracer's wait, or
-     * run_loss's sync), not in a round trip of its own */
-    r->loss_pending = exec_get_async(&r->e, r->g.loss, r->loss_host);
+     * run_loss's sync or fence), not in a round trip of its own */
+    r->loss_pending[p] = exec_get_async(&r->e, r->g.loss, r->loss_host[p]);
+    if (r->overlap) {
+        DT_ASSERT(r->fstep[p] == UINT64_MAX || r->fwait[p], "step %" PRIu64 " queued before step %" PRIu64
+                  " was waited for", step, r->fstep[p]);
+        r->be->fence(r->ctx, p);
+        r->fstep[p] = step;
+        r->fwait[p] = 0;
+    }
     DT_PROF_ADD(DT_PROF_EXEC, t0);
     DT_PROF_MARK(t1);
-    if (next != UINT64_MAX && r->bstep[next & 1] != next && (next & 1) != (step & 1))
+    if (next != UINT64_MAX && r->bstep[next & 1] != next && (next & 1) != (step & 1)) {
+        /* bbuf[next & 1] was the upload of step next - 2: done with it */
+        if (step > 0)
+            run_wait(r, step - 1);
         run_prefetch(r, next);
+    }
     DT_PROF_ADD(DT_PROF_PREFETCH, t1);
     tracer_sync(r->tr);
 }
 
-double run_loss(struct run *r)
+double run_loss(struct run *r, uint64_t step)
 {
-    if (r->loss_pending) {
-        r->be->sync(r->ctx);
-        r->loss_pending = 0;
+    int p = (int)(step & 1);
+    if (r->loss_pending[p]) {
+        if (!run_wait(r, step))
+            r->be->sync(r->ctx);
+        r->loss_pending[p] = 0;
     }
-    return *r->loss_host;
+    return *r->loss_host[p];
 }
 
 void run_summarize(struct run *r, uint64_t step, double loss, enum trace_level level,

@@ -34,9 +34,17 @@ struct run {
     float *bbuf[2];
     uint64_t bstep[2];
     size_t nbatch;
-    float *loss_host;          /* the last run_step_exec's loss (host_alloc) */
-    int loss_pending;          /* loss_host is valid after a sync */
-    int pinned;                /* bits 0, 1, 2: bbuf[0], bbuf[1], loss_host came from host_alloc */
+    /* step s's loss in loss_host[s & 1] (host_alloc), valid once
+     * loss_pending[s & 1] is 0 (after a sync, or the wait for its fence) */
+    float *loss_host[2];
+    int loss_pending[2];
+    int pinned;                /* bits 0 to 3: bbuf[0], bbuf[1], loss_host[0], [1] came from host_alloc */
+    /* run_overlap: each run_step_exec marks its step with the backend's
+     * fence of its parity (fstep: the step marked, fwait: waited for), so
+     * that step s + 1 can be queued before step s is waited for */
+    int overlap;
+    uint64_t fstep[2];
+    int fwait[2];
 };
 
 /* Set everything up (initial parameters from the init seed); 0, or -1 with
@@ -62,15 +70,22 @@ int run_ckpt_load(struct run *r, const struct trace_ckpt *c);
  * them: begin queues the upload of the step's batch; exec runs every op,
  * makes the batch of step `next` on the host meanwhile (UINT64_MAX: none)
  * and waits for the tracer. A step's batch is made once: by the exec of
- * the step before it, or else by its begin. Exec with a `next` needs a
- * sync since the step before `step` began (run_loss of that step): the
- * buffer it writes was that step's upload. */
+ * the step before it, or else by its begin. Exec with a `next` needs the
+ * step before `step` done (its run_loss, or with run_overlap the wait
+ * that exec makes itself): the buffer it writes was that step's upload. */
 void run_step_begin(struct run *r, uint64_t step);
 void run_step_exec(struct run *r, uint64_t step, uint64_t next);
 /* Make step `step`'s batch in the host buffer of its parity. */
 void run_prefetch(struct run *r, uint64_t step);
-/* The loss of the last run_step_exec (waits for it on a GPU). */
-double run_loss(struct run *r);
+/* Let step s + 1 be queued before step s is waited for: 1 when the
+ * backend has fences (a GPU), 0 when it runs synchronously or has none.
+ * Call before the first step. The caller then reads step s's loss after
+ * step s + 1's exec, and changes no state between two steps without a
+ * run_loss of the first (a sync) before. */
+int run_overlap(struct run *r);
+/* The loss of step `step`, one of the last two run_step_exec's (waits for
+ * that step on a GPU, and with run_overlap for that step only). */
+double run_loss(struct run *r, uint64_t step);
 
 /* The summary of the step just executed: records kept at `level` (into
  * keep, one slot per node), the root hash over all op hashes (hashes: one

@@ -203,6 +203,8 @@ struct train_state {
     struct run r2;             /* mpfr self-check: the same run at twice the precision */
     int twin;
     int pipe;                  /* a step's records are made while the next step runs */
+    int overlap;               /* step s + 1 is queued before step s's loss is read (run_overlap) */
+    double ring[50];           /* the last 50 losses */
     struct trace_writer *w;
     struct trace_config cfg;
     uint64_t ckpt_every;
@@ -286,6 +288,15 @@ static int train_setup(struct train_state *s)
     else if (getenv("DT_PROFILE_DOUBLE")) /* two arrangements, untraced: what they cost alone */
         exec_double(&s->r.e);
 #endif
+    /* A GPU's step s + 1 is queued before step s's loss is waited for, so
+     * that the GPU does not wait for the host between the steps. Not where
+     * the host acts on a step before the next one may run: the self-check,
+     * faults, --stop-on-nonfinite, a tracer that waits for each step's
+     * records; nor before a checkpoint or a flip (train_run). */
+    s->overlap = !s->twin && !tc->inject && !tc->stop_on_nonfinite && !tc->step_wait &&
+                 (tc->notrace || s->pipe);
+    if (s->overlap)
+        s->overlap = run_overlap(&s->r);
     s->ckpt_every = tc->ckpt_every ? tc->ckpt_every
                                    : train_default_ckpt_every(tc->steps, run_ckpt_bytes(&s->r));
     run_describe(&s->r, &s->cfg, s->ckpt_every);
@@ -410,6 +421,15 @@ static int train_out(struct train_state *s, struct train_result *res, uint64_t s
     return DT_OK;
 }
 
+/* Step `step`'s loss, once read: the last 50, the final one, the watch. */
+static void train_account(struct train_state *s, struct train_result *res, uint64_t step, double loss)
+{
+    s->ring[step % 50] = loss;
+    res->final_loss = loss;
+    if (!isfinite(loss))
+        res->nonfinite = 1;
+}
+
 int train_run(const struct train_config *tc, struct train_result *res)
 {
     struct train_state s;
@@ -437,10 +457,12 @@ int train_run(const struct train_config *tc, struct train_result *res)
             goto out;
     }
 
-    uint64_t pend = UINT64_MAX; /* a step whose summary waits for its records */
+    /* a step whose summary waits for its records, or for its loss too
+     * (pend_read 0: overlapped, read once the next step is queued) */
+    uint64_t pend = UINT64_MAX;
     double pend_loss = 0;
+    int pend_read = 1;
 
-    double ring[50];
     double t0 = dt_now(), c0 = dt_cpu_now();
     progress_init(&s.prog, (enum progress_mode)tc->progress, "divtrace record");
     int stopped = 0;
@@ -471,6 +493,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
         }
         if (s.w && step % s.ckpt_every == 0) {
             if (pend != UINT64_MAX) { /* the trace keeps its order: step, then checkpoint */
+                DT_ASSERT(pend_read, "step %" PRIu64 " overlapped before a checkpoint", pend);
                 tracer_flush(r->tr);
                 if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)
                     goto out;
@@ -481,18 +504,35 @@ int train_run(const struct train_config *tc, struct train_result *res)
         }
         uint64_t next = step + 1 < tc->steps ? step + 1 : UINT64_MAX;
         run_step_exec(r, step, next);
-        DT_PROF_MARK(to);
         if (pend != UINT64_MAX) {
+            if (!pend_read) {
+                DT_PROF_MARK(tp);
+                pend_loss = run_loss(r, pend);
+                DT_PROF_ADD(DT_PROF_LOSS, tp);
+                train_account(&s, res, pend, pend_loss);
+            }
+            DT_PROF_MARK(to);
             /* its records were taken before this step asked for its own */
             if (tracer_done(r->tr) < (int64_t)pend)
                 tracer_flush(r->tr);
             if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)
                 goto out;
+            DT_PROF_ADD(DT_PROF_OUT, to);
+            if (!pend_read)
+                train_progress(&s, pend, pend_loss, 0);
             pend = UINT64_MAX;
+            pend_read = 1;
         }
-        DT_PROF_ADD(DT_PROF_OUT, to);
+        if (s.overlap && next != UINT64_MAX && !(s.w && next % s.ckpt_every == 0) &&
+            !(tc->flip_set && next == tc->flip_step)) {
+            /* this step's loss and summary come once the next one is queued */
+            pend = step;
+            pend_read = 0;
+            exec_advance(&r->e);
+            continue;
+        }
         DT_PROF_MARK(tl);
-        double loss = run_loss(r);
+        double loss = run_loss(r, step);
         DT_PROF_ADD(DT_PROF_LOSS, tl);
         DT_PROF_MARK(tz);
         if (s.twin) {
@@ -501,15 +541,12 @@ int train_run(const struct train_config *tc, struct train_result *res)
             run_step_exec(&s.r2, step, next);
             struct trace_step a, b;
             run_summarize(r, step, loss, TRACE_LEVEL_STEP, keep, hashes, &a);
-            run_summarize(&s.r2, step, run_loss(&s.r2), TRACE_LEVEL_STEP, keep, hashes, &b);
+            run_summarize(&s.r2, step, run_loss(&s.r2, step), TRACE_LEVEL_STEP, keep, hashes, &b);
             if (a.root == b.root && res->self_agree == step)
                 res->self_agree = step + 1;
             exec_advance(&s.r2.e);
         }
-        ring[step % 50] = loss;
-        res->final_loss = loss;
-        if (!isfinite(loss))
-            res->nonfinite = 1;
+        train_account(&s, res, step, loss);
         if (s.pipe && tracer_done(r->tr) < (int64_t)step) {
             pend = step;
             pend_loss = loss;
@@ -539,6 +576,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
     }
 #endif
     if (pend != UINT64_MAX) {
+        DT_ASSERT(pend_read, "the last step %" PRIu64 " overlapped", pend);
         tracer_flush(r->tr);
         if (train_out(&s, res, pend, pend_loss, keeps[pend & 1], hashes, &stopped) < 0)
             goto out;
@@ -556,7 +594,7 @@ int train_run(const struct train_config *tc, struct train_result *res)
     uint64_t nlast = step < 50 ? step : 50;
     double sum = 0;
     for (uint64_t k = 0; k < nlast; k++)
-        sum += ring[(step - 1 - k) % 50];
+        sum += s.ring[(step - 1 - k) % 50];
     res->mean_last50 = nlast ? sum / (double)nlast : NAN;
     if (s.twin) {
         res->self_checked = 1;

@@ -46,6 +46,7 @@ struct train_config {
     int progress;               /* enum progress_mode (progress.h): progress on stderr */
     int quiet;
     int notrace;                /* benchmarks: no hashing, no file */
+    int step_wait;              /* benchmarks: each step waited for before the next is queued */
     int no_self_check;          /* mpfr: skip the run at twice the precision */
     /* test hook: flip bit `flip_bit` of element `flip_index` of leaf
      * `flip_tensor` at the start of step `flip_step` */

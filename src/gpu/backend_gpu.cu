@@ -209,6 +209,9 @@ static void gpu_free(void *ctx)
     }
     if (c->stepdone)
         cudaEventDestroy(c->stepdone);
+    for (int k = 0; k < 2; k++)
+        if (c->fence[k])
+            cudaEventDestroy(c->fence[k]);
     if (c->d_adam)
         cudaFree(c->d_adam);
     if (c->trace)
@@ -475,6 +478,29 @@ static int gpu_sync(void *ctx)
     return DT_OK;
 }
 
+/* A mark behind the work queued on the stream so far: a step's lanes
+ * joined the stream at step_end, and its loss's copy was queued after. */
+static void gpu_fence(void *ctx, int slot)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    DT_ASSERT(slot == 0 || slot == 1, "fence slot %d", slot);
+    if (!c->fence[slot])
+        GPU_CHECK(cudaEventCreateWithFlags(&c->fence[slot], cudaEventDisableTiming));
+    GPU_CHECK(cudaEventRecord(c->fence[slot], c->stream));
+}
+
+static int gpu_fence_wait(void *ctx, int slot)
+{
+    struct gpu_ctx *c = (struct gpu_ctx *)ctx;
+    DT_ASSERT((slot == 0 || slot == 1) && c->fence[slot], "fence slot %d waited for before its mark", slot);
+    cudaError_t e = cudaEventSynchronize(c->fence[slot]);
+    if (e != cudaSuccess) {
+        dt_error_set("GPU: %s", cudaGetErrorString(e));
+        return DT_ERR;
+    }
+    return DT_OK;
+}
+
 static int gpu_prepare(void *ctx, const struct graph *g)
 {
     struct gpu_ctx *c = (struct gpu_ctx *)ctx;
@@ -691,6 +717,8 @@ static struct backend_ops gpu_table(const char *name, int (*init)(void **, const
     b.trace = gpu_trace_one;
     b.describe = gpu_describe;
     b.sync = gpu_sync;
+    b.fence = gpu_fence;
+    b.fence_wait = gpu_fence_wait;
     b.trace_batch = gpu_trace_many;
     b.trace_batch_async = gpu_trace_async;
     b.trace_batch_wait = gpu_trace_wait;

@@ -97,6 +97,7 @@ struct gpu_ctx {
     int trace_sms;
     cudaGraphExec_t tgraph[2];
     cudaEvent_t stepdone, tdone[2];
+    cudaEvent_t fence[2];         /* backend fence slots (made at the first mark) */
     /* streams (--streams): the ops of a step are spread over nlanes lanes
      * by a schedule made once per graph (lane_of: the lane of each op
      * node, -1 for leaves); an op waits for the events of its inputs made

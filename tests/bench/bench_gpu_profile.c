@@ -178,7 +178,7 @@ static int profile_phases(const struct bench_gpu_conf *cf, const char *backend, 
         run_step_begin(&r, s);
         double t1 = dt_now();
         run_step_exec(&r, s, s + 1);
-        double loss = run_loss(&r);
+        double loss = run_loss(&r, s);
         double t2 = dt_now();
         if (traced) {
             struct trace_step ts;

@@ -8,7 +8,7 @@
  * (--streams 1; the default spreads ops over 4). The IDX data directory is the default one
  * or $DIVTRACE_DATA. Prints Markdown; exits 77 without a GPU.
  * Usage: bench_gpu_step [--quick] [--rounds N] [--backend cuda|cudnn] [--cudnn-algo A]
- *                       [--no-streams1] [--pin-algos] [CONF...]
+ *                       [--no-streams1] [--pin-algos] [--step-wait] [CONF...]
  * N: 1 to 8 (default 3, 1 with --quick); CONF: ae, pn1, pn4 or kitti (default: all four).
  * --cudnn-algo A: the cudnn rows run with divtrace record's --cudnn-algo A
  * (fastest: cuDNN's timed, possibly nondeterministic choice), their
@@ -19,7 +19,9 @@
  * header's cudnn_algos), and every round runs those, as a replay does; so
  * that with --cudnn-algo fastest, whose timed choice is made again by
  * every run, the off and op columns differ by the tracing alone (backend
- * column "cudnn A pinned"). */
+ * column "cudnn A pinned"). --step-wait: every step is waited for before
+ * the next one is queued, as before divtrace record overlapped them (to
+ * measure what that overlap buys, in calls alternating with and without). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,8 @@
 #include "util.h"
 #include "bench_util.h"
 #include "bench_gpu_confs.h"
+
+static int bench_step_wait; /* --step-wait */
 
 /* One run of conf cf on backend be: its ms per step after the first three
  * (the first runs eagerly, the next two are captured as CUDA graphs), or
@@ -53,6 +57,7 @@ static double bench_gpu_run(const struct bench_gpu_conf *cf, const char *be, con
     tc.notrace = !traced;
     tc.streams = streams;
     tc.ckpt_every = 100000;
+    tc.step_wait = bench_step_wait;
     struct train_result res;
     if (train_finish_config(&tc) < 0 || train_run(&tc, &res) < 0) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", cf->what, dt_error());
@@ -107,11 +112,14 @@ int main(int argc, char **argv)
             no_streams1 = 1;
         } else if (strcmp(argv[a], "--pin-algos") == 0) {
             pin = 1;
+        } else if (strcmp(argv[a], "--step-wait") == 0) {
+            bench_step_wait = 1;
         } else {
             int k = bench_gpu_conf_find(argv[a]);
             if (k < 0) {
                 fprintf(stderr, "bench_gpu_step: unknown argument '%s' (--quick, --rounds N, --backend B, "
-                        "--cudnn-algo A, --no-streams1, --pin-algos, ae, pn1, pn4, kitti)\n", argv[a]);
+                        "--cudnn-algo A, --no-streams1, --pin-algos, --step-wait, ae, pn1, pn4, kitti)\n",
+                        argv[a]);
                 return 2;
             }
             want[k] = any = 1;

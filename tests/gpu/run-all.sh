@@ -69,6 +69,22 @@ members_same() {
     echo "L1.t03.conv_i: $(op_hash "$1" L1.t03.conv_i) $(op_hash "$2" L1.t03.conv_i)"
     [ "$(op_hash "$1" L1.t03.conv_i)" != "$(op_hash "$2" L1.t03.conv_i)" ]
 }
+# loss_is_record TRACE OP STEPS: each of the STEPS steps of TRACE has in its
+# summary the loss its op OP's record holds (one element: its L2 norm is the
+# loss), the same float32 (printed to 9 and 10 digits: they agree to 2e-8,
+# while two float32 values differ by at least 6e-8 of either). A loss read
+# from another step's buffer, or before its step ended, differs.
+loss_is_record() {
+    "$DT" show "$1" | awk -v op="$2" -v want="$3" '
+        /^step [0-9]+ +loss / { step = $2; loss = $4; next }
+        $3 == op && $2 == step {
+            n++
+            d = loss - $NF; if (d < 0) d = -d
+            a = loss < 0 ? -loss : loss
+            if (d > 2e-8 * a) { bad++; if (bad <= 5) print "step " step ": summary loss " loss ", " op " record " $NF }
+        }
+        END { print n + 0 " steps checked, " bad + 0 " differ"; exit !(n == want && bad == 0) }'
+}
 # grep_in NAME PATTERN WHAT: the log of NAME has PATTERN
 grep_in() {
     [ -e "$L/$1.log" ] || return 0 # not run (ONLY)
@@ -131,6 +147,15 @@ check ae_cuda_graph_vs_nograph 0 -- "$DT" diff "$T/ct1.dtr" "$T/cn.dtr"
 check ae_cuda_overlap 0 -- $A --backend cuda --checkpoint-every 1000 -o "$T/co.dtr"
 check ae_cuda_overlap_header 0 -- sh -c "'$DT' show --summary '$T/co.dtr' | grep -E '^# trace_overlap = on'"
 check ae_cuda_overlap_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/co.dtr"
+# step s + 1 is queued before step s's loss is read: each summary holds its
+# own step's loss, with checkpoints (ct1: the steps before them are not
+# overlapped) and without (co); and a run that waits for every step
+# (--stop-on-nonfinite, no NaN here) gives the same trace
+check ae_cuda_loss_is_record 0 -- loss_is_record "$T/ct1.dtr" loss.mse 200
+check ae_cuda_loss_is_record_b 0 -- loss_is_record "$T/co.dtr" loss.mse 200
+check ae_cuda_stepwise 0 -- $A --backend cuda --stop-on-nonfinite -o "$T/csw.dtr"
+check ae_cuda_stepwise_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/csw.dtr"
+check ae_cuda_stepwise_loss 0 -- loss_is_record "$T/csw.dtr" loss.mse 200
 # the trace kernels kept to a green context of 16 SMs (DIVTRACE_TRACE_SMS): the same records
 check ae_cuda_trace_sms 0 -- env DIVTRACE_TRACE_SMS=16 $A --backend cuda --checkpoint-every 1000 -o "$T/cg.dtr"
 check ae_cuda_trace_sms_header 0 -- sh -c "'$DT' show --summary '$T/cg.dtr' | grep -E '^# trace_overlap = on .* on 16 SMs\)'"
@@ -188,6 +213,7 @@ check pn_cudnn_det_identical 0 -- "$DT" diff "$T/pd1.dtr" "$T/pd2.dtr"
 check pn_cudnn_streams_header 0 -- sh -c "'$DT' show --summary '$T/pd1.dtr' | grep -E '^# gpu_streams = 4 \(([2-4]) used'"
 check pn_cudnn_overlap 0 -- $Q --backend cudnn --checkpoint-every 100 -o "$T/po.dtr"
 check pn_cudnn_overlap_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/po.dtr"
+check pn_cudnn_loss_is_record 0 -- loss_is_record "$T/po.dtr" loss 10
 check pn_cudnn_trace_sms 0 -- env DIVTRACE_TRACE_SMS=8 $Q --backend cudnn --checkpoint-every 100 -o "$T/pg.dtr"
 check pn_cudnn_trace_sms_same 0 -- "$DT" diff "$T/pd1.dtr" "$T/pg.dtr"
 check pn_cudnn_streams1 0 -- $Q --backend cudnn --streams 1 -o "$T/ps1.dtr"
