@@ -407,15 +407,28 @@ static int gpu_trace_defer(void *ctx, int on)
     if (!c->graphs)
         return -1;
     if (!c->tstream) {
+        /* With the next step queued before the host reads a step's loss
+         * (run_overlap), the trace runs beside that step's kernels the
+         * whole time. On the H200, PredNet at 64x64 (0.5 to 1.5 GB of op
+         * outputs a step) lost least with the trace kept to half of the
+         * SMs, the KITTI-sized one (11 GB) with the trace on all of them
+         * (tests/bench/RESULTS.md): half below GPU_TRACE_HALF_BYTES a step.
+         * DIVTRACE_TRACE_SMS=K: K SMs; =all: every SM, in no green context. */
         const char *sms = getenv("DIVTRACE_TRACE_SMS");
         char *end = NULL;
-        unsigned long k = sms && *sms ? strtoul(sms, &end, 10) : 0;
-        if (sms && *sms && (*end || k == 0 || k > (unsigned long)c->sm_count)) {
-            fprintf(stderr, "DIVTRACE_TRACE_SMS='%s': expected 1 to %d SMs; the trace stream uses every SM\n", sms,
-                    c->sm_count);
+        int given = sms && *sms;
+        unsigned long k = c->step_bytes < GPU_TRACE_HALF_BYTES ? (unsigned long)c->sm_count / 2 : 0;
+        if (given && strcmp(sms, "all") == 0) {
             k = 0;
+        } else if (given) {
+            k = strtoul(sms, &end, 10);
+            if (*end || k == 0 || k > (unsigned long)c->sm_count) {
+                fprintf(stderr, "DIVTRACE_TRACE_SMS='%s': expected 1 to %d SMs, or all; the trace stream uses "
+                        "every SM\n", sms, c->sm_count);
+                k = 0;
+            }
         }
-        if (!(k && gpu_green_stream(c, (unsigned)k) == 0))
+        if (!(k && gpu_green_stream(c, (unsigned)k, !given) == 0))
             GPU_CHECK(cudaStreamCreateWithPriority(&c->tstream, cudaStreamNonBlocking, c->prio_trace));
         GPU_CHECK(cudaEventCreateWithFlags(&c->stepdone, cudaEventDisableTiming));
         for (int k = 0; k < 2; k++)
@@ -527,6 +540,9 @@ static int gpu_prepare(void *ctx, const struct graph *g)
     c->nadam = 0;
     c->adam_step = UINT64_MAX;
     c->first_write = -1;
+    c->step_bytes = 0;
+    for (int i = 0; i < g->n; i++)
+        c->step_bytes += 4.0 * (double)g->nodes[i].count;
     for (int i = 0; i < g->n; i++) {
         int nx = g->nodes[i].next;
         if (nx >= 0 && (c->first_write < 0 || nx < c->first_write))

@@ -21,6 +21,10 @@ enum gpu_algo_mode { GPU_ALGO_DETERMINISTIC, GPU_ALGO_DETERMINISTIC_FAST, GPU_AL
 
 #define GPU_MAX_ADAM 4
 #define GPU_BLAS_WORKSPACE ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */
+/* Steps with fewer bytes of op outputs trace on half of the SMs by default
+ * (gpu_trace_defer): between PredNet at 64x64, batch 4 (1.5 GB) and the
+ * KITTI-sized model (11 GB), the H200's measurements on either side */
+#define GPU_TRACE_HALF_BYTES 4e9
 
 /* A CUDA stream with the handles and scratch of its own that ops running
  * on it use (lane 0 is the context's own stream). */
@@ -91,9 +95,12 @@ struct gpu_ctx {
      * kernels take free SMs before the trace's (DIVTRACE_STREAM_PRIORITY=
      * equal: both the default, for measurements) */
     int prio_step, prio_trace;
-    /* DIVTRACE_TRACE_SMS=K: tstream belongs to a green context of trace_sms
-     * SMs (tgreen, a CUgreenCtx; NULL: none, the stream may use every SM) */
+    /* tstream belongs to a green context of trace_sms SMs (tgreen, a
+     * CUgreenCtx): half of them by default for a step of less than
+     * GPU_TRACE_HALF_BYTES, DIVTRACE_TRACE_SMS=K; NULL: none (larger
+     * steps, =all, or the driver cannot), the stream may use every SM */
     void *tgreen;
+    double step_bytes;            /* the prepared graph's outputs, bytes (every node's) */
     int trace_sms;
     cudaGraphExec_t tgraph[2];
     cudaEvent_t stepdone, tdone[2];
@@ -221,7 +228,7 @@ void gpu_lane_destroy(struct gpu_lane *l);
 /* gpu_green.cu: c->tstream made in a green context of at least sms SMs
  * (c->tgreen, c->trace_sms set): 0; -1, with one line on stderr, when the
  * driver or device cannot (the caller makes an ordinary stream). */
-int gpu_green_stream(struct gpu_ctx *c, unsigned sms);
+int gpu_green_stream(struct gpu_ctx *c, unsigned sms, int quiet);
 /* The green context, if any (after its stream is destroyed). */
 void gpu_green_free(struct gpu_ctx *c);
 

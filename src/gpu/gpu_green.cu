@@ -1,6 +1,6 @@
-/* gpu_green.cu: the trace stream in a CUDA green context of a few SMs
- * (DIVTRACE_TRACE_SMS=K), for measurements of how the trace kernels and
- * the next step share the device (gpu.h: gpu_green_stream,
+/* gpu_green.cu: the trace stream in a CUDA green context of part of the
+ * SMs (half by default, DIVTRACE_TRACE_SMS=K), so that the trace kernels
+ * leave the rest to the next step (gpu.h: gpu_green_stream,
  * gpu_green_free). */
 #include <stdio.h>
 
@@ -11,11 +11,11 @@
 
 /* A green context of K SMs (as many as the device's partition rules give
  * at least K) holds the trace stream, so that the trace's blocks stay on
- * those SMs and leave the others whole to the step. On the H200 the step
- * lost about half of what the trace took from its SMs wherever they were,
- * so this is not the default (tests/bench/RESULTS.md). The driver's
- * functions come through the runtime (cudaGetDriverEntryPointByVersion),
- * so the program does not link the driver library. */
+ * those SMs and leave the others whole to the step. On the H200, with
+ * the next step queued behind each step, half of the SMs cost the step
+ * least (tests/bench/RESULTS.md). The driver's functions come through the
+ * runtime (cudaGetDriverEntryPointByVersion), so the program does not link
+ * the driver library. */
 static PFN_cuGreenCtxDestroy_v12040 gpu_green_destroy;
 
 void gpu_green_free(struct gpu_ctx *c)
@@ -25,9 +25,10 @@ void gpu_green_free(struct gpu_ctx *c)
     c->tgreen = NULL;
 }
 
-/* 0 with c->tstream made in a green context; -1 (a line on stderr) when
- * the device or driver cannot, and the caller makes an ordinary stream. */
-int gpu_green_stream(struct gpu_ctx *c, unsigned sms)
+/* 0 with c->tstream made in a green context; -1 (a line on stderr unless
+ * quiet) when the device or driver cannot, and the caller makes an
+ * ordinary stream. */
+int gpu_green_stream(struct gpu_ctx *c, unsigned sms, int quiet)
 {
     PFN_cuDeviceGet_v2000 dev_get;
     PFN_cuDeviceGetDevResource_v12040 get_res;
@@ -46,7 +47,8 @@ int gpu_green_stream(struct gpu_ctx *c, unsigned sms)
           GPU_DRV(cuGreenCtxDestroy, 12040, gpu_green_destroy) &&
           GPU_DRV(cuGreenCtxStreamCreate, 12050, stream_create))) {
         cudaGetLastError();
-        fprintf(stderr, "DIVTRACE_TRACE_SMS: the driver has no %s; the trace stream uses every SM\n", what);
+        if (!quiet)
+            fprintf(stderr, "DIVTRACE_TRACE_SMS: the driver has no %s; the trace stream uses every SM\n", what);
         return -1;
     }
 #undef GPU_DRV
@@ -64,8 +66,9 @@ int gpu_green_stream(struct gpu_ctx *c, unsigned sms)
         (what = "a descriptor", r = gen_desc(&desc, &part, 1)) != CUDA_SUCCESS ||
         (what = "the context", r = create(&g, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS ||
         (what = "the stream", r = stream_create(&st, g, CU_STREAM_NON_BLOCKING, c->prio_trace)) != CUDA_SUCCESS) {
-        fprintf(stderr, "DIVTRACE_TRACE_SMS=%u: green context: %s failed (CUresult %d); the trace stream uses "
-                "every SM\n", sms, what, (int)r);
+        if (!quiet)
+            fprintf(stderr, "DIVTRACE_TRACE_SMS=%u: green context: %s failed (CUresult %d); the trace stream "
+                    "uses every SM\n", sms, what, (int)r);
         if (g)
             gpu_green_destroy(g);
         return -1;

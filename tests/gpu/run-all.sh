@@ -145,7 +145,7 @@ check ae_cuda_graph_vs_nograph 0 -- "$DT" diff "$T/ct1.dtr" "$T/cn.dtr"
 # steps to take them early) give the same trace, with a bit flipped in a
 # parameter (the flip waits for the records still being made) as well
 check ae_cuda_overlap 0 -- $A --backend cuda --checkpoint-every 1000 -o "$T/co.dtr"
-check ae_cuda_overlap_header 0 -- sh -c "'$DT' show --summary '$T/co.dtr' | grep -E '^# trace_overlap = on'"
+check ae_cuda_overlap_header 0 -- sh -c "'$DT' show --summary '$T/co.dtr' | grep -E '^# trace_overlap = on .* on [0-9]+ SMs\)$'"
 check ae_cuda_overlap_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/co.dtr"
 # step s + 1 is queued before step s's loss is read: each summary holds its
 # own step's loss, with checkpoints (ct1: the steps before them are not
@@ -160,6 +160,10 @@ check ae_cuda_stepwise_loss 0 -- loss_is_record "$T/csw.dtr" loss.mse 200
 check ae_cuda_trace_sms 0 -- env DIVTRACE_TRACE_SMS=16 $A --backend cuda --checkpoint-every 1000 -o "$T/cg.dtr"
 check ae_cuda_trace_sms_header 0 -- sh -c "'$DT' show --summary '$T/cg.dtr' | grep -E '^# trace_overlap = on .* on 16 SMs\)'"
 check ae_cuda_trace_sms_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/cg.dtr"
+# ... and on every SM (DIVTRACE_TRACE_SMS=all; the default is half of them)
+check ae_cuda_trace_all 0 -- env DIVTRACE_TRACE_SMS=all $A --backend cuda --checkpoint-every 1000 -o "$T/cga.dtr"
+check ae_cuda_trace_all_header 0 -- sh -c "'$DT' show --summary '$T/cga.dtr' | grep -E '^# trace_overlap = on \(a step.s records are made while the next step runs\)$'"
+check ae_cuda_trace_all_same 0 -- "$DT" diff "$T/ct1.dtr" "$T/cga.dtr"
 check ae_cuda_trace_sms_bad 0 -- env DIVTRACE_TRACE_SMS=x $R --steps 20 --backend cuda --checkpoint-every 1000 -o "$T/cgx.dtr"
 grep_in ae_cuda_trace_sms_bad "^DIVTRACE_TRACE_SMS='x': expected 1 to [0-9]+ SMs" "a value that is not a count is named"
 # (a flipped bit is a carry fault: record exits 1)
