@@ -434,8 +434,11 @@ void run_step_exec(struct run *r, uint64_t step, uint64_t next)
 double run_loss(struct run *r, uint64_t step)
 {
     int p = (int)(step & 1);
+    /* the fence is waited for even when the copy was synchronous: the
+     * step's slot is then free for step + 2 */
+    int waited = run_wait(r, step);
     if (r->loss_pending[p]) {
-        if (!run_wait(r, step))
+        if (!waited)
             r->be->sync(r->ctx);
         r->loss_pending[p] = 0;
     }
