@@ -172,8 +172,9 @@ void *gpu_fuse_scratch(struct gpu_ctx *c, size_t bytes);
  * uploaded when the step begins (backend_gpu.cu). */
 const float *gpu_adam_corrections(struct gpu_ctx *c, float b1, float b2, uint64_t step);
 
-/* The op kernels: gpu_ops.cu (every op type, own kernels and cuBLAS) and
- * gpu_dnn.cu (cuDNN's convolutions, pooling and activations). */
+/* The op kernels: gpu_ops.cu and gpu_ops_image.cu (every op type, own
+ * kernels and cuBLAS) and gpu_dnn.cu (cuDNN's convolutions, pooling and
+ * activations). */
 #define GPU_OP(name)                                                                        \
     void name(void *ctx, const struct graph *g, const struct node *nd, backend_buf *out,    \
               const backend_buf *const *in, const struct backend_step *st)

@@ -1,13 +1,22 @@
 /* gpu_dnn.h: the cudnn backend's plan, shared by gpu_dnn.cu (descriptors,
- * algorithms, the op kernels), gpu_dnn_fuse.cu (convolutions that share
- * an input, run as one), gpu_dnn_engine.cu (the backend API's engines) and
- * gpu_dnn_names.cu (the choices as text). Only .cu files include it. */
+ * the plan, the op kernels), gpu_dnn_choose.cu (each convolution's
+ * algorithm), gpu_dnn_fuse.cu (convolutions that share an input, run as
+ * one), gpu_dnn_engine.cu (the backend API's engines) and gpu_dnn_names.cu
+ * (the choices as text). Only .cu files include it. */
 #ifndef DT_GPU_DNN_H
 #define DT_GPU_DNN_H
 
 #include "gpu.h"
 
 enum dnn_dir { DNN_FWD, DNN_BWD_DATA, DNN_BWD_FILTER, DNN_NDIR };
+
+/* The largest convolution workspace an algorithm may ask for. A constant,
+ * not a share of the free memory, so that which algorithms qualify does not
+ * depend on what else holds memory on the GPU. */
+#define DNN_WORKSPACE_MAX ((size_t)1 << 30)
+#define DNN_MAX_CANDIDATES 64
+
+static const float dnn_one = 1.0f, dnn_zero = 0.0f;
 
 /* gpu_dnn_names.cu: the legacy algorithms' names and what cuDNN's
  * documentation says of them. */
@@ -108,7 +117,11 @@ int dnn_bias_grad_is_cudnn(const struct gpu_ctx *c);
 int dnn_pool_bwd_is_cudnn(const struct gpu_ctx *c);
 /* "NxCxHxW kK RxS" (gpu_dnn_names.cu) */
 void dnn_shape_str(char *buf, size_t size, const struct gpu_dnn_conv *cv);
-/* One convolution with algorithm algo (see gpu_dnn.cu); the status. */
+/* gpu_dnn_choose.cu: choose cv's algorithm in each direction (--cudnn-algo,
+ * or a replay's recorded ones) and size its workspace; 0, or -1 with
+ * dt_error set. */
+int dnn_conv_plan(struct gpu_ctx *c, struct gpu_dnn_conv *cv);
+/* One convolution with algorithm algo (see gpu_dnn_choose.cu); the status. */
 cudnnStatus_t dnn_conv_call(struct gpu_ctx *c, const struct gpu_dnn_conv *cv, enum dnn_dir d, int algo,
                             void *ws, size_t ws_bytes, const void *a, const void *b, void *out);
 /* The algorithm a cudnn_algos list names for direction d of shape, or -1. */
