@@ -85,7 +85,7 @@
  * gamma_{K-1}(U)); every formula is monotonic in them, and the result is
  * multiplied by 1 + 2^-30 (BND_UP), which covers the rest.
  * Tightness, largest (mean) observed error of the cpu backend / bound over
- * random inputs in [-1, 1] (tests/test_oracle_ops.c, TEST_ORACLE_VERBOSE=1):
+ * random inputs in [-1, 1] (tests/test_oracle_ops_bound.c, TEST_ORACLE_VERBOSE=1):
  * add, add_bias, sub 1 (ties), mul 1 (0.5), momentum 0.97 (0.29),
  * hard_sigmoid 0.96 (0.30, x in [-3.5, 3.5]), hard_sigmoid_bwd 0.95 (0.5),
  * sgd 0.94 (0.28), adam_v 0.86 (0.16), adam_m 0.78 (0.09), sigmoid_bwd 0.74
