@@ -1,6 +1,7 @@
 /* test_mpfr_train.c: the mpfr backend trains: a tiny autoencoder stepped at
  * 128 and 256 bits agrees bitwise after float32 rounding, and stays close to
- * the cpu backend's run. The per-op tests are in test_mpfr.c. */
+ * the cpu backend's run. The per-op tests are in test_mpfr.c and
+ * test_mpfr_ops.c. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
