@@ -73,10 +73,12 @@ struct backend_ops {
     void (*describe)(void *ctx, struct trace_config *cfg);
     /* optional: wait for queued work; NULL when every call is synchronous */
     int (*sync)(void *ctx);
-    /* optional, with sync: mark the work queued so far as fence `slot` (0
-     * or 1), and wait until the work before a slot's last mark is done.
-     * The caller can then queue step t + 1 before it waits for step t's
-     * results (its loss). fence_wait returns 0, or -1 with dt_error set. */
+    /* optional: mark the work queued so far as fence `slot` (0 or 1), and
+     * wait until the work before a slot's last mark is done. The caller
+     * can then queue step t + 1 before it waits for step t's results (its
+     * loss). A backend whose calls finish before they return may give
+     * empty ones, so that callers run one loop for every backend.
+     * fence_wait returns 0, or -1 with dt_error set. */
     void (*fence)(void *ctx, int slot);
     int (*fence_wait)(void *ctx, int slot);
     /* optional: upload queued behind the work already asked for, returning

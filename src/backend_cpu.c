@@ -124,6 +124,23 @@ static int cpu_lend_idle(void *ctx, int (*fn)(void *arg), void *arg)
     return c->threads > 1 && cpu_pool_idle(fn, arg) == 0 ? c->threads - 1 : 0;
 }
 
+/* Fences of work that is done when each call returns: nothing to mark or
+ * wait for. They let `record` run the same loop as on a GPU (the loss and
+ * summary of a step read once the next step has run), which the cpu's
+ * tests then cover. */
+static void cpu_fence(void *ctx, int slot)
+{
+    (void)ctx;
+    (void)slot;
+}
+
+static int cpu_fence_wait(void *ctx, int slot)
+{
+    (void)ctx;
+    (void)slot;
+    return DT_OK;
+}
+
 static void cpu_describe(void *ctx, struct trace_config *cfg)
 {
     struct cpu_ctx *c = ctx;
@@ -797,6 +814,8 @@ const struct backend_ops backend_cpu = {
     .trace = cpu_trace,
     .describe = cpu_describe,
     .sync = NULL,
+    .fence = cpu_fence,
+    .fence_wait = cpu_fence_wait,
     .prepare = cpu_prepare,
     .op_enter = cpu_op_enter,
     .lend_idle = cpu_lend_idle,

@@ -386,7 +386,7 @@ void run_step_begin(struct run *r, uint64_t step)
 
 int run_overlap(struct run *r)
 {
-    r->overlap = r->be->sync && r->be->fence && r->be->fence_wait;
+    r->overlap = r->be->fence && r->be->fence_wait;
     return r->overlap;
 }
 
@@ -437,7 +437,7 @@ double run_loss(struct run *r, uint64_t step)
     /* the fence is waited for even when the copy was synchronous: the
      * step's slot is then free for step + 2 */
     int waited = run_wait(r, step);
-    if (r->loss_pending[p]) {
+    if (r->loss_pending[p]) { /* an asynchronous copy: the backend has sync */
         if (!waited)
             r->be->sync(r->ctx);
         r->loss_pending[p] = 0;

@@ -78,7 +78,7 @@ void run_step_exec(struct run *r, uint64_t step, uint64_t next);
 /* Make step `step`'s batch in the host buffer of its parity. */
 void run_prefetch(struct run *r, uint64_t step);
 /* Let step s + 1 be queued before step s is waited for: 1 when the
- * backend has fences (a GPU), 0 when it runs synchronously or has none.
+ * backend has fences (the GPUs', and the cpu's empty ones), 0 when not.
  * Call before the first step. The caller then reads step s's loss after
  * step s + 1's exec, and changes no state between two steps without a
  * run_loss of the first (a sync) before. */

@@ -288,8 +288,9 @@ static int train_setup(struct train_state *s)
     else if (getenv("DT_PROFILE_DOUBLE")) /* two arrangements, untraced: what they cost alone */
         exec_double(&s->r.e);
 #endif
-    /* A GPU's step s + 1 is queued before step s's loss is waited for, so
-     * that the GPU does not wait for the host between the steps. Not where
+    /* Step s + 1 is queued before step s's loss is waited for, so that a
+     * GPU does not wait for the host between the steps (the cpu's steps
+     * run the same loop, its fences empty). Not where
      * the host acts on a step before the next one may run: the self-check,
      * faults, --stop-on-nonfinite, a tracer that waits for each step's
      * records; nor before a checkpoint or a flip (train_run). */

@@ -24,6 +24,20 @@ fi
 # second core) or within each step: the same bytes
 expect 0 "record with each step traced within itself" -- env DIVTRACE_TRACE_DEFER=0 $R -o "$T/a_within.dtr"
 expect 0 "deferred and in-step records are the same bytes" -- cmp "$T/a.dtr" "$T/a_within.dtr"
+# with records made while the next step runs, a step's loss and summary are
+# read once the next step has run, as on a GPU (not before a checkpoint, nor
+# with per-step records as above): every summary holds its own step's loss,
+# its loss op's record (one element: its L2 norm; printed to 9 and 10
+# digits, which agree to 2e-8, while two float32 values differ by 6e-8 or
+# more), and a run that waits at every step (--stop-on-nonfinite) gives
+# the same records
+n=$("$DT" show "$T/a.dtr" | awk '/^step [0-9]+ +loss / { step = $2; loss = $4; next }
+    $3 == "loss.mse" && $2 == step { d = loss - $NF; if (d < 0) d = -d; a = loss < 0 ? -loss : loss
+                                     if (d <= 2e-8 * a) n++ }
+    END { print n + 0 }')
+[ "$n" -eq 12 ] && ok "each summary holds its own step's loss" || bad "each summary holds its own step's loss: $n of 12 steps"
+expect 0 "record waiting at every step" -- $R --stop-on-nonfinite -o "$T/a_wait.dtr"
+expect 0 "queued ahead or waiting: the same records" -- "$DT" diff -q "$T/a.dtr" "$T/a_wait.dtr"
 
 # --- thread counts: 1, 2 and 4 OpenBLAS threads give three different results,
 # each stable run to run; diff names step 0 and a matrix product as an origin.
