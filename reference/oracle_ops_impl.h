@@ -12,6 +12,7 @@
 #include <mpfr.h>
 
 #include "graph.h"
+#include "oracle_conv.h"
 #include "util.h"
 
 #define OPS_U 0x1p-53               /* unit roundoff of double */
@@ -111,25 +112,14 @@ static inline float ops_rn32_hl(double hi, double lo)
 }
 
 /* RN32 of every real within err of a, when they all round alike (bitwise,
- * so -0 and +0 differ): 1 and *out set. Precondition: err >= 2 |a - exact|
- * (finite). err is raised to 2^-51 |a|; then the endpoints, computed in
- * round-to-nearest with errors <= 2^-53 (|a| + err) < err / 2, still enclose
- * the exact value, and RN32 is monotonic. */
+ * so -0 and +0 differ): 1 and *out set. Precondition: err >= 2 |a - exact|.
+ * oracle_cert32 (oracle_acc.c, with the proof), after turning a NaN a or a
+ * NaN or infinite err away as undecided. */
 static inline int ops_cert32(double a, double err, float *out)
 {
     if (isnan(a) || isnan(err) || isinf(err))
         return 0;
-    double m = fabs(a) * 0x1p-51;
-    if (!(err >= m))
-        err = m;
-    float lo = (float)(a - err), hi = (float)(a + err);
-    uint32_t bl, bh;
-    memcpy(&bl, &lo, sizeof bl);
-    memcpy(&bh, &hi, sizeof bh);
-    if (bl != bh)
-        return 0;
-    *out = lo;
-    return 1;
+    return oracle_cert32(a, err, out);
 }
 
 /* RN32 of t[0] + ... + t[k-1] (exact doubles, k <= 4, exact sum nonzero):
