@@ -27,6 +27,7 @@ extern "C" {
 
 #define SK TRACE_SKETCH_LEN
 #define TILE_LEAVES 8        /* gpu_trace_kern.cuh's GT_TILE_LEAVES */
+#define SPLIT_LEAVES 512     /* gpu_trace_kern.cuh's GT_SPLIT_LEAVES */
 #define ROOT_CHUNK 256       /* gpu_trace_kern.cuh's GT_ROOT_CHUNK */
 
 static uint64_t rng_next(uint64_t *s)
@@ -334,6 +335,42 @@ static void test_leaf_full(void **state)
     }
 }
 
+/* The quad layout's long path (gh_quad_long, four lanes each owning an
+ * accumulator pair) against libxxhash, every length from 244 to 2048 that
+ * is a multiple of 4, whole leaves, and lengths up to a leaf at random. */
+static uint64_t sim_quad(const uint8_t *p, size_t len)
+{
+    struct host_ld ld = {p};
+    uint64_t mix = 0;
+    for (int q = 0; q < 4; q++) {
+        uint64_t a, b;
+        gh_quad_long(q, ld, len, &a, &b);
+        mix += gh_merge_pair(a, b, q);
+    }
+    return gh_merge_final(mix, len);
+}
+
+static void test_quad_long(void **state)
+{
+    (void)state;
+    static uint8_t buf[2 * GH_LEAF];
+    fill_bytes(buf, sizeof buf, 777);
+    for (size_t len = 244; len <= 2048; len += 4)
+        if (sim_quad(buf, len) != XXH3_64bits(buf, len)) {
+            fprintf(stderr, "quad long path, %zu bytes: wrong\n", len);
+            fail();
+        }
+    uint64_t r = 31;
+    for (int i = 0; i < 300; i++) {
+        size_t len = i < 64 ? GH_LEAF : 244 + 4 * (size_t)(rng_next(&r) % ((2 * GH_LEAF - 244) / 4 + 1));
+        fill_bytes(buf, len, 9000 + (uint64_t)i);
+        if (sim_quad(buf, len) != XXH3_64bits(buf, len)) {
+            fprintf(stderr, "quad long path, %zu bytes: wrong\n", len);
+            fail();
+        }
+    }
+}
+
 /* The block-wide root with chunks of any size, over digest arrays of
  * 8 m bytes: short, 1 KiB block boundaries, several chunks. */
 static void test_root(void **state)
@@ -411,38 +448,124 @@ struct sim_stats {
     uint64_t nan, inf;
 };
 
-/* gpu_trace_kern.cuh's statistics: per tile, 32 lanes over units j of each leaf
- * (full units through gh_lstats_unit, the ragged end element by element),
- * lanes and tiles then summed. */
+/* One lane's statistics over leaf t0 (a tile of one leaf): full units of a full leaf
+ * through gh_lstats_unit_fast when fast, else gh_lstats_unit; the ragged
+ * end element by element. */
+static void sim_lane(const float *x, size_t n, size_t m, size_t t0, int l, int fast, struct gh_lstats *out)
+{
+    struct gh_lstats st;
+    gh_lstats_init(&st);
+    uint32_t row[4];
+    gh_lane_sign_row(l, row);
+    for (size_t L = t0; L < m && L < t0 + 1; L++) {
+        const uint32_t *u = (const uint32_t *)(x + 4096 * L);
+        size_t ne = n - 4096 * L < 4096 ? n - 4096 * L : 4096;
+        uint32_t s[4];
+        for (int r = 0; r < 4; r++)
+            s[r] = row[r] ^ gh_leaf_flip(L);
+        for (int j = 0; j < 32; j++) {
+            size_t base = 128 * (size_t)j + 4 * (size_t)l;
+            if (base + 4 <= ne && fast && ne == 4096)
+                gh_lstats_unit_fast(&st, u[base], u[base + 1], u[base + 2], u[base + 3], s[j >> 3],
+                                    4 * (j & 7));
+            else if (base + 4 <= ne)
+                gh_lstats_unit(&st, u[base], u[base + 1], u[base + 2], u[base + 3], s[j >> 3],
+                               4 * (j & 7));
+            else
+                for (int e = 0; e < 4; e++)
+                    if (base + (size_t)e < ne)
+                        gh_lstats_one(&st, e, u[base + e], gh_neg(s[j >> 3], 4 * (j & 7), e));
+        }
+    }
+    *out = st;
+}
+
+struct host_el {
+    const uint32_t *u;
+    __host__ __device__ uint32_t operator()(uint32_t i) const { return u[i]; }
+};
+
+/* gpu_trace_kern.cuh's quad tile from leaf t0 (gt_quad_tile, careful:
+ * the fast path makes the same additions over finite leaves): lane q of
+ * quad j over leaf t0 + j (gh_quad_stats), then the sketch over quads in
+ * gt_quad_store's butterfly (lanes xor 4, 8, 16) and the rest over all 32
+ * lanes (xor 1, 2, 4, 8, 16); lane q then holds sketch classes 4 q + e. */
+static void sim_quad_tile(const float *x, size_t n, size_t m, size_t t0, struct sim_stats *out)
+{
+    struct gh_lstats st[32], nx[32];
+    for (int lane = 0; lane < 32; lane++) {
+        gh_lstats_init(&st[lane]);
+        size_t L = t0 + (size_t)(lane >> 2);
+        if (L < m && L < t0 + TILE_LEAVES) {
+            size_t ne = n - 4096 * L < 4096 ? n - 4096 * L : 4096;
+            struct host_el el = {(const uint32_t *)(x + 4096 * L)};
+            gh_quad_stats(lane & 3, el, (uint32_t)ne, L, &st[lane]);
+        }
+    }
+    for (int w = 4; w < 32; w <<= 1) {
+        for (int lane = 0; lane < 32; lane++) {
+            nx[lane] = st[lane];
+            for (int e = 0; e < 4; e++)
+                nx[lane].sk[e] = st[lane].sk[e] + st[lane ^ w].sk[e];
+        }
+        memcpy(st, nx, sizeof st);
+    }
+    for (int w = 1; w < 32; w <<= 1) {
+        for (int lane = 0; lane < 32; lane++) {
+            nx[lane] = st[lane];
+            nx[lane].sq = st[lane].sq + st[lane ^ w].sq;
+            nx[lane].mn = fminf(st[lane].mn, st[lane ^ w].mn);
+            nx[lane].mx = fmaxf(st[lane].mx, st[lane ^ w].mx);
+            nx[lane].nan = st[lane].nan + st[lane ^ w].nan;
+            nx[lane].inf = st[lane].inf + st[lane ^ w].inf;
+        }
+        memcpy(st, nx, sizeof st);
+    }
+    out->sq = st[0].sq;
+    out->mn = st[0].mn;
+    out->mx = st[0].mx;
+    out->nan = st[0].nan;
+    out->inf = st[0].inf;
+    for (int q = 0; q < 4; q++)
+        for (int e = 0; e < 4; e++)
+            out->sk[4 * q + e] = st[q].sk[e];
+}
+
+/* gpu_trace_kern.cuh's statistics: per tile (one leaf up to 512 leaves,
+ * else quad tiles of TILE_LEAVES), 32 lanes over units j of each leaf
+ * (gt_leaf_tile: the fast path, and the careful one again where a lane's
+ * sq is not finite), lanes and tiles then summed. */
 static void sim_stats(const float *x, size_t n, struct sim_stats *out)
 {
     memset(out, 0, sizeof *out);
     out->mn = INFINITY;
     out->mx = -INFINITY;
     size_t m = (n + 4095) / 4096;
-    for (size_t t0 = 0; t0 < m; t0 += TILE_LEAVES) {
+    if (m > SPLIT_LEAVES) {
+        for (size_t t0 = 0; t0 < m; t0 += TILE_LEAVES) {
+            struct sim_stats t;
+            sim_quad_tile(x, n, m, t0, &t);
+            out->sq += t.sq;
+            for (int k = 0; k < SK; k++)
+                out->sk[k] += t.sk[k];
+            out->mn = fminf(out->mn, t.mn);
+            out->mx = fmaxf(out->mx, t.mx);
+            out->nan += t.nan;
+            out->inf += t.inf;
+        }
+        return;
+    }
+    for (size_t t0 = 0; t0 < m; t0++) {
+        struct gh_lstats lanes[32];
+        int again = 0;
         for (int l = 0; l < 32; l++) {
-            struct gh_lstats st;
-            gh_lstats_init(&st);
-            uint32_t row[4];
-            gh_lane_sign_row(l, row);
-            for (size_t L = t0; L < m && L < t0 + TILE_LEAVES; L++) {
-                const uint32_t *u = (const uint32_t *)(x + 4096 * L);
-                size_t ne = n - 4096 * L < 4096 ? n - 4096 * L : 4096;
-                uint32_t s[4];
-                for (int r = 0; r < 4; r++)
-                    s[r] = row[r] ^ gh_leaf_flip(L);
-                for (int j = 0; j < 32; j++) {
-                    size_t base = 128 * (size_t)j + 4 * (size_t)l;
-                    if (base + 4 <= ne)
-                        gh_lstats_unit(&st, u[base], u[base + 1], u[base + 2], u[base + 3], s[j >> 3],
-                                       4 * (j & 7));
-                    else
-                        for (int e = 0; e < 4; e++)
-                            if (base + (size_t)e < ne)
-                                gh_lstats_one(&st, e, u[base + e], gh_neg(s[j >> 3], 4 * (j & 7), e));
-                }
-            }
+            sim_lane(x, n, m, t0, l, 1, &lanes[l]);
+            again |= !gh_lstats_finite(&lanes[l]);
+        }
+        for (int l = 0; l < 32; l++) {
+            if (again)
+                sim_lane(x, n, m, t0, l, 0, &lanes[l]);
+            const struct gh_lstats st = lanes[l];
             out->sq += st.sq;
             for (int e = 0; e < 4; e++)
                 out->sk[4 * (l & 3) + e] += st.sk[e];
@@ -452,6 +575,57 @@ static void sim_stats(const float *x, size_t n, struct sim_stats *out)
             out->inf += st.inf;
         }
     }
+}
+
+/* gh_lstats_unit_fast: the same bits as gh_lstats_unit over finite units
+ * (random bit patterns of every exponent but 255, and +-FLT_MAX), a sq
+ * that stays finite over a tile's worth of the largest floats, and a sq
+ * that is not finite, whatever follows, once a unit held a NaN or an Inf
+ * (the premise of gt_leaf_tile's second pass). */
+static void test_lstats_fast(void **state)
+{
+    (void)state;
+    uint64_t r = 99;
+    for (int run = 0; run < 200; run++) {
+        struct gh_lstats a, b;
+        gh_lstats_init(&a);
+        gh_lstats_init(&b);
+        uint32_t m = (uint32_t)rng_next(&r);
+        for (int unit = 0; unit < 64; unit++) {
+            uint32_t u[4];
+            for (int e = 0; e < 4; e++) {
+                u[e] = (uint32_t)rng_next(&r);
+                if ((u[e] & GH_EXP) == GH_EXP)
+                    u[e] ^= 0x00800000u;
+                if (rng_next(&r) % 29 == 0)
+                    u[e] = (u[e] & 0x80000000u) | 0x7f7fffffu;
+            }
+            int sh = 4 * (unit & 7);
+            gh_lstats_unit(&a, u[0], u[1], u[2], u[3], m, sh);
+            gh_lstats_unit_fast(&b, u[0], u[1], u[2], u[3], m, sh);
+        }
+        assert_memory_equal(&a, &b, sizeof a);
+        assert_true(gh_lstats_finite(&b));
+    }
+    /* 8 leaves of 128 elements a lane, every one +-FLT_MAX */
+    struct gh_lstats big;
+    gh_lstats_init(&big);
+    for (int unit = 0; unit < 256; unit++)
+        gh_lstats_unit_fast(&big, 0x7f7fffffu, 0xff7fffffu, 0x7f7fffffu, 0xff7fffffu, 0x5a5a5a5au, 0);
+    assert_true(gh_lstats_finite(&big));
+    static const uint32_t specials[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u};
+    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++)
+        for (int e = 0; e < 4; e++) {
+            struct gh_lstats st;
+            gh_lstats_init(&st);
+            uint32_t u[4] = {0x3f800000u, 0xbf000000u, 0x00000001u, 0x7f7fffffu};
+            gh_lstats_unit_fast(&st, u[0], u[1], u[2], u[3], 0, 0);
+            u[e] = specials[k];
+            gh_lstats_unit_fast(&st, u[0], u[1], u[2], u[3], 0xffffffffu, 4);
+            for (int more = 0; more < 8; more++)
+                gh_lstats_unit_fast(&st, 0x3f800000u, 0xff7fffffu, 0u, 0x80000000u, 0x12345678u, 8);
+            assert_false(gh_lstats_finite(&st));
+        }
 }
 
 /* The sketch of x by definition, in long double (the yardstick where two
@@ -542,8 +716,9 @@ static void test_stats_sim(void **state)
 {
     (void)state;
     static const size_t ns[] = {0, 1, 3, 4, 5, 127, 128, 129, 4095, 4096, 4097, 16383, 16384, 16385,
-                                32768, 32769, 65536 * 3 + 7, 4096 * 17 + 2};
-    size_t most = 65536 * 3 + 7;
+                                32768, 32769, 65536 * 3 + 7, 4096 * 17 + 2, 4096 * 512,
+                                4096 * 513, 4096 * 520 + 9, 4096 * 535 + 1};
+    size_t most = 4096 * 535 + 1;
     float *x = (float *)malloc(4 * most);
     assert_non_null(x);
     for (int kind = 0; kind < 4; kind++) {
@@ -567,7 +742,8 @@ int main(void)
         cmocka_unit_test(test_xxh3_lengths), cmocka_unit_test(test_xxh3_special),
         cmocka_unit_test(test_leaf_full),    cmocka_unit_test(test_root),
         cmocka_unit_test(test_tree),         cmocka_unit_test(test_sign_table),
-        cmocka_unit_test(test_stats_sim),
+        cmocka_unit_test(test_stats_sim),    cmocka_unit_test(test_lstats_fast),
+        cmocka_unit_test(test_quad_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

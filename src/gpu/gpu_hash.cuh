@@ -12,7 +12,12 @@
  * and 512 + 16 l of a block: words 2q and 2q+1 (q = l % 4) of stripes
  * s = l / 4 and 8 + s, so a warp's two loads per block are contiguous, and
  * its shares go to accumulators 2q and 2q+1 only. The 8 lanes of one q sum
- * their shares (3 shuffle rounds) and then all hold acc[2q], acc[2q+1]. */
+ * their shares (3 shuffle rounds) and then all hold acc[2q], acc[2q+1].
+ *
+ * The quad layout (gh_quad_*): four lanes a leaf, lane q owning acc[2q]
+ * and acc[2q+1] of the whole leaf, so that it reads words 2q and 2q+1 of
+ * every stripe (16 bytes at 64 s + 16 q) and no lane waits for another
+ * before a scramble; a warp takes 8 leaves at once. */
 #ifndef DT_GPU_HASH_CUH
 #define DT_GPU_HASH_CUH
 
@@ -345,6 +350,39 @@ GH_FN void gh_lane_tail(const struct gh_lane *c, const LD &ld, size_t len, uint6
     }
 }
 
+/* ---- the long path, one quad lane's share (4 lanes a leaf) ---- */
+
+/* The secret words over stripe s's words 2q, 2q+1: bytes 8 s + 16 q on. */
+GH_FN uint64_t gh_quad_sec(int s, int q) { return gh_secret_word(s + 2 * q); }
+
+/* Lane q's accumulators acc[2q], acc[2q+1] of XXH3's long path over len >
+ * 240 bytes (any length; LD as gh_lane_tail's, reading 16 bytes at a
+ * multiple of 4), after the last stripe. The digest is gh_merge_final of
+ * the sum over q of gh_merge_pair(a, b, q). */
+template <class LD>
+GH_FN void gh_quad_long(int q, const LD &ld, size_t len, uint64_t *pa, uint64_t *pb)
+{
+    uint64_t a = gh_init_acc(2 * q), b = gh_init_acc(2 * q + 1), d0, d1;
+    size_t nb = (len - 1) / GH_BLOCK;
+    for (size_t k = 0; k < nb; k++) {
+        for (int s = 0; s < 16; s++) {
+            ld(k * GH_BLOCK + GH_STRIPE * (size_t)s + 16 * (size_t)q, &d0, &d1);
+            gh_unit(d0, d1, gh_quad_sec(s, q), gh_quad_sec(s + 1, q), &a, &b);
+        }
+        a = gh_scramble(a, gh_secret_word(GH_SEC_SCRAMBLE / 8 + 2 * q));
+        b = gh_scramble(b, gh_secret_word(GH_SEC_SCRAMBLE / 8 + 2 * q + 1));
+    }
+    int nstr = (int)(((len - 1) - nb * GH_BLOCK) / GH_STRIPE);
+    for (int s = 0; s < nstr; s++) {
+        ld(nb * GH_BLOCK + GH_STRIPE * (size_t)s + 16 * (size_t)q, &d0, &d1);
+        gh_unit(d0, d1, gh_quad_sec(s, q), gh_quad_sec(s + 1, q), &a, &b);
+    }
+    ld(len - GH_STRIPE + 16 * (size_t)q, &d0, &d1);
+    gh_unit(d0, d1, gh_sec(GH_SEC_LAST + 16 * q), gh_sec(GH_SEC_LAST + 16 * q + 8), &a, &b);
+    *pa = a;
+    *pb = b;
+}
+
 /* ---- statistics (stats.h), one lane's share ---- */
 
 /* MurmurHash3's 32-bit finalizer; f(k) = -1 when its top bit is set. */
@@ -392,6 +430,41 @@ GH_FN void gh_lane_sign_row(int lane, uint32_t m[4])
 #else
     for (int r = 0; r < 4; r++)
         m[r] = gh_sign_host.w[lane][r];
+#endif
+}
+
+/* The quad layout's signs: lane q meets positions 16 S + 4 q + e (stripe
+ * S = 0..255 of the leaf, e = 0..3); bit 4 (S % 8) + e of word S / 8 of
+ * its row is set when f is -1 there. */
+struct alignas(16) gh_quad_sign_table {
+    uint32_t w[4][32];
+};
+
+static constexpr struct gh_quad_sign_table gh_quad_sign_make()
+{
+    struct gh_quad_sign_table t = {};
+    for (int q = 0; q < 4; q++)
+        for (int S = 0; S < 256; S++)
+            for (int e = 0; e < 4; e++)
+                if (gh_fmix32((uint32_t)(16 * S + 4 * q + e)) >> 31)
+                    t.w[q][S >> 3] |= 1u << (4 * (S & 7) + e);
+    return t;
+}
+
+static __device__ const struct gh_quad_sign_table gh_quad_sign_dev = gh_quad_sign_make();
+static constexpr struct gh_quad_sign_table gh_quad_sign_host = gh_quad_sign_make();
+
+/* Lane q's sign words for stripes 16 k .. 16 k + 15 of a leaf (words 2 k
+ * and 2 k + 1 of its row). */
+GH_FN void gh_quad_signs(int q, int k, uint32_t *lo, uint32_t *hi)
+{
+#ifdef __CUDA_ARCH__
+    uint2 v = *(const uint2 *)&gh_quad_sign_dev.w[q][2 * k];
+    *lo = v.x;
+    *hi = v.y;
+#else
+    *lo = gh_quad_sign_host.w[q][2 * k];
+    *hi = gh_quad_sign_host.w[q][2 * k + 1];
 #endif
 }
 
@@ -455,6 +528,33 @@ GH_FN void gh_lstats_one(struct gh_lstats *s, int e, uint32_t u, uint32_t neg)
  * bit sh + e, moved to bit 31. */
 GH_FN uint32_t gh_neg(uint32_t m, int sh, int e) { return (m << (31 - sh - e)) & 0x80000000u; }
 
+/* A full unit of four floats, as gh_lstats_unit, with no test for NaN or
+ * Inf: the trace's fast path. A finite float's square is at most 2^256, so
+ * a lane's sq stays finite over any tile of finite elements and turns Inf
+ * or NaN (never back) at the first element that is not; a tile whose sq
+ * ends non-finite is done again through gh_lstats_unit
+ * (gt_leaf_tile). For finite units the two are the same operations in the
+ * same order. The per-unit test was a branch between every two units,
+ * which kept the compiler from interleaving one unit's loads and
+ * arithmetic with the next's: the leaf kernel ran at 2.9 TB/s with it,
+ * 3.5 without (H200; tests/bench/RESULTS.md). */
+GH_FN void gh_lstats_unit_fast(struct gh_lstats *s, uint32_t u0, uint32_t u1, uint32_t u2, uint32_t u3,
+                               uint32_t m, int sh)
+{
+    uint32_t u[4] = {u0, u1, u2, u3};
+    for (int e = 0; e < 4; e++) {
+        double d = gh_as_float(u[e] ^ gh_neg(m, sh, e));
+        float v = gh_as_float(u[e]);
+        s->sq = fma(d, d, s->sq);
+        s->sk[e] += d;
+        s->mn = fminf(s->mn, v);
+        s->mx = fmaxf(s->mx, v);
+    }
+}
+
+/* Whether a lane's sq shows no NaN or Inf met on the fast path. */
+GH_FN bool gh_lstats_finite(const struct gh_lstats *s) { return s->sq <= 1.7976931348623157e308; }
+
 /* A full unit of four floats (bits u[e]) at bit sh of sign word m. */
 GH_FN void gh_lstats_unit(struct gh_lstats *s, uint32_t u0, uint32_t u1, uint32_t u2, uint32_t u3,
                           uint32_t m, int sh)
@@ -473,6 +573,29 @@ GH_FN void gh_lstats_unit(struct gh_lstats *s, uint32_t u0, uint32_t u1, uint32_
         s->sk[e] += d;
         s->mn = fminf(s->mn, v);
         s->mx = fmaxf(s->mx, v);
+    }
+}
+
+/* Quad lane q's statistics over a leaf of ne elements (1..4096; u: the
+ * leaf's float bits, el(i) reading element i), leaf index L: its units 16
+ * S + 4 q in order of S, each whole one through gh_lstats_unit, the
+ * ragged one element by element. The fast path (gpu_trace_kern.cuh's
+ * gt_quad_full) makes the same additions in the same order over a full
+ * leaf. */
+template <class EL>
+GH_FN void gh_quad_stats(int q, const EL &el, uint32_t ne, uint64_t L, struct gh_lstats *st)
+{
+    uint32_t flip = gh_leaf_flip(L);
+    for (uint32_t S = 0; 16 * S + 4 * (uint32_t)q < ne; S++) {
+        uint32_t lo, hi, base = 16 * S + 4 * (uint32_t)q;
+        gh_quad_signs(q, (int)(S >> 4), &lo, &hi);
+        uint32_t m = ((S & 15) < 8 ? lo : hi) ^ flip;
+        int sh = 4 * (int)(S & 7);
+        if (base + 4 <= ne)
+            gh_lstats_unit(st, el(base), el(base + 1), el(base + 2), el(base + 3), m, sh);
+        else
+            for (int e = 0; base + (uint32_t)e < ne; e++)
+                gh_lstats_one(st, e, el(base + (uint32_t)e), gh_neg(m, sh, e));
     }
 }
 
