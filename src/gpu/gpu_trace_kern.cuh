@@ -228,8 +228,10 @@ struct gt_leaf_mem {
  * The source may read them (the trace) or compute them (a kernel that
  * writes a buffer and hashes it as it goes); the digest and the
  * statistics are the same for the same values. m: the lane's sign words
- * for this leaf. */
-template <class S>
+ * for this leaf. FAST: the units' statistics without the test for NaN
+ * and Inf (gh_lstats_unit_fast), for a caller that checks the lanes' sq
+ * after the tile and does it again without FAST where one is not finite. */
+template <bool FAST, class S>
 static __device__ __forceinline__ uint64_t gt_leaf_full(const struct gh_lane *c, S &src, const uint32_t m[4],
                                                         struct gh_lstats *st)
 {
@@ -246,8 +248,13 @@ static __device__ __forceinline__ uint64_t gt_leaf_full(const struct gh_lane *c,
             gh_lane_leaf_end(c, gt_w(c0.x, c0.y), gt_w(c0.z, c0.w), gt_w(c1.x, c1.y),
                              gt_w(c1.z, c1.w), &pa, &pb);
         /* units j = 2k and 2k + 1: sign word j / 8, bits 4 (j % 8) + e */
-        gh_lstats_unit(st, c0.x, c0.y, c0.z, c0.w, m[(2 * k) >> 3], 4 * ((2 * k) & 7));
-        gh_lstats_unit(st, c1.x, c1.y, c1.z, c1.w, m[(2 * k + 1) >> 3], 4 * ((2 * k + 1) & 7));
+        if (FAST) {
+            gh_lstats_unit_fast(st, c0.x, c0.y, c0.z, c0.w, m[(2 * k) >> 3], 4 * ((2 * k) & 7));
+            gh_lstats_unit_fast(st, c1.x, c1.y, c1.z, c1.w, m[(2 * k + 1) >> 3], 4 * ((2 * k + 1) & 7));
+        } else {
+            gh_lstats_unit(st, c0.x, c0.y, c0.z, c0.w, m[(2 * k) >> 3], 4 * ((2 * k) & 7));
+            gh_lstats_unit(st, c1.x, c1.y, c1.z, c1.w, m[(2 * k + 1) >> 3], 4 * ((2 * k + 1) & 7));
+        }
         gt_sum_q(&pa, &pb);
         a += pa;
         b += pb;
@@ -321,16 +328,12 @@ static __device__ __forceinline__ void gt_tile_store(struct gh_lstats *st, struc
             o->sk[4 * lane + e] = st->sk[e];
 }
 
-/* Tile g of buffer d by one warp: its leaf digests into dig, its
- * statistics into part[g]. */
-template <bool PIPE>
-static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_part *part,
-                                                    const struct gt_desc &d, uint32_t g, int lane)
+/* The leaves of tile g of buffer d by one warp: their digests into dig,
+ * their statistics into *st (FAST: see gt_leaf_full). */
+template <bool PIPE, bool FAST>
+static __device__ __forceinline__ void gt_tile_leaves(uint64_t *dig, const struct gt_desc &d, uint32_t g,
+                                                      int lane, const struct gh_lane &c, struct gh_lstats &st)
 {
-    struct gh_lane c;
-    gh_lane_init(&c, lane);
-    struct gh_lstats st;
-    gh_lstats_init(&st);
     uint32_t m[4], flip = 0; /* the lane's sign words, of leaf l once flipped */
     gh_lane_sign_row(lane, m);
     uint32_t tl = d.tile_leaves;
@@ -338,10 +341,9 @@ static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_par
     uint32_t nl = d.nleaves - l < tl ? (uint32_t)(d.nleaves - l) : tl;
     const float *x = d.ptr + (size_t)l * GT_LEAF_FLOATS;
     uint64_t left = d.count - (uint64_t)l * GT_LEAF_FLOATS; /* elements from x on */
-    uint64_t *out = dig + d.leaf0 + l;
     int a16 = (int)d.aligned;
     /* the first blocks of the tile, which no earlier load prefetched */
-    for (size_t pf = 128 * (size_t)lane; a16 && pf < GH_BLOCK * (size_t)GT_PREFETCH_BLOCKS && pf < 4 * left;
+    for (size_t pf = 128 * (size_t)lane; (FAST || a16) && pf < GH_BLOCK * (size_t)GT_PREFETCH_BLOCKS && pf < 4 * left;
          pf += 32 * 128)
         gt_prefetch((const char *)x + pf);
     for (uint32_t i = 0; i < nl; i++, l++, x += GT_LEAF_FLOATS, left -= GT_LEAF_FLOATS) {
@@ -350,37 +352,278 @@ static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_par
             m[r] ^= f ^ flip;
         flip = f;
         uint64_t h;
-        if (left >= GT_LEAF_FLOATS && a16) {
+        if (FAST || (left >= GT_LEAF_FLOATS && a16)) { /* FAST: a plain tile (gt_tile_plain) */
             gt_leaf_mem<PIPE> src(x, 4 * (size_t)left, lane);
-            h = gt_leaf_full(&c, src, m, &st);
+            h = gt_leaf_full<FAST>(&c, src, m, &st);
         } else {
             h = gt_leaf_part(&c, x, left < GT_LEAF_FLOATS ? (uint32_t)left : GT_LEAF_FLOATS, a16, m, &st);
         }
         if (lane == 0)
-            out[i] = h;
+            dig[d.leaf0 + l] = h;
     }
+}
+
+/* Whether tile g of buffer d is whole 16 KiB leaves at a 16-byte aligned
+ * address: the leaf kernel's fast path takes those, gt_again_kernel the
+ * rest (a buffer's last tile, when its length is not whole leaves, and
+ * every tile of a buffer that is not aligned). */
+static __device__ __forceinline__ bool gt_tile_plain(const struct gt_desc &d, uint32_t g)
+{
+    uint64_t end = (uint64_t)(g - d.tile0 + 1) * d.tile_leaves;
+    if (end > d.nleaves)
+        end = d.nleaves;
+    return d.aligned && d.count >= end * GT_LEAF_FLOATS;
+}
+
+/* Tile g of buffer d by one warp: its leaf digests into dig, its
+ * statistics into part[g]. FAST (the leaf kernel, plain tiles only):
+ * without the test for NaN and Inf, so that a tile that held one ends
+ * with a non-finite part[g].sq, and gt_again_kernel does it again; without
+ * FAST (the careful way) a tile's record is final. Either way the digests
+ * are the same, and so are the statistics of a tile of finite elements. */
+template <bool PIPE, bool FAST>
+static __device__ __forceinline__ void gt_leaf_tile(uint64_t *dig, struct gt_part *part,
+                                                    const struct gt_desc &d, uint32_t g, int lane)
+{
+    struct gh_lane c;
+    gh_lane_init(&c, lane);
+    struct gh_lstats st;
+    gh_lstats_init(&st);
+    gt_tile_leaves<PIPE, FAST>(dig, d, g, lane, c, st);
     gt_tile_store(&st, part + g, lane);
 }
 
-/* LOOP: a capped grid (gpu_trace_set_caps), each warp taking tiles g,
- * g + warps, ...; else one tile a warp (the loop's live values cost the
- * kernel spills in its 80 registers). */
+/* The plain tiles of one leaf (buffers of at most GT_SPLIT_LEAVES leaves),
+ * tiles 0 .. n - 1 (gt_fill numbers them before the quad tiles): one warp
+ * a tile; LOOP: a capped grid
+ * (gpu_trace_set_caps), each warp taking tiles i, i + warps, ...; else one
+ * tile a warp (the loop's live values cost the kernel spills in its 80
+ * registers). */
 template <bool LOOP>
 static __global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
 gt_leaf_kernel(uint64_t *dig, /* leaf digests, desc[k].leaf0 + L */
                struct gt_part *part, /* (ntiles) */
                const struct gt_desc *desc, const uint32_t *tile_buf, /* (ntiles): buffer of a tile */
-               uint32_t ntiles)
+               uint32_t n)
 {
+    /* (a first tile other than 0 here, added to g, cost the kernel 76
+     * bytes of spills where it has 24: ptxas, CUDA 13) */
     int lane = (int)(threadIdx.x & 31);
     uint32_t g = (blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5;
     if constexpr (!LOOP) {
-        if (g < ntiles)
-            gt_leaf_tile<GT_LEAF_PIPE>(dig, part, desc[tile_buf[g]], g, lane);
+        if (g >= n)
+            return;
+        const struct gt_desc &d = desc[tile_buf[g]];
+        if (gt_tile_plain(d, g))
+            gt_leaf_tile<GT_LEAF_PIPE, true>(dig, part, d, g, lane);
     } else {
-        for (uint32_t stride = (gridDim.x * GT_LEAF_THREADS) >> 5; g < ntiles; g += stride)
-            gt_leaf_tile<false>(dig, part, desc[tile_buf[g]], g, lane);
+        for (uint32_t stride = (gridDim.x * GT_LEAF_THREADS) >> 5; g < n; g += stride)
+            if (gt_tile_plain(desc[tile_buf[g]], g))
+                gt_leaf_tile<false, true>(dig, part, desc[tile_buf[g]], g, lane);
     }
+}
+
+/* ---- the quad layout: tiles of GT_TILE_LEAVES leaves (buffers of more
+ * than GT_SPLIT_LEAVES), one warp a tile, one quad a leaf ----
+ * A quad lane works through its leaf's 256 stripes alone (gpu_hash.cuh's
+ * quad layout), so the warp needs no shuffle before a scramble: the hash
+ * alone ran at the DRAM's pace (4.2 to 4.4 TB/s against 2.9 for the
+ * shared blocks, 1 GiB, H200), and beside a compute-bound kernel it took
+ * half the time from it (tests/bench/RESULTS.md). The statistics of a
+ * quad tile: lane q of quad j sums its units of leaf j in order (units 16 S
+ * + 4 q, S = 0..255: gh_quad_stats), then the quads' sketch sums in a
+ * butterfly (lanes xor 4, 8, 16) and everything else over all 32 lanes
+ * (xor 1, 2, 4, 8, 16); a quad without a leaf adds its initial values. */
+static_assert(GT_TILE_LEAVES >= 1 && GT_TILE_LEAVES <= 8, "a quad tile has at most 8 leaves, one a quad");
+
+/* Element reader of gh_quad_stats. */
+struct gt_el {
+    const uint32_t *u;
+    __host__ __device__ __forceinline__ uint32_t operator()(uint32_t i) const { return u[i]; }
+};
+
+/* Lane q's share of a full, 16-byte aligned leaf L at x: the hash's
+ * accumulators (returned as gh_merge_pair's term) and, with the units'
+ * test for NaN and Inf left out (gh_lstats_unit_fast; the caller checks
+ * sq), the statistics, in gh_quad_stats's order. sw: the 24 secret words
+ * in shared memory. */
+static __device__ __forceinline__ uint64_t gt_quad_full(int q, const float *x, uint64_t L, const uint64_t *sw,
+                                                        struct gh_lstats *st)
+{
+    const uint4 *v = (const uint4 *)x + q;
+    uint64_t a = gh_init_acc(2 * q), b = gh_init_acc(2 * q + 1);
+    uint64_t ca = sw[GH_SEC_SCRAMBLE / 8 + 2 * q], cb = sw[GH_SEC_SCRAMBLE / 8 + 2 * q + 1];
+    uint64_t la = gh_sec(GH_SEC_LAST + 16 * q), lb = gh_sec(GH_SEC_LAST + 16 * q + 8);
+    uint32_t flip = gh_leaf_flip(L);
+    const uint64_t *sq = sw + 2 * q; /* stripe s: sq[s], sq[s + 1] */
+#pragma unroll 1
+    for (int k = 0; k < 16; k++) {
+        uint32_t m0, m1;
+        gh_quad_signs(q, k, &m0, &m1);
+        m0 ^= flip;
+        m1 ^= flip;
+        uint64_t lo = sq[0];
+#pragma unroll
+        for (int s = 0; s < 16; s++) {
+            uint4 u = __ldcs(v + 64 * k + 4 * s);
+            uint64_t hi = sq[s + 1], k0 = lo, k1 = hi;
+            if (s == 15 && k == 15) { /* the leaf's last stripe */
+                k0 = la;
+                k1 = lb;
+            }
+            gh_unit(gt_w(u.x, u.y), gt_w(u.z, u.w), k0, k1, &a, &b);
+            gh_lstats_unit_fast(st, u.x, u.y, u.z, u.w, s < 8 ? m0 : m1, 4 * (s & 7));
+            lo = hi;
+        }
+        if (k < 15) {
+            a = gh_scramble(a, ca);
+            b = gh_scramble(b, cb);
+        }
+    }
+    return gh_merge_pair(a, b, q);
+}
+
+/* A quad tile's statistics into *o (the order above). */
+static __device__ __forceinline__ void gt_quad_store(struct gh_lstats *st, struct gt_part *o, int lane)
+{
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1)
+        for (int e = 0; e < 4; e++)
+            st->sk[e] += __shfl_xor_sync(GT_FULL, st->sk[e], m);
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+        st->sq += __shfl_xor_sync(GT_FULL, st->sq, m);
+        st->mn = fminf(st->mn, __shfl_xor_sync(GT_FULL, st->mn, m));
+        st->mx = fmaxf(st->mx, __shfl_xor_sync(GT_FULL, st->mx, m));
+        st->nan += __shfl_xor_sync(GT_FULL, st->nan, m);
+        st->inf += __shfl_xor_sync(GT_FULL, st->inf, m);
+    }
+    if (lane == 0) {
+        o->sq = st->sq;
+        o->mn = st->mn;
+        o->mx = st->mx;
+        o->nan = st->nan;
+        o->inf = st->inf;
+    }
+    if (lane < 4)
+        for (int e = 0; e < 4; e++)
+            o->sk[4 * lane + e] = st->sk[e];
+}
+
+/* Quad tile g of buffer d by one warp: its leaves' digests into dig, its
+ * statistics into part[g]. FAST: a plain tile, through gt_quad_full (sw:
+ * the secret in shared memory); else the careful way, any leaves, aligned
+ * or not (gh_quad_stats, then gh_quad_long, or XXH3's short paths for a
+ * last leaf of at most 240 bytes). */
+template <bool FAST>
+static __device__ __forceinline__ void gt_quad_tile(uint64_t *dig, struct gt_part *part, const struct gt_desc &d,
+                                                    uint32_t g, int lane, const uint64_t *sw)
+{
+    int q = lane & 3;
+    uint64_t L = (uint64_t)(g - d.tile0) * d.tile_leaves + (uint64_t)(lane >> 2);
+    bool has = (uint32_t)(lane >> 2) < d.tile_leaves && L < d.nleaves;
+    struct gh_lstats st;
+    gh_lstats_init(&st);
+    uint64_t mix = 0, h = 0;
+    size_t len = 0;
+    bool small = false;
+    if (has) {
+        const float *x = d.ptr + L * GT_LEAF_FLOATS;
+        uint64_t left = d.count - L * GT_LEAF_FLOATS;
+        uint32_t ne = left < GT_LEAF_FLOATS ? (uint32_t)left : GT_LEAF_FLOATS;
+        len = 4 * (size_t)ne;
+        if (FAST) {
+            mix = gt_quad_full(q, x, L, sw, &st);
+        } else {
+            struct gt_el el = {(const uint32_t *)x};
+            gh_quad_stats(q, el, ne, L, &st);
+            if (len <= GH_MIDSIZE_MAX) {
+                small = true;
+                h = gh_xxh3_64(x, len);
+            } else {
+                struct gt_ld ld = {(const uint8_t *)x, (int)d.aligned};
+                uint64_t a, b;
+                gh_quad_long(q, ld, len, &a, &b);
+                mix = gh_merge_pair(a, b, q);
+            }
+        }
+    }
+    mix += __shfl_xor_sync(GT_FULL, mix, 1);
+    mix += __shfl_xor_sync(GT_FULL, mix, 2);
+    if (has && q == 0)
+        dig[d.leaf0 + L] = small ? h : gh_merge_final(mix, len);
+    gt_quad_store(&st, part + g, lane);
+}
+
+/* The plain quad tiles, tiles base .. end - 1 (LOOP as the leaf
+ * kernel's). */
+template <bool LOOP>
+static __global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
+gt_quad_kernel(uint64_t *dig, struct gt_part *part, const struct gt_desc *desc, const uint32_t *tile_buf,
+               uint32_t base, uint32_t end)
+{
+    __shared__ uint64_t sw[24];
+    if (threadIdx.x < 24)
+        sw[threadIdx.x] = gh_secret_word((int)threadIdx.x);
+    __syncthreads();
+    int lane = (int)(threadIdx.x & 31);
+    uint32_t g = base + ((blockIdx.x * GT_LEAF_THREADS + threadIdx.x) >> 5);
+    for (uint32_t stride = LOOP ? (gridDim.x * GT_LEAF_THREADS) >> 5 : end; g < end; g += stride) {
+        const struct gt_desc &d = desc[tile_buf[g]];
+        if (gt_tile_plain(d, g))
+            gt_quad_tile<true>(dig, part, d, g, lane, sw);
+    }
+}
+
+/* After the leaf kernel, the careful way, one warp a tile: the tiles it
+ * left (not plain) and those whose partial sq came out non-finite (a NaN
+ * or an Inf met on the fast path). The rest of the warps read a few words
+ * and leave. A kernel of its own, because the careful path (partial
+ * leaves, specials) inside the leaf kernel cost the fast one its
+ * registers: 108 to 576 bytes of spills (ptxas, CUDA 13) where it has
+ * 24. */
+static __global__ void __launch_bounds__(256)
+gt_again_kernel(uint64_t *dig, struct gt_part *part, const struct gt_desc *desc, const uint32_t *tile_buf,
+                uint32_t ntiles)
+{
+    int lane = (int)(threadIdx.x & 31);
+    uint32_t g = (blockIdx.x * 256 + threadIdx.x) >> 5;
+    if (g >= ntiles)
+        return;
+    const struct gt_desc &d = desc[tile_buf[g]];
+    if (!gt_tile_plain(d, g) || !(part[g].sq <= 1.7976931348623157e308)) {
+        __syncwarp(); /* every lane has read the old sq before lane 0 writes */
+        if (d.tile_leaves > 1)
+            gt_quad_tile<false>(dig, part, d, g, lane, NULL);
+        else
+            gt_leaf_tile<false, false>(dig, part, d, g, lane);
+    }
+}
+
+/* The leaf kernels over ntiles tiles: the leaf kernel over the first
+ * ntiles - nquad, the quad kernel over the last nquad, each capped at
+ * cap_leaf blocks when not 0; then the second pass. */
+static void gt_leaves(uint64_t *dig, struct gt_part *part, const struct gt_desc *desc, const uint32_t *map,
+                      uint32_t nquad, uint32_t ntiles, unsigned cap_leaf, cudaStream_t s)
+{
+    const unsigned wpb = GT_LEAF_THREADS / 32;
+    if (nquad) {
+        unsigned grid = (nquad + wpb - 1) / wpb;
+        if (cap_leaf && grid > cap_leaf)
+            gt_quad_kernel<true><<<cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, desc, map, ntiles - nquad,
+                                                                      ntiles);
+        else
+            gt_quad_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, desc, map, ntiles - nquad,
+                                                                   ntiles);
+    }
+    if (ntiles > nquad) {
+        unsigned grid = (ntiles - nquad + wpb - 1) / wpb;
+        if (cap_leaf && grid > cap_leaf)
+            gt_leaf_kernel<true><<<cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, desc, map, ntiles - nquad);
+        else
+            gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, desc, map, ntiles - nquad);
+    }
+    gt_again_kernel<<<(ntiles + 7) / 8, 256, 0, s>>>(dig, part, desc, map, ntiles);
 }
 
 /* The shares of blocks c0 .. c0 + cn - 1 of the root's input p (1 KiB
@@ -678,21 +921,26 @@ static size_t gt_align(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* Where a batch's pieces go. Device: descriptors | tile map | work items
  * | groups (the four copied in as one piece from the same layout on the
- * host) | digests | partials, then (gpu_trace_enqueue) records. */
+ * host) | digests | partials, then (gpu_trace_enqueue) records. The
+ * quad tiles (of buffers of more than GT_SPLIT_LEAVES leaves) are the last
+ * nquad tiles, the rest before them; a buffer's tiles are consecutive. */
 struct gt_layout {
     uint64_t ntiles, nslots;
     uint32_t ngroups;  /* of the large buffers' tiles (gt_group_kernel) */
+    uint32_t nquad;    /* quad tiles */
     size_t o_map, o_items, o_grp, in_bytes, o_dig, o_part, o_end;
 };
 
 /* The layout of n buffers of counts[k] floats; -1: too many tiles. */
 static int gt_plan(const size_t *counts, int n, struct gt_layout *l)
 {
-    uint64_t ntiles = 0, nslots = 0, ngroups = 0;
+    uint64_t ntiles = 0, nslots = 0, ngroups = 0, nquad = 0;
     for (int k = 0; k < n; k++) {
         uint64_t leaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
         uint64_t tiles = (leaves + gt_tile_leaves(leaves) - 1) / gt_tile_leaves(leaves);
         ntiles += tiles;
+        if (gt_tile_leaves(leaves) > 1)
+            nquad += tiles;
         nslots += leaves + (leaves & 1);
         if (leaves > GT_SMALL_LEAVES)
             ngroups += (tiles + GT_GROUP_TILES - 1) / GT_GROUP_TILES;
@@ -702,6 +950,7 @@ static int gt_plan(const size_t *counts, int n, struct gt_layout *l)
     l->ntiles = ntiles;
     l->nslots = nslots;
     l->ngroups = (uint32_t)ngroups;
+    l->nquad = (uint32_t)nquad;
     l->o_map = gt_align((size_t)n * sizeof(struct gt_desc), 16);
     l->o_items = gt_align(l->o_map + 4 * (size_t)ntiles, 16);
     l->o_grp = gt_align(l->o_items + (size_t)n * sizeof(struct gt_item), 16);
@@ -722,7 +971,7 @@ static unsigned gt_fill(unsigned char *host, const struct gt_layout *l, const fl
     uint32_t *map = (uint32_t *)(host + l->o_map);
     struct gt_item *items = (struct gt_item *)(host + l->o_items), *small = NULL;
     uint32_t *grp = (uint32_t *)(host + l->o_grp), ng = 0;
-    uint64_t tile = 0, slot = 0;
+    uint64_t tq = l->ntiles - l->nquad, tw = 0, slot = 0; /* the next quad tile, the next other tile */
     unsigned nitems = 0;
     for (int k = 0; k < n; k++) {
         struct gt_desc *d = &desc[k];
@@ -731,9 +980,10 @@ static unsigned gt_fill(unsigned char *host, const struct gt_layout *l, const fl
         d->count = counts[k];
         d->nleaves = (counts[k] + GT_LEAF_FLOATS - 1) / GT_LEAF_FLOATS;
         d->leaf0 = slot;
-        d->tile0 = (uint32_t)tile;
         d->tile_leaves = gt_tile_leaves(d->nleaves);
         d->ntiles = (uint32_t)((d->nleaves + d->tile_leaves - 1) / d->tile_leaves);
+        uint64_t &tile = d->tile_leaves > 1 ? tq : tw;
+        d->tile0 = (uint32_t)tile;
         d->aligned = ((uintptr_t)bufs[k] & 15) == 0;
         d->out = out ? out[k] : (uint32_t)k;
         for (uint32_t i = 0; i < d->ntiles; i++)
@@ -778,14 +1028,8 @@ static void gt_launch(unsigned char *dev, const struct gt_layout *l, unsigned ni
 #else
     (void)timed;
 #endif
-    if (ntiles) {
-        unsigned grid = (unsigned)((ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32));
-        const uint32_t *map = (const uint32_t *)(dev + l->o_map);
-        if (cap_leaf && grid > cap_leaf)
-            gt_leaf_kernel<true><<<cap_leaf, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, ntiles);
-        else
-            gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, ddesc, map, ntiles);
-    }
+    if (ntiles)
+        gt_leaves(dig, part, ddesc, (const uint32_t *)(dev + l->o_map), l->nquad, ntiles, cap_leaf, s);
 #ifdef GT_TIMING
     cudaEventRecord(ev[1], s);
 #endif

@@ -26,7 +26,7 @@ gt_one_small_kernel(struct trace_oprec *rec, struct gt_desc d, uint64_t *dig, st
     int lane = (int)(threadIdx.x & 31);
     uint32_t g = blockIdx.x * GT_ONE_WARPS + (threadIdx.x >> 5);
     if (g < d.ntiles)
-        gt_leaf_tile<true>(dig, part, d, g, lane);
+        gt_leaf_tile<true, false>(dig, part, d, g, lane);
     __threadfence(); /* this thread's digest and partial, before the ticket */
     __syncthreads();
     if (threadIdx.x == 0)
@@ -132,8 +132,7 @@ cudaError_t gpu_trace_one(void *scratch, const float *x, size_t count, struct tr
     if (e != cudaSuccess)
         return e;
     if (l.ntiles) {
-        unsigned grid = (l.ntiles + GT_LEAF_THREADS / 32 - 1) / (GT_LEAF_THREADS / 32);
-        gt_leaf_kernel<false><<<grid, GT_LEAF_THREADS, 0, s>>>(dig, part, dd, map, l.ntiles);
+        gt_leaves(dig, part, dd, map, d.tile_leaves > 1 ? l.ntiles : 0, l.ntiles, 0, s);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
         uint32_t ng = gt_groups(l.ntiles);
@@ -209,7 +208,7 @@ gt_sb_kernel(const __grid_constant__ struct gt_sb<MAX> sb, struct trace_oprec *r
     d.out = b.out;
     uint32_t g = w - b.warp0, need = d.ntiles ? d.ntiles : 1;
     if (g < d.ntiles)
-        gt_leaf_tile<false>(dig, part, d, d.tile0 + g, lane);
+        gt_leaf_tile<false, false>(dig, part, d, d.tile0 + g, lane);
     __threadfence(); /* this warp's digest and partial, before the ticket */
     __syncwarp();
     unsigned last = 0;

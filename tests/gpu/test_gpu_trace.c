@@ -246,11 +246,12 @@ static void test_sizes(void **state)
     gt_set_free(&s);
 }
 
-/* Views 4, 8 and 12 bytes into a buffer: the scalar-load paths. */
+/* Views 4, 8 and 12 bytes into a buffer: the scalar-load paths (the last
+ * size: quad tiles, gt_quad_tile's careful way). */
 static void test_unaligned(void **state)
 {
     (void)state;
-    static const size_t sizes[] = {1, 61, 4096, 16385, 70001};
+    static const size_t sizes[] = {1, 61, 4096, 16385, 70001, 4096 * 520 + 3};
     int ns = (int)(sizeof sizes / sizeof sizes[0]);
     struct gt_set s;
     gt_set_init(&s, 3 * ns);
