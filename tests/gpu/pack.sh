@@ -14,13 +14,13 @@ B=${1:-build}
 D=${2:-build-gpu}
 rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib" "$D/data"
-make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_fused_hash tests/bench/bench_gpu_profile tests/bench/bench_cudnn_engines \
+make -C "$B" -j2 src/divtrace tests/bench/bench_gpu_step tests/bench/bench_gpu_hash tests/bench/bench_gpu_fused_hash tests/bench/bench_gpu_leaf_layout tests/bench/bench_gpu_profile tests/bench/bench_cudnn_engines \
     tests/gpu/test_gpu_trace tests/gpu/test_gpu_trace_paths tests/gpu/test_gpu_ops tests/gpu/test_gpu_dnn \
     tests/gpu/test_lib_gpu tests/bench/bench_lib_step tests/bench/bench_gemm tests/bench/bench_cpu_step \
     tests/test_cpu_gemm tests/test_stats tests/test_conv_cache tests/test_conv tests/test_image_ops tests/test_tracer_async \
     tests/test_tracer_defer >/dev/null
 cp "$B/src/divtrace" "$B/tests/bench/bench_gpu_step" "$B/tests/bench/bench_gpu_hash" "$B/tests/bench/bench_gpu_profile" \
-    "$B/tests/bench/bench_gpu_fused_hash" "$B/tests/bench/bench_cudnn_engines" \
+    "$B/tests/bench/bench_gpu_fused_hash" "$B/tests/bench/bench_gpu_leaf_layout" "$B/tests/bench/bench_cudnn_engines" \
     "$B/tests/gpu/test_gpu_trace" "$B/tests/gpu/test_gpu_trace_paths" "$B/tests/gpu/test_gpu_ops" \
     "$B/tests/gpu/test_gpu_dnn" "$B/tests/bench/bench_gemm" "$B/tests/bench/bench_cpu_step" "$D/bin/"
 # the CPU kernels' tests: the GPU machine's CPU has AVX-512, which CI's may lack;

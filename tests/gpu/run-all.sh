@@ -355,11 +355,13 @@ fi
 if [ "${QUICK:-0}" = 1 ]; then
     check bench_gpu_hash 0 -- "$P/bin/bench_gpu_hash" --quick
     check bench_gpu_fused_hash 0 -- "$P/bin/bench_gpu_fused_hash" --quick
+    check bench_gpu_leaf_layout 0 -- "$P/bin/bench_gpu_leaf_layout" 256
     check bench_gpu_step 0 -- "$P/bin/bench_gpu_step" --quick
     check bench_lib_step 0 -- "$P/bin/bench_lib_step" 500
 else
     check bench_gpu_hash 0 -- "$P/bin/bench_gpu_hash"
     check bench_gpu_fused_hash 0 -- "$P/bin/bench_gpu_fused_hash"
+    check bench_gpu_leaf_layout 0 -- "$P/bin/bench_gpu_leaf_layout"
     check bench_gpu_step 0 -- "$P/bin/bench_gpu_step"
     check bench_lib_step 0 -- "$P/bin/bench_lib_step"
     check bench_cudnn_engines 0 -- "$P/bin/bench_cudnn_engines"
