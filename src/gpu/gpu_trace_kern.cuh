@@ -555,10 +555,17 @@ static __device__ __forceinline__ void gt_quad_tile(uint64_t *dig, struct gt_par
     gt_quad_store(&st, part + g, lane);
 }
 
+/* 10 blocks an SM: ptxas gives the quad kernel 96 registers (0 spills),
+ * where at 12 it fits 80 and hoists fewer loads: over 1 GiB 3.7 TB/s
+ * against 3.4, and beside SGEMMs 0.37 of its time taken from them
+ * against 0.51 (bench_gpu_leaf_layout, H200; 16 blocks: 3.6 TB/s, 0.55). */
+#ifndef GT_QUAD_BLOCKS_PER_SM
+#define GT_QUAD_BLOCKS_PER_SM 10
+#endif
 /* The plain quad tiles, tiles base .. end - 1 (LOOP as the leaf
  * kernel's). */
 template <bool LOOP>
-static __global__ void __launch_bounds__(GT_LEAF_THREADS, GT_LEAF_BLOCKS_PER_SM)
+static __global__ void __launch_bounds__(GT_LEAF_THREADS, GT_QUAD_BLOCKS_PER_SM)
 gt_quad_kernel(uint64_t *dig, struct gt_part *part, const struct gt_desc *desc, const uint32_t *tile_buf,
                uint32_t base, uint32_t end)
 {
