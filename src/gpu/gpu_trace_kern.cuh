@@ -557,8 +557,9 @@ static __device__ __forceinline__ void gt_quad_tile(uint64_t *dig, struct gt_par
 
 /* 10 blocks an SM: ptxas gives the quad kernel 96 registers (0 spills),
  * where at 12 it fits 80 and hoists fewer loads: over 1 GiB 3.7 TB/s
- * against 3.4, and beside SGEMMs 0.37 of its time taken from them
- * against 0.51 (bench_gpu_leaf_layout, H200; 16 blocks: 3.6 TB/s, 0.55). */
+ * against 3.4, and beside SGEMMs 0.38 and 0.36 of its time taken from
+ * them against 0.56 and 0.46 (bench_gpu_leaf_layout, H200; 16 blocks:
+ * 3.6 TB/s, 0.56). */
 #ifndef GT_QUAD_BLOCKS_PER_SM
 #define GT_QUAD_BLOCKS_PER_SM 10
 #endif
