@@ -232,7 +232,7 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
  * stays finite over any tensor of finite values and turns Inf or NaN at
  * the first value that is not: then nothing is stored and 0 comes back,
  * for the caller to take the blocks the careful way. The test and its
- * branch were a fifth of the loop's instructions. */
+ * branch were about a quarter of the loop's instructions. */
 __attribute__((target("avx512f")))
 static int stats_blocks_avx512_fast(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
