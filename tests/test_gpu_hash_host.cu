@@ -419,7 +419,7 @@ static void test_tree(void **state)
 
 /* ---- statistics ---- */
 
-/* The sign table gives stats.c's signs, leaf signs folded in. */
+/* The sign tables of both layouts give stats.c's signs, leaf signs folded in. */
 static void test_sign_table(void **state)
 {
     (void)state;
@@ -439,6 +439,18 @@ static void test_sign_table(void **state)
                     assert_int_equal(neg != 0, stats_sketch_sign(i) < 0);
                 }
         }
+        /* the quad layout's: lane q, stripe S = 16 k + s */
+        for (int q = 0; q < 4; q++)
+            for (int k = 0; k < 16; k++) {
+                uint32_t lo, hi;
+                gh_quad_signs(q, k, &lo, &hi);
+                for (int S = 16 * k; S < 16 * k + 16; S++)
+                    for (int e = 0; e < 4; e++) {
+                        size_t i = 4096 * L + 16 * (size_t)S + 4 * (size_t)q + (size_t)e;
+                        uint32_t neg = gh_neg(((S & 15) < 8 ? lo : hi) ^ gh_leaf_flip(L), 4 * (S & 7), e);
+                        assert_int_equal(neg != 0, stats_sketch_sign(i) < 0);
+                    }
+            }
     }
 }
 

@@ -397,26 +397,35 @@ GH_FN constexpr uint32_t gh_fmix32(uint32_t h)
 
 /* The sign of element i is f(i mod 4096) f(4096 + i / 4096): within a leaf
  * of 4096 floats the first factor is its position, the second the leaf's
- * index. Lane l meets positions 128 j + 4 l + e (unit j = 0..31, e = 0..3);
- * bit 4 (j % 8) + e of word j / 8 of its row is set when f is -1 there. */
-struct alignas(16) gh_sign_table {
-    uint32_t w[32][4];
+ * index. A table of a layout's signs has a row per lane and a bit per
+ * element the lane meets in a leaf: bit 4 (u % 8) + e of word u / 8 of row
+ * r is set when f is -1 at position pos(r, u) + e, for the lane's units u
+ * of four floats in the order it meets them. */
+template <int ROWS, int WORDS>
+struct alignas(16) gh_sign_rows {
+    uint32_t w[ROWS][WORDS];
 };
 
-static constexpr struct gh_sign_table gh_sign_make()
+template <int ROWS, int WORDS, class P>
+static constexpr struct gh_sign_rows<ROWS, WORDS> gh_sign_rows_make(P pos)
 {
-    struct gh_sign_table t = {};
-    for (int l = 0; l < 32; l++)
-        for (int j = 0; j < 32; j++)
+    struct gh_sign_rows<ROWS, WORDS> t = {};
+    for (int r = 0; r < ROWS; r++)
+        for (int u = 0; u < 8 * WORDS; u++)
             for (int e = 0; e < 4; e++)
-                if (gh_fmix32((uint32_t)(128 * j + 4 * l + e)) >> 31)
-                    t.w[l][j >> 3] |= 1u << (4 * (j & 7) + e);
+                if (gh_fmix32((uint32_t)(pos(r, u) + e)) >> 31)
+                    t.w[r][u >> 3] |= 1u << (4 * (u & 7) + e);
     return t;
 }
 
-/* In global memory, not __constant__: every lane reads its own row. */
-static __device__ const struct gh_sign_table gh_sign_dev = gh_sign_make();
-static constexpr struct gh_sign_table gh_sign_host = gh_sign_make();
+/* The warp layout: lane l meets positions 128 j + 4 l + e (unit j =
+ * 0..31). In global memory, not __constant__: every lane reads its own
+ * row. */
+struct gh_sign_pos_warp {
+    constexpr int operator()(int l, int j) const { return 128 * j + 4 * l; }
+};
+static __device__ const struct gh_sign_rows<32, 4> gh_sign_dev = gh_sign_rows_make<32, 4>(gh_sign_pos_warp());
+static constexpr struct gh_sign_rows<32, 4> gh_sign_host = gh_sign_rows_make<32, 4>(gh_sign_pos_warp());
 
 /* Lane l's four sign words (one 16-byte load per lane on the device). */
 GH_FN void gh_lane_sign_row(int lane, uint32_t m[4])
@@ -433,26 +442,13 @@ GH_FN void gh_lane_sign_row(int lane, uint32_t m[4])
 #endif
 }
 
-/* The quad layout's signs: lane q meets positions 16 S + 4 q + e (stripe
- * S = 0..255 of the leaf, e = 0..3); bit 4 (S % 8) + e of word S / 8 of
- * its row is set when f is -1 there. */
-struct alignas(16) gh_quad_sign_table {
-    uint32_t w[4][32];
+/* The quad layout: lane q meets positions 16 S + 4 q + e (stripe S =
+ * 0..255 of the leaf). */
+struct gh_sign_pos_quad {
+    constexpr int operator()(int q, int S) const { return 16 * S + 4 * q; }
 };
-
-static constexpr struct gh_quad_sign_table gh_quad_sign_make()
-{
-    struct gh_quad_sign_table t = {};
-    for (int q = 0; q < 4; q++)
-        for (int S = 0; S < 256; S++)
-            for (int e = 0; e < 4; e++)
-                if (gh_fmix32((uint32_t)(16 * S + 4 * q + e)) >> 31)
-                    t.w[q][S >> 3] |= 1u << (4 * (S & 7) + e);
-    return t;
-}
-
-static __device__ const struct gh_quad_sign_table gh_quad_sign_dev = gh_quad_sign_make();
-static constexpr struct gh_quad_sign_table gh_quad_sign_host = gh_quad_sign_make();
+static __device__ const struct gh_sign_rows<4, 32> gh_quad_sign_dev = gh_sign_rows_make<4, 32>(gh_sign_pos_quad());
+static constexpr struct gh_sign_rows<4, 32> gh_quad_sign_host = gh_sign_rows_make<4, 32>(gh_sign_pos_quad());
 
 /* Lane q's sign words for stripes 16 k .. 16 k + 15 of a leaf (words 2 k
  * and 2 k + 1 of its row). */

@@ -483,33 +483,6 @@ static __device__ __forceinline__ uint64_t gt_quad_full(int q, const float *x, u
     return gh_merge_pair(a, b, q);
 }
 
-/* A quad tile's statistics into *o (the order above). */
-static __device__ __forceinline__ void gt_quad_store(struct gh_lstats *st, struct gt_part *o, int lane)
-{
-#pragma unroll
-    for (int m = 4; m < 32; m <<= 1)
-        for (int e = 0; e < 4; e++)
-            st->sk[e] += __shfl_xor_sync(GT_FULL, st->sk[e], m);
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) {
-        st->sq += __shfl_xor_sync(GT_FULL, st->sq, m);
-        st->mn = fminf(st->mn, __shfl_xor_sync(GT_FULL, st->mn, m));
-        st->mx = fmaxf(st->mx, __shfl_xor_sync(GT_FULL, st->mx, m));
-        st->nan += __shfl_xor_sync(GT_FULL, st->nan, m);
-        st->inf += __shfl_xor_sync(GT_FULL, st->inf, m);
-    }
-    if (lane == 0) {
-        o->sq = st->sq;
-        o->mn = st->mn;
-        o->mx = st->mx;
-        o->nan = st->nan;
-        o->inf = st->inf;
-    }
-    if (lane < 4)
-        for (int e = 0; e < 4; e++)
-            o->sk[4 * lane + e] = st->sk[e];
-}
-
 /* Quad tile g of buffer d by one warp: its leaves' digests into dig, its
  * statistics into part[g]. FAST: a plain tile, through gt_quad_full (sw:
  * the secret in shared memory); else the careful way, any leaves, aligned
@@ -552,7 +525,7 @@ static __device__ __forceinline__ void gt_quad_tile(uint64_t *dig, struct gt_par
     mix += __shfl_xor_sync(GT_FULL, mix, 2);
     if (has && q == 0)
         dig[d.leaf0 + L] = small ? h : gh_merge_final(mix, len);
-    gt_quad_store(&st, part + g, lane);
+    gt_tile_store(&st, part + g, lane); /* the butterflies of the order above */
 }
 
 /* 10 blocks an SM: ptxas gives the quad kernel 96 registers (0 spills),
