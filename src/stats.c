@@ -173,8 +173,17 @@ static const double *stats_window(const double *t, size_t b, size_t b1, size_t *
 /* x - x is 0 exactly for finite x, NaN for Inf and NaN */
 #define STATS_FINITE(v) _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_EQ_OQ)
 
-__attribute__((target("avx512f")))
-static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+/* One pass over blocks b0 .. b1-1. careful (a constant where it is
+ * inlined): a block with a NaN or an Inf goes through the portable code;
+ * 1 comes back. Not careful: no test at all, the same sums in the same
+ * order where every value is finite. A finite float's square is at most
+ * 2^256, so each lane's sum of squares stays finite over any tensor of
+ * finite values and turns Inf or NaN at the first value that is not:
+ * then nothing is stored and 0 comes back, for the caller to take the
+ * blocks the careful way. The test and its branch were about a quarter of
+ * the loop's instructions. */
+__attribute__((target("avx512f"), always_inline))
+static inline int stats_pass_avx512(struct stats_acc *a, const float *x, size_t b0, size_t b1, int careful)
 {
     __m512d sq0 = _mm512_loadu_pd(a->sq), sq1 = _mm512_loadu_pd(a->sq + 8);
     __m512d sk0 = _mm512_loadu_pd(a->sk), sk1 = _mm512_loadu_pd(a->sk + 8);
@@ -190,8 +199,9 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
             if (b + 4 <= wend) {
                 __m512 v0 = _mm512_loadu_ps(x + b * SK), v1 = _mm512_loadu_ps(x + b * SK + SK);
                 __m512 v2 = _mm512_loadu_ps(x + b * SK + 2 * SK), v3 = _mm512_loadu_ps(x + b * SK + 3 * SK);
-                __mmask16 f = _mm512_kand(_mm512_kand(STATS_FINITE(v0), STATS_FINITE(v1)),
-                                          _mm512_kand(STATS_FINITE(v2), STATS_FINITE(v3)));
+                __mmask16 f = careful ? _mm512_kand(_mm512_kand(STATS_FINITE(v0), STATS_FINITE(v1)),
+                                                    _mm512_kand(STATS_FINITE(v2), STATS_FINITE(v3)))
+                                      : 0xffff;
                 if (f == 0xffff) {
                     STATS_ONE_BLOCK(v0, tb);
                     STATS_ONE_BLOCK(v1, tb + SK);
@@ -203,7 +213,7 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
                 }
             }
             __m512 v = _mm512_loadu_ps(x + b * SK);
-            if (STATS_FINITE(v) != 0xffff) {
+            if (careful && STATS_FINITE(v) != 0xffff) {
                 _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
                 _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
                 _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
@@ -220,54 +230,30 @@ static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, 
             b++;
         }
     }
+    const __m512d dz = _mm512_setzero_pd();
+    if (!careful && (_mm512_cmp_pd_mask(_mm512_sub_pd(sq0, sq0), dz, _CMP_EQ_OQ) != 0xff ||
+                     _mm512_cmp_pd_mask(_mm512_sub_pd(sq1, sq1), dz, _CMP_EQ_OQ) != 0xff)) {
+        _mm256_zeroupper();
+        return 0;
+    }
     _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
     _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
     _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
     a->any = any;
     _mm256_zeroupper(); /* SSE code after this would otherwise run slowly */
+    return 1;
 }
-/* Blocks b0 .. b1-1 with no test for non-finite values, the same sums in
- * the same order as stats_blocks_avx512 where every value is finite. A
- * finite float's square is at most 2^256, so each lane's sum of squares
- * stays finite over any tensor of finite values and turns Inf or NaN at
- * the first value that is not: then nothing is stored and 0 comes back,
- * for the caller to take the blocks the careful way. The test and its
- * branch were about a quarter of the loop's instructions. */
+
+__attribute__((target("avx512f")))
+static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+{
+    stats_pass_avx512(a, x, b0, b1, 1);
+}
+
 __attribute__((target("avx512f")))
 static int stats_blocks_avx512_fast(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
-    __m512d sq0 = _mm512_loadu_pd(a->sq), sq1 = _mm512_loadu_pd(a->sq + 8);
-    __m512d sk0 = _mm512_loadu_pd(a->sk), sk1 = _mm512_loadu_pd(a->sk + 8);
-    __m512 mn = _mm512_loadu_ps(a->mn), mx = _mm512_loadu_ps(a->mx);
-    const double *t = stats_dsigns();
-    for (size_t b = b0; b < b1;) {
-        size_t wend;
-        const double *tw = stats_window(t, b, b1, &wend);
-        for (; b + 4 <= wend; b += 4) {
-            const double *tb = tw + (b * SK) % STATS_PERIOD;
-            __m512 v0 = _mm512_loadu_ps(x + b * SK), v1 = _mm512_loadu_ps(x + b * SK + SK);
-            __m512 v2 = _mm512_loadu_ps(x + b * SK + 2 * SK), v3 = _mm512_loadu_ps(x + b * SK + 3 * SK);
-            STATS_ONE_BLOCK(v0, tb);
-            STATS_ONE_BLOCK(v1, tb + SK);
-            STATS_ONE_BLOCK(v2, tb + 2 * SK);
-            STATS_ONE_BLOCK(v3, tb + 3 * SK);
-        }
-        for (; b < wend; b++) {
-            __m512 v = _mm512_loadu_ps(x + b * SK);
-            STATS_ONE_BLOCK(v, tw + (b * SK) % STATS_PERIOD);
-        }
-    }
-    const __m512d dz = _mm512_setzero_pd();
-    int fin = _mm512_cmp_pd_mask(_mm512_sub_pd(sq0, sq0), dz, _CMP_EQ_OQ) == 0xff &&
-              _mm512_cmp_pd_mask(_mm512_sub_pd(sq1, sq1), dz, _CMP_EQ_OQ) == 0xff;
-    if (fin) {
-        _mm512_storeu_pd(a->sq, sq0); _mm512_storeu_pd(a->sq + 8, sq1);
-        _mm512_storeu_pd(a->sk, sk0); _mm512_storeu_pd(a->sk + 8, sk1);
-        _mm512_storeu_ps(a->mn, mn); _mm512_storeu_ps(a->mx, mx);
-        a->any |= b1 > b0;
-    }
-    _mm256_zeroupper();
-    return fin;
+    return stats_pass_avx512(a, x, b0, b1, 0);
 }
 #undef STATS_ONE_BLOCK
 #undef STATS_FINITE
@@ -307,8 +293,11 @@ static int stats_blocks_avx512_fast(struct stats_acc *a, const float *x, size_t 
         _mm256_storeu_ps(a->mx, mx0), _mm256_storeu_ps(a->mx + 8, mx1);                      \
     } while (0)
 
-__attribute__((target("avx2,fma")))
-static void stats_blocks_avx2(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+/* One pass, as stats_pass_avx512 (careful: a block with a NaN or an Inf
+ * through the portable code; not careful: no test, and 0 with nothing
+ * stored where a sum of squares comes out non-finite). */
+__attribute__((target("avx2,fma"), always_inline))
+static inline int stats_pass_avx2(struct stats_acc *a, const float *x, size_t b0, size_t b1, int careful)
 {
     __m256d sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3;
     __m256 mn0, mn1, mx0, mx1;
@@ -323,9 +312,9 @@ static void stats_blocks_avx2(struct stats_acc *a, const float *x, size_t b0, si
             __m256 v0 = _mm256_loadu_ps(x + b * SK), v1 = _mm256_loadu_ps(x + b * SK + 8);
             /* x - x is 0 exactly for finite x, NaN for Inf and NaN */
             __m256 z = _mm256_setzero_ps();
-            __m256 f = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(v0, v0), z, _CMP_EQ_OQ),
-                                     _mm256_cmp_ps(_mm256_sub_ps(v1, v1), z, _CMP_EQ_OQ));
-            if (_mm256_movemask_ps(f) != 0xff) {
+            if (careful && _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(v0, v0), z, _CMP_EQ_OQ),
+                                                            _mm256_cmp_ps(_mm256_sub_ps(v1, v1), z,
+                                                                          _CMP_EQ_OQ))) != 0xff) {
                 STATS_STORE2();
                 a->any = any;
                 stats_blocks_generic(a, x, b, b + 1);
@@ -338,42 +327,33 @@ static void stats_blocks_avx2(struct stats_acc *a, const float *x, size_t b0, si
             any = 1;
         }
     }
+    if (!careful) {
+        __m256d z = _mm256_setzero_pd();
+        __m256d f = _mm256_and_pd(_mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(sq0, sq0), z, _CMP_EQ_OQ),
+                                                _mm256_cmp_pd(_mm256_sub_pd(sq1, sq1), z, _CMP_EQ_OQ)),
+                                  _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(sq2, sq2), z, _CMP_EQ_OQ),
+                                                _mm256_cmp_pd(_mm256_sub_pd(sq3, sq3), z, _CMP_EQ_OQ)));
+        if (_mm256_movemask_pd(f) != 0xf) {
+            _mm256_zeroupper();
+            return 0;
+        }
+    }
     STATS_STORE2();
     a->any = any;
     _mm256_zeroupper();
+    return 1;
 }
-/* The same as stats_blocks_avx2 with no test for non-finite values
- * (stats_blocks_avx512_fast's reasoning): 0, nothing stored, where a NaN
- * or an Inf went by. */
+
+__attribute__((target("avx2,fma")))
+static void stats_blocks_avx2(struct stats_acc *a, const float *x, size_t b0, size_t b1)
+{
+    stats_pass_avx2(a, x, b0, b1, 1);
+}
+
 __attribute__((target("avx2,fma")))
 static int stats_blocks_avx2_fast(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
-    __m256d sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3;
-    __m256 mn0, mn1, mx0, mx1;
-    STATS_LOAD2();
-    const double *t = stats_dsigns();
-    for (size_t b = b0; b < b1;) {
-        size_t wend;
-        const double *tw = stats_window(t, b, b1, &wend);
-        for (; b < wend; b++) {
-            const double *tb = tw + (b * SK) % STATS_PERIOD;
-            __m256 v0 = _mm256_loadu_ps(x + b * SK), v1 = _mm256_loadu_ps(x + b * SK + 8);
-            STATS_HALF(v0, tb, sq0, sq1, sk0, sk1, mn0, mx0);
-            STATS_HALF(v1, tb + 8, sq2, sq3, sk2, sk3, mn1, mx1);
-        }
-    }
-    __m256d z = _mm256_setzero_pd();
-    __m256d f = _mm256_and_pd(_mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(sq0, sq0), z, _CMP_EQ_OQ),
-                                            _mm256_cmp_pd(_mm256_sub_pd(sq1, sq1), z, _CMP_EQ_OQ)),
-                              _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(sq2, sq2), z, _CMP_EQ_OQ),
-                                            _mm256_cmp_pd(_mm256_sub_pd(sq3, sq3), z, _CMP_EQ_OQ)));
-    int fin = _mm256_movemask_pd(f) == 0xf;
-    if (fin) {
-        STATS_STORE2();
-        a->any |= b1 > b0;
-    }
-    _mm256_zeroupper();
-    return fin;
+    return stats_pass_avx2(a, x, b0, b1, 0);
 }
 #undef STATS_HALF
 #undef STATS_LOAD2
