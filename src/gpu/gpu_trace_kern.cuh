@@ -6,16 +6,25 @@
  * copy of the kernels.
  *
  * One call: one copy of the step's descriptor table to the device (once
- * for a captured step), two or three kernels, the last writing the
+ * for a captured step), three to five kernels, the last writing the
  * records into pinned host memory, one stream synchronisation.
- *  1. gt_leaf_kernel: one warp per tile of consecutive 16 KiB leaves of one
- *     buffer: one leaf in a buffer of up to GT_SPLIT_LEAVES leaves, else
- *     GT_TILE_LEAVES (gt_tile_leaves: the tiling, and so the order of the
- *     statistics' sums, depends on the buffer's length alone). It hashes each leaf cooperatively (see
- *     gpu_hash.cuh: each lane loads 2 x 16 bytes of every 1 KiB block, the
- *     8 lanes of one accumulator pair sum their shares in 3 shuffle rounds
- *     before the scramble), writes the leaf digests, and in the same pass
- *     gathers the tile's statistics: one partial record per tile.
+ *  1. The leaf kernels, one warp per tile of consecutive 16 KiB leaves of
+ *     one buffer: one leaf in a buffer of up to GT_SPLIT_LEAVES leaves,
+ *     else GT_TILE_LEAVES (gt_tile_leaves: the tiling, and so the order of
+ *     the statistics' sums, depends on the buffer's length alone). They
+ *     take plain tiles only (whole leaves, 16-byte aligned), without the
+ *     test for NaN and Inf, write the leaf digests and, in the same pass,
+ *     the tile's statistics: one partial record per tile.
+ *     gt_leaf_kernel (tiles of one leaf): the warp hashes its leaf
+ *     cooperatively (see gpu_hash.cuh: each lane loads 2 x 16 bytes of
+ *     every 1 KiB block, the 8 lanes of one accumulator pair sum their
+ *     shares in 3 shuffle rounds before the scramble).
+ *     gt_quad_kernel (tiles of GT_TILE_LEAVES): one quad of lanes a leaf,
+ *     each lane an accumulator pair over the whole leaf (gpu_hash.cuh's
+ *     quad layout), no shuffle before a scramble.
+ *     gt_again_kernel then does the rest of the tiles the careful way: the
+ *     tiles that are not plain, and those whose sum of squares came out
+ *     non-finite (gh_lstats_unit_fast).
  *  2. gt_group_kernel (only for buffers of more than 30 leaves): sums
  *     their tile partials in groups of 64 tiles, one warp a group, over
  *     the whole GPU.
@@ -31,7 +40,8 @@
  * (device and pinned) is kept across calls and grown on demand.
  * Every floating-point reduction has a fixed shape (per lane in element
  * order, then shuffle butterflies, then per thread in tile order, then a
- * fixed tree), no atomics: records are bitwise identical run to run. */#ifndef DT_GPU_TRACE_KERN_CUH
+ * fixed tree), no atomics: records are bitwise identical run to run. */
+#ifndef DT_GPU_TRACE_KERN_CUH
 #define DT_GPU_TRACE_KERN_CUH
 
 #include <math.h>
