@@ -244,16 +244,13 @@ static inline int stats_pass_avx512(struct stats_acc *a, const float *x, size_t 
     return 1;
 }
 
+/* The blocks without the test, and again with it where a value was not
+ * finite. */
 __attribute__((target("avx512f")))
 static void stats_blocks_avx512(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
-    stats_pass_avx512(a, x, b0, b1, 1);
-}
-
-__attribute__((target("avx512f")))
-static int stats_blocks_avx512_fast(struct stats_acc *a, const float *x, size_t b0, size_t b1)
-{
-    return stats_pass_avx512(a, x, b0, b1, 0);
+    if (!stats_pass_avx512(a, x, b0, b1, 0))
+        stats_pass_avx512(a, x, b0, b1, 1);
 }
 #undef STATS_ONE_BLOCK
 #undef STATS_FINITE
@@ -344,16 +341,12 @@ static inline int stats_pass_avx2(struct stats_acc *a, const float *x, size_t b0
     return 1;
 }
 
+/* As stats_blocks_avx512. */
 __attribute__((target("avx2,fma")))
 static void stats_blocks_avx2(struct stats_acc *a, const float *x, size_t b0, size_t b1)
 {
-    stats_pass_avx2(a, x, b0, b1, 1);
-}
-
-__attribute__((target("avx2,fma")))
-static int stats_blocks_avx2_fast(struct stats_acc *a, const float *x, size_t b0, size_t b1)
-{
-    return stats_pass_avx2(a, x, b0, b1, 0);
+    if (!stats_pass_avx2(a, x, b0, b1, 0))
+        stats_pass_avx2(a, x, b0, b1, 1);
 }
 #undef STATS_HALF
 #undef STATS_LOAD2
@@ -413,13 +406,11 @@ static void stats_blocks(struct stats_acc *a, const float *x, size_t b0, size_t 
     int k = stats_current();
 #if defined(__x86_64__) && defined(__GNUC__)
     if (k == 0) {
-        if (!stats_blocks_avx512_fast(a, x, b0, b1))
-            stats_blocks_avx512(a, x, b0, b1);
+        stats_blocks_avx512(a, x, b0, b1);
         return;
     }
     if (k == 1) {
-        if (!stats_blocks_avx2_fast(a, x, b0, b1))
-            stats_blocks_avx2(a, x, b0, b1);
+        stats_blocks_avx2(a, x, b0, b1);
         return;
     }
 #endif

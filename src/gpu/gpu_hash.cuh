@@ -562,14 +562,7 @@ GH_FN void gh_lstats_unit(struct gh_lstats *s, uint32_t u0, uint32_t u1, uint32_
             gh_lstats_one(s, e, u[e], gh_neg(m, sh, e));
         return;
     }
-    for (int e = 0; e < 4; e++) {
-        double d = gh_as_float(u[e] ^ gh_neg(m, sh, e));
-        float v = gh_as_float(u[e]);
-        s->sq = fma(d, d, s->sq);
-        s->sk[e] += d;
-        s->mn = fminf(s->mn, v);
-        s->mx = fmaxf(s->mx, v);
-    }
+    gh_lstats_unit_fast(s, u0, u1, u2, u3, m, sh);
 }
 
 /* Quad lane q's statistics over a leaf of ne elements (1..4096; u: the
