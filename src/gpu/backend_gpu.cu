@@ -410,14 +410,13 @@ static int gpu_trace_defer(void *ctx, int on)
         /* With the next step queued before the host reads a step's loss
          * (run_overlap), the trace runs beside that step's kernels the
          * whole time. On the H200, PredNet at 64x64 (0.5 to 1.5 GB of op
-         * outputs a step) lost least with the trace kept to half of the
-         * SMs, the KITTI-sized one (11 GB) with the trace on all of them
-         * (tests/bench/RESULTS.md): half below GPU_TRACE_HALF_BYTES a step.
+         * outputs a step) and the KITTI-sized one (11 GB) lost least with
+         * the trace kept to half of the SMs (tests/bench/RESULTS.md).
          * DIVTRACE_TRACE_SMS=K: K SMs; =all: every SM, in no green context. */
         const char *sms = getenv("DIVTRACE_TRACE_SMS");
         char *end = NULL;
         int given = sms && *sms;
-        unsigned long k = c->step_bytes < GPU_TRACE_HALF_BYTES ? (unsigned long)c->sm_count / 2 : 0;
+        unsigned long k = (unsigned long)c->sm_count / 2;
         if (given && strcmp(sms, "all") == 0) {
             k = 0;
         } else if (given) {
@@ -540,9 +539,6 @@ static int gpu_prepare(void *ctx, const struct graph *g)
     c->nadam = 0;
     c->adam_step = UINT64_MAX;
     c->first_write = -1;
-    c->step_bytes = 0;
-    for (int i = 0; i < g->n; i++)
-        c->step_bytes += 4.0 * (double)g->nodes[i].count;
     for (int i = 0; i < g->n; i++) {
         int nx = g->nodes[i].next;
         if (nx >= 0 && (c->first_write < 0 || nx < c->first_write))

@@ -21,11 +21,6 @@ enum gpu_algo_mode { GPU_ALGO_DETERMINISTIC, GPU_ALGO_DETERMINISTIC_FAST, GPU_AL
 
 #define GPU_MAX_ADAM 4
 #define GPU_BLAS_WORKSPACE ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */
-/* Steps with fewer bytes of op outputs trace on half of the SMs by default
- * (gpu_trace_defer): between PredNet at 64x64, batch 4 (1.5 GB) and the
- * KITTI-sized model (11 GB), the H200's measurements on either side */
-#define GPU_TRACE_HALF_BYTES 4e9
-
 /* A CUDA stream with the handles and scratch of its own that ops running
  * on it use (lane 0 is the context's own stream). */
 #define GPU_MAX_LANES 8
@@ -96,11 +91,9 @@ struct gpu_ctx {
      * equal: both the default, for measurements) */
     int prio_step, prio_trace;
     /* tstream belongs to a green context of trace_sms SMs (tgreen, a
-     * CUgreenCtx): half of them by default for a step of less than
-     * GPU_TRACE_HALF_BYTES, DIVTRACE_TRACE_SMS=K; NULL: none (larger
-     * steps, =all, or the driver cannot), the stream may use every SM */
+     * CUgreenCtx): half of them by default, DIVTRACE_TRACE_SMS=K; NULL:
+     * none (=all, or the driver cannot), the stream may use every SM */
     void *tgreen;
-    double step_bytes;            /* the prepared graph's outputs, bytes (every node's) */
     int trace_sms;
     cudaGraphExec_t tgraph[2];
     cudaEvent_t stepdone, tdone[2];
