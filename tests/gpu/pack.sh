@@ -6,7 +6,7 @@
 # (when the build has it) and the IDX training images
 # (it has no data set either), with run-all.sh and the PyTorch comparison's
 # scripts (torch_models.py, torch_compare.sh, gpu_speed.sh, cpu_speed.sh,
-# cpu_ab.sh) at
+# cpu_ab.sh, cpu_tracer_parts.sh) at
 # the top.
 # Usage: tests/gpu/pack.sh [BUILD [DEST]]
 set -eu
@@ -45,5 +45,5 @@ cp /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$D/data/"
 # symbols off: the device tool carries at most 64 MiB with the source tree
 command -v strip >/dev/null && strip "$D"/bin/* "$D"/lib/libdivtrace.so.0
 cp tests/gpu/run-all.sh tests/bench/torch_models.py tests/bench/torch_compare.sh tests/bench/gpu_speed.sh \
-    tests/bench/cpu_speed.sh tests/bench/cpu_ab.sh "$D/" 2>/dev/null || true
+    tests/bench/cpu_speed.sh tests/bench/cpu_ab.sh tests/bench/cpu_tracer_parts.sh "$D/" 2>/dev/null || true
 du -sh "$D"
