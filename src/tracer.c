@@ -36,7 +36,7 @@
  * outputs (exec_double) in host memory: only up to this much. Below it a
  * step is short, and its last ops' records (made after its last op when
  * not deferred) are a large part of it: the autoencoder's 4 MB. PredNet's
- * 1.5 GB at 64x64 showed no gain from deferring (300 ms steps). */
+ * 0.39 GB at 64x64, batch 1, showed no gain from deferring (300 ms steps). */
 #define TRACER_DEFER_HOST_BYTES ((size_t)256 << 20)
 
 static inline void tracer_relax(void)
