@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "util.h"
-#if defined(DT_PROFILE_TRACER_NONE) || defined(DT_PROFILE_TRACER_HASH) || defined(DT_PROFILE_TRACER_READ)
+#if defined(DT_PROFILE_TRACER_NONE) || defined(DT_PROFILE_TRACER_HASH)
 #include "hash.h"
 #endif
 

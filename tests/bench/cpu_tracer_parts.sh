@@ -25,13 +25,18 @@ for b in "$FULL" "$READ" "$NONE"; do
 done
 T=$(mktemp -d "${TMPDIR:-/tmp}/cpu_parts-XXXXXX") || exit 2
 trap 'rm -rf "$T"' EXIT
-# one round of setting k (1..6) at t threads: a line "off op" in $T/k.t
-one() {
+# setting k (1..6): its build b and what its records are; even k make
+# them within the step
+setting() {
     case $1 in
-    1 | 2) b=$FULL ;;
-    3 | 4) b=$READ ;;
-    *) b=$NONE ;;
+    1 | 2) b=$FULL what="full (statistics and hash)" ;;
+    3 | 4) b=$READ what="a plain read of every byte" ;;
+    *) b=$NONE what="nothing read" ;;
     esac
+}
+# one round of setting k at t threads: a line "off op" in $T/k.t
+one() {
+    setting "$1"
     # the measuring builds' records are not the outputs' (their carry check
     # reports a fault every step): stderr is shown only when a run fails
     if [ $(($1 % 2)) -eq 0 ]; then
@@ -50,7 +55,7 @@ for t in "$@"; do
     done
 done
 med() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# the median cost of setting k at t threads, and its untraced step's median ms
+# the median of the rounds' costs of setting k at t threads, in percent
 cost() { awk '{ print 100 * ($2 / $1 - 1) }' "$T/$1.$2" | med; }
 head="| records | made |"
 rule="| --- | --- |"
@@ -61,11 +66,7 @@ done
 echo "$head"
 echo "$rule"
 for k in 1 2 3 4 5 6; do
-    case $k in
-    1 | 2) what="full (statistics and hash)" ;;
-    3 | 4) what="a plain read of every byte" ;;
-    *) what="nothing read" ;;
-    esac
+    setting "$k"
     if [ $((k % 2)) -eq 0 ]; then when="within the step (DIVTRACE_TRACE_DEFER=0)"; else when="default"; fi
     line="| $what | $when |"
     for t in "$@"; do
